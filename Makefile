@@ -1,0 +1,44 @@
+# LeadOps: `make run` to start the back office, `make test` to check it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check pytest migrate demo stop-db clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --no-input
+
+demo: migrate
+	$(PY) manage.py load_demo
+
+# The web server and the task cluster together; Ctrl-C stops both.
+run: demo
+	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task cluster)"
+	@trap 'kill 0' INT TERM EXIT; \
+	$(PY) manage.py qcluster & \
+	$(PY) manage.py runserver --noreload 127.0.0.1:8000 & \
+	wait
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy .
+
+pytest: $(STAMP)
+	scripts/ensure-chromium
+	$(VENV)/bin/pytest
+
+test: check pytest
+
+stop-db: $(STAMP)
+	$(PY) -m leadops.embedded_db stop
+
+clean: stop-db
+	rm -rf .data $(VENV)

@@ -1,0 +1,15 @@
+from django.apps import AppConfig, apps
+
+
+class AgentsConfig(AppConfig):
+    name = "agents"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from agents.schedules import schedules_ensure_on_migrate
+
+        # agents has no models, so it gets no post_migrate of its own: hook the
+        # django_q app's, after whose migrations the Schedule table exists.
+        post_migrate.connect(schedules_ensure_on_migrate, sender=apps.get_app_config("django_q"))

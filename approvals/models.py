@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from crm.ids import PublicIdField
+from crm.models import Business, Lead
+
+APPROVAL_KINDS = [
+    "message_draft", "opt_out_question", "complaint", "merge_contacts",
+    "high_value_estimate", "out_of_playbook", "exception",
+]  # fmt: skip
+
+
+class ApprovalRequest(models.Model):
+    """A proposal that a person must decide (invariant 9).
+
+    The proposer is either a person (`proposed_by_user`) or an automated role
+    (`proposed_by`, e.g. "agent:sms_assistant"); the database refuses a
+    decision by the same person who proposed.
+    """
+
+    Kind = models.TextChoices("Kind", [(k.upper(), k) for k in APPROVAL_KINDS])
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    public_id = PublicIdField(prefix="apr")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="approvals")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    summary = models.CharField(max_length=300)
+    # What would happen on approval: the draft text, the merge, the estimate…
+    payload = models.JSONField(default=dict, blank=True)
+    proposed_by = models.CharField(max_length=150)
+    proposed_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(kind__in=APPROVAL_KINDS), name="approvals_approvalrequest_kind_valid"),
+            models.CheckConstraint(
+                condition=~models.Q(decided_by=models.F("proposed_by_user")),
+                name="approvals_approvalrequest_not_self_approved",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status="pending", decided_at__isnull=True)
+                | (~models.Q(status="pending") & models.Q(decided_at__isnull=False)),
+                name="approvals_approvalrequest_decided_has_time",
+            ),
+        ]
+        indexes = [models.Index(fields=["business", "status"], name="approvals_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.public_id}"

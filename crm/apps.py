@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class CrmConfig(AppConfig):
+    name = "crm"
+    verbose_name = "CRM"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from crm.roles import roles_sync_on_migrate
+
+        post_migrate.connect(roles_sync_on_migrate, sender=self)

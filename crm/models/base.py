@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+from crm.ids import PublicIdField
+
+CURRENCY_DEFAULT = "USD"
+
+
+class Role(models.TextChoices):
+    SETTER = "setter"
+    OWNER = "owner"
+    MANAGER = "manager"
+    TECHNICIAN = "technician"
+
+
+class Business(models.Model):
+    """A tenant: one contractor. An agency runs several."""
+
+    public_id = PublicIdField(prefix="biz")
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    region = models.CharField(max_length=2, default="US", help_text="Default phone region (ISO 3166)")
+    currency = models.CharField(max_length=3, default=CURRENCY_DEFAULT)
+    first_response_minutes = models.PositiveIntegerField(default=5)
+    quiet_hours_start = models.TimeField(default="08:00")
+    quiet_hours_end = models.TimeField(default="21:00")
+    dedupe_window_days = models.PositiveIntegerField(default=30)
+    max_texts_per_day = models.PositiveIntegerField(default=3)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "businesses"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BusinessScoped(models.Model):
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        abstract = True
+
+
+class Money(models.Model):
+    """Money is a Decimal amount beside its ISO currency; never a float."""
+
+    amount = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0.00"))
+    currency = models.CharField(max_length=3, default=CURRENCY_DEFAULT)
+
+    class Meta:
+        abstract = True

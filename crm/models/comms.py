@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from django.db import models
+
+from crm.ids import PublicIdField
+from crm.models.base import Business
+from crm.models.contacts import Contact, ContactPoint, InboundEvent
+from crm.models.leads import Lead
+
+MESSAGE_STATUSES = [
+    "received", "draft", "pending_approval", "deferred", "blocked", "dry_run", "queued",
+    "sending", "sent", "delivered", "undelivered", "failed", "unknown",
+]  # fmt: skip
+BLOCK_REASONS = ["hold", "stopped", "no_consent", "revoked", "quiet_hours", "daily_cap", "other_path_active"]
+
+
+class Message(models.Model):
+    """One message in or out. An outbound row exists, with its idempotency key,
+    before the provider is called (invariant 7)."""
+
+    Status = models.TextChoices("Status", [(s.upper(), s) for s in MESSAGE_STATUSES])
+    BlockReason = models.TextChoices("BlockReason", [(s.upper(), s) for s in BLOCK_REASONS])
+
+    public_id = PublicIdField(prefix="msg")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="messages")
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, null=True, blank=True, related_name="messages")
+    contact_point = models.ForeignKey(ContactPoint, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    inbound_event = models.ForeignKey(InboundEvent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    direction = models.CharField(max_length=3, choices=[("in", "in"), ("out", "out")])
+    channel = models.CharField(max_length=16, default="sms")
+    status = models.CharField(max_length=20, choices=Status.choices)
+    block_reason = models.CharField(max_length=20, choices=BlockReason.choices, blank=True)
+    deferred_until = models.DateTimeField(null=True, blank=True)
+    body = models.TextField(blank=True)
+    template_key = models.CharField(max_length=64, blank=True)
+    from_number = models.CharField(max_length=64, blank=True)
+    to = models.CharField(max_length=254, blank=True)
+    provider_sid = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    error_code = models.CharField(max_length=32, blank=True)
+    actor = models.CharField(max_length=150, blank=True, help_text="Who asked for this send")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["idempotency_key"], name="crm_message_unique_idempotency_key"),
+            models.CheckConstraint(
+                condition=models.Q(direction="in") | models.Q(idempotency_key__isnull=False),
+                name="crm_message_outbound_has_idempotency_key",
+            ),
+            models.CheckConstraint(condition=models.Q(status__in=MESSAGE_STATUSES), name="crm_message_status_valid"),
+            models.CheckConstraint(
+                condition=models.Q(block_reason="") | models.Q(block_reason__in=BLOCK_REASONS),
+                name="crm_message_block_reason_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["lead", "created_at"], name="crm_message_lead_idx")]
+
+
+class Call(models.Model):
+    public_id = PublicIdField(prefix="call")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="calls")
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, null=True, blank=True, related_name="calls")
+    direction = models.CharField(max_length=3, choices=[("in", "in"), ("out", "out")])
+    # ringing, in-progress, completed, busy, no-answer, failed, canceled (Twilio's)
+    status = models.CharField(max_length=20)
+    from_number = models.CharField(max_length=64, blank=True)
+    to = models.CharField(max_length=64, blank=True)
+    provider_sid = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    recording_url = models.URLField(max_length=1000, blank=True)
+    transcript = models.TextField(blank=True)
+    score = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]

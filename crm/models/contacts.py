@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+from django.db import models
+
+from crm.ids import PublicIdField
+from crm.models.base import Business
+
+
+class Provider(models.TextChoices):
+    GOOGLE_ADS = "google_ads", "Google Ads"
+    META = "meta", "Meta lead ads"
+    INSTAGRAM = "instagram", "Instagram"
+    WEBSITE = "website", "Website form"
+    HOSTED_FORM = "hosted_form", "Hosted form"
+    TYPEFORM = "typeform", "Typeform"
+    TWILIO = "twilio", "Twilio"
+    CALENDLY = "calendly", "Calendly"
+    STRIPE = "stripe", "Stripe"
+    MANUAL = "manual", "Entered by a person"
+
+
+class Source(models.Model):
+    """A configured entry point: one webhook URL key, its secret and settings."""
+
+    public_id = PublicIdField(prefix="src")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="sources")
+    # The key appears in webhook URLs, which carry no business: unique overall.
+    key = models.SlugField(max_length=64, unique=True)
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    secret = models.CharField(max_length=200, blank=True)
+    # Provider settings: page_id, access_token, account_id, phone_number, forward_to…
+    config = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["business", "key"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(provider__in=Provider.values), name="crm_source_provider_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Contact(models.Model):
+    """One person. Their phones, emails and handles are ContactPoints."""
+
+    public_id = PublicIdField(prefix="cont")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="contacts")
+    first_name = models.CharField(max_length=100, blank=True)
+    last_name = models.CharField(max_length=100, blank=True)
+    postal_code = models.CharField(max_length=16, blank=True)
+    address = models.CharField(max_length=300, blank=True)
+    notes = models.TextField(blank=True)
+    # Set when a person confirms two records are the same person.
+    merged_into = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["business", "last_name", "first_name"], name="crm_contact_name_idx")]
+
+    @property
+    def name(self) -> str:
+        return " ".join(part for part in (self.first_name, self.last_name) if part)
+
+    def __str__(self) -> str:
+        return self.name or self.public_id
+
+
+class ContactPointKind(models.TextChoices):
+    PHONE = "phone"
+    EMAIL = "email"
+    INSTAGRAM = "instagram"
+    MESSENGER = "messenger"
+
+
+class ContactPoint(models.Model):
+    """A way to reach a contact, stored normalized (E.164, lower-cased email)."""
+
+    public_id = PublicIdField(prefix="cp")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="points")
+    kind = models.CharField(max_length=16, choices=ContactPointKind.choices)
+    value = models.CharField(max_length=254, help_text="Normalized: E.164 phone, lower-cased email, provider id")
+    raw_value = models.CharField(max_length=254, blank=True, help_text="As typed, kept when it could not be parsed")
+    is_valid = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["business", "kind", "value"], name="crm_contactpoint_unique_value"),
+            models.CheckConstraint(condition=models.Q(kind__in=ContactPointKind.values), name="crm_contactpoint_kind_valid"),
+            models.CheckConstraint(condition=~models.Q(value=""), name="crm_contactpoint_value_nonempty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Channel(models.TextChoices):
+    SMS = "sms"
+    VOICE = "voice"
+    EMAIL = "email"
+
+
+class ConsentStatus(models.TextChoices):
+    GRANTED = "granted"
+    REVOKED = "revoked"
+    UNKNOWN = "unknown"
+
+
+class ConsentEvent(models.Model):
+    """The append-only consent ledger, per contact point and channel."""
+
+    class Action(models.TextChoices):
+        GRANT = "grant"
+        REVOKE = "revoke"
+
+    public_id = PublicIdField(prefix="cev")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    contact_point = models.ForeignKey(ContactPoint, on_delete=models.PROTECT, related_name="consent_events")
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    action = models.CharField(max_length=8, choices=Action.choices)
+    # form_disclosure, inbound_conversation, missed_call, keyword, free_text, provider_error, manual…
+    basis = models.CharField(max_length=32)
+    # The text shown, checkbox value, page URL, IP, user agent, keyword, provider error…
+    evidence = models.JSONField(default=dict, blank=True)
+    inbound_event = models.ForeignKey("crm.InboundEvent", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    actor = models.CharField(max_length=150)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(channel__in=Channel.values), name="crm_consentevent_channel_valid"),
+            models.CheckConstraint(condition=models.Q(action__in=["grant", "revoke"]), name="crm_consentevent_action_valid"),
+        ]
+
+
+class ConsentState(models.Model):
+    """The current consent per contact point and channel, derived from the
+    ledger and rewritten in the same transaction as each ConsentEvent."""
+
+    contact_point = models.ForeignKey(ContactPoint, on_delete=models.CASCADE, related_name="consent_states")
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    status = models.CharField(max_length=8, choices=ConsentStatus.choices, default=ConsentStatus.UNKNOWN)
+    last_event = models.ForeignKey(ConsentEvent, on_delete=models.PROTECT, related_name="+")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["contact_point", "channel"], name="crm_consentstate_unique_channel"),
+        ]
+
+
+class InboundEvent(models.Model):
+    """A provider delivery, stored verbatim before any processing (raw first)."""
+
+    class Status(models.TextChoices):
+        RECEIVED = "received"
+        PROCESSING = "processing"
+        PROCESSED = "processed"
+        IGNORED = "ignored"
+        FAILED = "failed"
+
+    public_id = PublicIdField(prefix="evt")
+    # Null only while the owning business is not yet known (a global endpoint
+    # such as Stripe's, before the payload is parsed).
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    external_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=64, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.BinaryField()
+    signature_ok = models.BooleanField(default=False)
+    is_test = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField()
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "external_id"], name="crm_inboundevent_unique_external_id"),
+            models.CheckConstraint(condition=models.Q(status__in=["received", "processing", "processed", "ignored", "failed"]), name="crm_inboundevent_status_valid"),
+        ]
+        indexes = [models.Index(fields=["status", "received_at"], name="crm_inboundevent_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.external_id}"

@@ -1,0 +1,257 @@
+from __future__ import annotations
+
+from django.db import models
+
+from crm.ids import PublicIdField
+from crm.models.base import Business
+from crm.models.contacts import Contact, InboundEvent, Source
+from crm.models.team import ServiceLine, TeamMember
+
+
+class Stage(models.TextChoices):
+    NEW = "new"
+    ASSIGNED = "assigned"
+    CONTACTED = "contacted"
+    ENGAGED = "engaged"
+    QUALIFIED = "qualified"
+    BOOKED = "booked"
+    NO_SHOW = "no_show"
+    APPOINTMENT_HELD = "appointment_held"
+    ESTIMATE_SENT = "estimate_sent"
+    WON = "won"
+    LOST = "lost"
+    DISQUALIFIED = "disqualified"
+    UNRESPONSIVE = "unresponsive"
+
+
+# A lead in one of these stages is closed: it no longer counts as the open
+# lead for its (contact, service line), so a new need can open a new lead.
+CLOSED_STAGES = (Stage.WON, Stage.LOST, Stage.DISQUALIFIED, Stage.UNRESPONSIVE)
+
+
+class LeadException(models.TextChoices):
+    MISSING_IDENTITY = "missing_identity"
+    INVALID_PHONE = "invalid_phone"
+    TEST_LEAD = "test_lead"
+    OUT_OF_AREA = "out_of_area"
+    EMERGENCY = "emergency"
+    COMMERCIAL = "commercial"
+    WARRANTY = "warranty"
+    LICENSED_DIAGNOSIS = "licensed_diagnosis"
+    NO_ELIGIBLE_OWNER = "no_eligible_owner"
+    SLA_BREACHED = "sla_breached"
+    MERGE_CONFLICT = "merge_conflict"
+    COMPLAINT = "complaint"
+
+
+class Lead(models.Model):
+    """One opportunity: a person and a need. Stage, owner and next action are
+    written only by `crm.services.lead_sync` (the CRM Sync role)."""
+
+    public_id = PublicIdField(prefix="lead")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="leads")
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="leads")
+    service_line = models.ForeignKey(ServiceLine, on_delete=models.PROTECT, null=True, blank=True, related_name="leads")
+    stage = models.CharField(max_length=20, choices=Stage.choices, default=Stage.NEW)
+    owner = models.ForeignKey(TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="leads")
+    next_action = models.CharField(max_length=300, blank=True)
+    next_action_due_at = models.DateTimeField(null=True, blank=True)
+    sla_due_at = models.DateTimeField(null=True, blank=True)
+    hold = models.BooleanField(default=False)
+    hold_reason = models.CharField(max_length=300, blank=True)
+    exceptions = models.JSONField(default=list, blank=True)
+    request_text = models.TextField(blank=True)
+    lost_reason = models.CharField(max_length=300, blank=True)
+    is_test = models.BooleanField(default=False)
+    first_response_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["contact", "service_line"],
+                condition=~models.Q(stage__in=CLOSED_STAGES),
+                # A lead without a service line yet is still "the" open lead.
+                nulls_distinct=False,
+                name="crm_lead_one_open_per_contact_service",
+            ),
+            models.CheckConstraint(condition=models.Q(stage__in=Stage.values), name="crm_lead_stage_valid"),
+            models.CheckConstraint(
+                condition=models.Q(next_action="") | models.Q(next_action_due_at__isnull=False),
+                name="crm_lead_next_action_has_due_time",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["business", "stage"], name="crm_lead_stage_idx"),
+            models.Index(fields=["owner", "stage"], name="crm_lead_owner_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def is_open(self) -> bool:
+        return self.stage not in CLOSED_STAGES
+
+
+class LeadTouch(models.Model):
+    """One source touch: where this lead (again) came from."""
+
+    public_id = PublicIdField(prefix="tch")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="touches")
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, null=True, blank=True, related_name="touches")
+    inbound_event = models.ForeignKey(InboundEvent, on_delete=models.PROTECT, null=True, blank=True, related_name="touches")
+    channel = models.CharField(max_length=32, help_text="form, call, sms, dm, manual…")
+    provider = models.CharField(max_length=16)
+    campaign_id = models.CharField(max_length=100, blank=True)
+    adgroup_id = models.CharField(max_length=100, blank=True)
+    ad_id = models.CharField(max_length=100, blank=True)
+    form_id = models.CharField(max_length=100, blank=True)
+    gclid = models.CharField(max_length=300, blank=True)
+    fbclid = models.CharField(max_length=300, blank=True)
+    utm = models.JSONField(default=dict, blank=True)
+    landing_page = models.URLField(max_length=1000, blank=True)
+    answers = models.JSONField(default=dict, blank=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["received_at", "id"]
+        indexes = [models.Index(fields=["business", "campaign_id"], name="crm_leadtouch_campaign_idx")]
+
+
+class Task(models.Model):
+    """A human action with an owner and a due time."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        DONE = "done"
+        CANCELED = "canceled"
+
+    public_id = PublicIdField(prefix="task")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks")
+    owner = models.ForeignKey(TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks")
+    # next_action, call, exception, approval, follow_up…
+    kind = models.CharField(max_length=32, default="next_action")
+    title = models.CharField(max_length=300)
+    due_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    completed_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["due_at"]
+        constraints = [
+            # Invariant 3: one open next action per lead.
+            models.UniqueConstraint(
+                fields=["lead"],
+                condition=models.Q(status="open", kind="next_action"),
+                name="crm_task_one_open_next_action",
+            ),
+            models.CheckConstraint(condition=models.Q(status__in=["open", "done", "canceled"]), name="crm_task_status_valid"),
+        ]
+        indexes = [models.Index(fields=["owner", "status", "due_at"], name="crm_task_owner_idx")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Timer(models.Model):
+    """A per-lead clock (SLA check, sequence step, reminder): a row with a due
+    time, claimed by `run_timers` with a conditional update."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        CANCELED = "canceled"
+        FAILED = "failed"
+
+    public_id = PublicIdField(prefix="tmr")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="timers")
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    due_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    # Optional: a timer with a key exists at most once (e.g. "sla:lead_…").
+    dedupe_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["due_at"]
+        indexes = [
+            models.Index(fields=["due_at"], condition=models.Q(status="pending"), name="crm_timer_pending_due_idx"),
+        ]
+
+
+class Sequence(models.Model):
+    """A follow-up path (no reply, no show, open estimate, reminders)."""
+
+    public_id = PublicIdField(prefix="seq")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="sequences")
+    key = models.SlugField(max_length=64)
+    trigger = models.CharField(max_length=32)
+    # [{"after": "15m", "channel": "sms", "template": "nudge_sms"}, …]
+    steps = models.JSONField(default=list)
+    priority = models.PositiveIntegerField(default=100)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["business", "key"], name="crm_sequence_unique_key")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Enrollment(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        WAITING = "waiting"
+        STOPPED = "stopped"
+        COMPLETED = "completed"
+
+    public_id = PublicIdField(prefix="enr")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="enrollments")
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="enrollments")
+    sequence = models.ForeignKey(Sequence, on_delete=models.PROTECT, related_name="enrollments")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    stop_reason = models.CharField(max_length=64, blank=True)
+    next_step_index = models.PositiveIntegerField(default=0)
+    next_step_due_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Invariant 5: one automated path per contact at a time.
+            models.UniqueConstraint(
+                fields=["contact"], condition=models.Q(status="active"), name="crm_enrollment_one_active_per_contact"
+            ),
+        ]
+
+
+class MessageTemplate(models.Model):
+    """An approved playbook text. Automated sends use only approved templates."""
+
+    public_id = PublicIdField(prefix="tpl")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="templates")
+    key = models.SlugField(max_length=64)
+    channel = models.CharField(max_length=8)
+    subject = models.CharField(max_length=200, blank=True)
+    body = models.TextField()
+    approved = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["business", "key"], name="crm_messagetemplate_unique_key")]
+
+    def __str__(self) -> str:
+        return self.key

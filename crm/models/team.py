@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from crm.ids import PublicIdField
+from crm.models.base import Business, Role
+
+
+class ServiceLine(models.Model):
+    public_id = PublicIdField(prefix="svc")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="service_lines")
+    slug = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200)
+    keywords = models.JSONField(default=list, blank=True)
+    high_value_amount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    currency = models.CharField(max_length=3, default="USD")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["business", "slug"], name="crm_serviceline_unique_slug"),
+            models.CheckConstraint(
+                condition=models.Q(high_value_amount__isnull=True) | models.Q(high_value_amount__gte=0),
+                name="crm_serviceline_high_value_nonnegative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ServiceArea(models.Model):
+    public_id = PublicIdField(prefix="area")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="service_areas")
+    name = models.CharField(max_length=200)
+    # Exact codes ("60601") or prefixes ending in "*" ("606*").
+    postal_codes = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["business", "name"], name="crm_servicearea_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMember(models.Model):
+    """A user's membership of one business, with their role and routing profile.
+
+    Membership is what scopes every query: a user sees only the businesses they
+    have a TeamMember row in.
+    """
+
+    public_id = PublicIdField(prefix="tm")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="team")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    display_name = models.CharField(max_length=200, blank=True)
+    email = models.EmailField(blank=True)
+    phone = models.CharField(max_length=32, blank=True)
+    timezone = models.CharField(max_length=64, blank=True, help_text="Empty: the business's time zone")
+    service_lines = models.ManyToManyField(ServiceLine, blank=True, related_name="members")
+    service_areas = models.ManyToManyField(ServiceArea, blank=True, related_name="members")
+    weight = models.PositiveIntegerField(default=1)
+    max_open_leads = models.PositiveIntegerField(null=True, blank=True)
+    # {"mon": "08:00-18:00", ...}; a missing day is a day off.
+    hours = models.JSONField(default=dict, blank=True)
+    out_of_office_until = models.DateTimeField(null=True, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["business", "display_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["business", "user"], name="crm_teammember_unique_user"),
+            models.CheckConstraint(condition=models.Q(role__in=Role.values), name="crm_teammember_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name or self.user.get_username()

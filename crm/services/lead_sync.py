@@ -1,0 +1,177 @@
+"""CRM Sync: the single writer of a lead's stage, owner and next action.
+
+Every change here locks the lead row, validates, writes, and appends a receipt
+in the same transaction, so a change without its receipt (or a receipt without
+its change) cannot exist.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from crm.models import CLOSED_STAGES, Lead, Stage, TeamMember
+from crm.services.receipts import receipt_write
+
+S = Stage
+
+# The one transition table. A stage not listed as a target of the current
+# stage is forbidden. Closed stages may reopen only where a person plausibly
+# re-engages (a lost or unresponsive lead replies); a won lead stays won.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.NEW: frozenset({S.ASSIGNED, S.CONTACTED, S.ENGAGED, S.DISQUALIFIED, S.LOST}),
+    S.ASSIGNED: frozenset({S.CONTACTED, S.ENGAGED, S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
+    S.CONTACTED: frozenset({S.ENGAGED, S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
+    S.ENGAGED: frozenset({S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
+    S.QUALIFIED: frozenset({S.BOOKED, S.ESTIMATE_SENT, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
+    S.BOOKED: frozenset({S.APPOINTMENT_HELD, S.NO_SHOW, S.QUALIFIED, S.LOST}),
+    S.NO_SHOW: frozenset({S.BOOKED, S.LOST, S.UNRESPONSIVE}),
+    S.APPOINTMENT_HELD: frozenset({S.ESTIMATE_SENT, S.WON, S.LOST}),
+    S.ESTIMATE_SENT: frozenset({S.WON, S.LOST, S.UNRESPONSIVE}),
+    S.WON: frozenset(),
+    S.LOST: frozenset({S.ENGAGED}),
+    S.DISQUALIFIED: frozenset(),
+    S.UNRESPONSIVE: frozenset({S.ENGAGED}),
+}
+
+
+class LeadSyncError(Exception):
+    """A change CRM Sync refuses; the lead is left untouched and no receipt written."""
+
+
+class ForbiddenTransition(LeadSyncError):
+    def __init__(self, lead: Lead, to_stage: str) -> None:
+        self.from_stage, self.to_stage = lead.stage, to_stage
+        allowed = ", ".join(sorted(TRANSITIONS.get(lead.stage, ()))) or "none"
+        super().__init__(f"{lead.public_id}: cannot move from {lead.stage} to {to_stage} (allowed: {allowed})")
+
+
+def transition_allowed(from_stage: str, to_stage: str) -> bool:
+    return to_stage in TRANSITIONS.get(from_stage, frozenset())
+
+
+def _locked(lead: Lead) -> Lead:
+    return Lead.objects.select_for_update().get(pk=lead.pk)
+
+
+def _snapshot(lead: Lead, fields: tuple[str, ...]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for field in fields:
+        value = getattr(lead, field)
+        if field == "owner":
+            value = str(value.user.get_username()) if value else None
+        values[field] = value
+    return values
+
+
+def _save(lead: Lead, changes: dict[str, Any], *, actor: str, action: str, reason: str) -> Lead:
+    fields = tuple(changes)
+    before = _snapshot(lead, fields)
+    for field, value in changes.items():
+        setattr(lead, field, value)
+    lead.full_clean(exclude=["contact", "business", "service_line"], validate_unique=False)
+    lead.save(update_fields=[*fields, "updated_at"])
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=actor,
+        action=action,
+        reason=reason,
+        before=before,
+        after=_snapshot(lead, fields),
+    )
+    return lead
+
+
+@transaction.atomic
+def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Lead:
+    """Move a lead to `to_stage` if the transition table allows it.
+
+    Raises ForbiddenTransition (nothing written) otherwise. Closing a lead
+    stamps `closed_at`; reopening clears it.
+    """
+    current = _locked(lead)
+    if to_stage not in Stage.values:
+        raise LeadSyncError(f"unknown stage {to_stage!r}")
+    if not transition_allowed(current.stage, to_stage):
+        raise ForbiddenTransition(current, to_stage)
+    changes: dict[str, Any] = {"stage": to_stage}
+    if to_stage in CLOSED_STAGES:
+        changes["closed_at"] = timezone.now()
+    elif current.closed_at:
+        changes["closed_at"] = None
+    saved = _save(current, changes, actor=actor, action="lead.stage_changed", reason=reason)
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str) -> Lead:
+    """Give the lead one human owner from its own business.
+
+    A new lead moves to `assigned` in the same step.
+    """
+    current = _locked(lead)
+    if owner.business_id != current.business_id:
+        raise LeadSyncError(f"{owner} is not on the team of this lead's business")
+    if not owner.is_active:
+        raise LeadSyncError(f"{owner} is not active")
+    if current.owner_id == owner.pk:
+        raise LeadSyncError(f"{current.public_id} is already owned by {owner}")
+    changes: dict[str, Any] = {"owner": owner}
+    if current.stage == Stage.NEW:
+        changes["stage"] = Stage.ASSIGNED
+    saved = _save(current, changes, actor=actor, action="lead.owner_changed", reason=reason)
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_set_next_action(lead: Lead, action: str, due_at: datetime | None, *, actor: str, reason: str) -> Lead:
+    """Set (or clear, with an empty action) the lead's one next action."""
+    current = _locked(lead)
+    if action and due_at is None:
+        raise LeadSyncError("a next action needs a due time")
+    saved = _save(
+        current,
+        {"next_action": action, "next_action_due_at": due_at if action else None},
+        actor=actor,
+        action="lead.next_action_set",
+        reason=reason,
+    )
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_set_hold(lead: Lead, hold: bool, *, actor: str, reason: str) -> Lead:
+    """Put the lead on manual hold (all automation stops) or release it."""
+    current = _locked(lead)
+    if current.hold == hold:
+        raise LeadSyncError(f"{current.public_id} is already {'on hold' if hold else 'released'}")
+    saved = _save(
+        current,
+        {"hold": hold, "hold_reason": reason if hold else ""},
+        actor=actor,
+        action="lead.hold_set" if hold else "lead.hold_released",
+        reason=reason,
+    )
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_flag_exception(lead: Lead, flag: str, *, actor: str, reason: str, present: bool = True) -> Lead:
+    """Add or remove one exception flag."""
+    current = _locked(lead)
+    flags = set(current.exceptions)
+    flags = flags | {flag} if present else flags - {flag}
+    if flags == set(current.exceptions):
+        return current
+    saved = _save(current, {"exceptions": sorted(flags)}, actor=actor, action="lead.exceptions_changed", reason=reason)
+    lead.refresh_from_db()
+    return saved

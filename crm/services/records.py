@@ -1,0 +1,185 @@
+"""Creating the system-of-record rows people and later roles build on.
+
+Identity resolution (matching a delivery to an existing contact) arrives
+with capture; these functions create what they are told to, normalized, with
+a receipt each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from crm.models import (
+    Appointment,
+    Business,
+    Contact,
+    ContactPoint,
+    ContactPointKind,
+    Estimate,
+    InboundEvent,
+    Invoice,
+    Job,
+    Lead,
+    LeadTouch,
+    Payment,
+    Refund,
+    ServiceLine,
+    Source,
+    Task,
+)
+from crm.phones import email_normalize, phone_to_e164
+from crm.services.receipts import receipt_write
+
+
+@transaction.atomic
+def contact_create(
+    *,
+    business: Business,
+    actor: str,
+    first_name: str = "",
+    last_name: str = "",
+    phones: Iterable[str] = (),
+    emails: Iterable[str] = (),
+    postal_code: str = "",
+) -> Contact:
+    """Create a contact with normalized contact points. A phone that cannot be
+    parsed is kept as typed and marked invalid, never dropped."""
+    contact = Contact.objects.create(
+        business=business, first_name=first_name, last_name=last_name, postal_code=postal_code
+    )
+    for raw in phones:
+        e164 = phone_to_e164(raw, business.region)
+        ContactPoint.objects.create(
+            business=business,
+            contact=contact,
+            kind=ContactPointKind.PHONE,
+            value=e164 or raw.strip(),
+            raw_value=raw,
+            is_valid=e164 is not None,
+        )
+    for raw in emails:
+        ContactPoint.objects.create(
+            business=business, contact=contact, kind=ContactPointKind.EMAIL, value=email_normalize(raw), raw_value=raw
+        )
+    receipt_write(
+        business=business,
+        subject=contact.public_id,
+        actor=actor,
+        action="contact.created",
+        after={"name": contact.name, "phones": list(phones), "emails": list(emails)},
+    )
+    return contact
+
+
+@transaction.atomic
+def lead_open(
+    *,
+    contact: Contact,
+    actor: str,
+    service_line: ServiceLine | None = None,
+    request_text: str = "",
+    source: Source | None = None,
+    inbound_event: InboundEvent | None = None,
+    touch: dict[str, Any] | None = None,
+    received_at: datetime | None = None,
+) -> Lead:
+    """Open a lead for a contact's need, with its first source touch."""
+    lead = Lead.objects.create(
+        business=contact.business, contact=contact, service_line=service_line, request_text=request_text
+    )
+    touch_add(lead=lead, source=source, inbound_event=inbound_event, received_at=received_at, **(touch or {}))
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=actor,
+        action="lead.created",
+        after={"stage": lead.stage, "contact": contact.public_id, "source": source.key if source else None},
+    )
+    return lead
+
+
+def touch_add(
+    *,
+    lead: Lead,
+    source: Source | None = None,
+    inbound_event: InboundEvent | None = None,
+    received_at: datetime | None = None,
+    **fields: Any,
+) -> LeadTouch:
+    provider = fields.pop("provider", source.provider if source else "manual")
+    fields.setdefault("channel", "manual")
+    return LeadTouch.objects.create(
+        business=lead.business,
+        lead=lead,
+        source=source,
+        inbound_event=inbound_event,
+        provider=provider,
+        received_at=received_at or timezone.now(),
+        **fields,
+    )
+
+
+@transaction.atomic
+def task_create(*, lead: Lead, title: str, due_at: datetime, actor: str, kind: str = "next_action") -> Task:
+    task = Task.objects.create(
+        business=lead.business, lead=lead, owner=lead.owner, kind=kind, title=title, due_at=due_at
+    )
+    receipt_write(
+        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created",
+        after={"title": title, "due_at": due_at, "owner": lead.owner_id and lead.owner.user.get_username()},
+    )  # fmt: skip
+    return task
+
+
+def _record(model: type, *, lead: Lead, actor: str, action: str, **fields: Any) -> Any:
+    obj = model.objects.create(business=lead.business, lead=lead, **fields)
+    after = {k: v for k, v in fields.items() if not hasattr(v, "pk")}
+    receipt_write(business=lead.business, lead=lead, subject=obj.public_id, actor=actor, action=action, after=after)
+    return obj
+
+
+@transaction.atomic
+def appointment_record(*, lead: Lead, starts_at: datetime, ends_at: datetime, actor: str, **fields: Any) -> Appointment:
+    return _record(Appointment, lead=lead, actor=actor, action="appointment.booked", starts_at=starts_at, ends_at=ends_at, **fields)  # type: ignore[no-any-return]
+
+
+@transaction.atomic
+def estimate_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, **fields: Any) -> Estimate:
+    return _record(Estimate, lead=lead, actor=actor, action="estimate.recorded", amount=amount, currency=currency, **fields)  # type: ignore[no-any-return]
+
+
+@transaction.atomic
+def job_record(*, lead: Lead, actor: str, **fields: Any) -> Job:
+    return _record(Job, lead=lead, actor=actor, action="job.recorded", **fields)  # type: ignore[no-any-return]
+
+
+@transaction.atomic
+def invoice_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, **fields: Any) -> Invoice:
+    return _record(Invoice, lead=lead, actor=actor, action="invoice.recorded", amount=amount, currency=currency, **fields)  # type: ignore[no-any-return]
+
+
+@transaction.atomic
+def payment_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, received_at: datetime, **fields: Any) -> Payment:
+    fields.setdefault("contact", lead.contact)
+    fields.setdefault("match_status", Payment.MatchStatus.MATCHED)
+    return _record(Payment, lead=lead, actor=actor, action="payment.recorded", amount=amount, currency=currency, received_at=received_at, **fields)  # type: ignore[no-any-return]
+
+
+@transaction.atomic
+def refund_record(*, payment: Payment, amount: Decimal, actor: str, refunded_at: datetime, **fields: Any) -> Refund:
+    refund = Refund.objects.create(
+        business=payment.business, payment=payment, amount=amount, currency=payment.currency,
+        refunded_at=refunded_at, **fields,
+    )  # fmt: skip
+    receipt_write(
+        business=payment.business, lead=payment.lead, subject=refund.public_id, actor=actor,
+        action="refund.recorded", after={"amount": amount, "currency": payment.currency, "payment": payment.public_id},
+    )  # fmt: skip
+    return refund

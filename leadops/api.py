@@ -1,0 +1,21 @@
+"""API plumbing shared by every endpoint: one error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+_CODES = {400: "bad_request", 401: "not_authenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every API error is `{"error": <code>, "detail": ...}` (CONTRACT)."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    data = response.data
+    detail = data.get("detail", data) if isinstance(data, dict) else data
+    response.data = {"error": _CODES.get(response.status_code, "error"), "detail": detail}
+    return response
