@@ -20,7 +20,14 @@ class ApprovalRequest(models.Model):
     decision by the same person who proposed.
     """
 
-    Kind = models.TextChoices("Kind", [(k.upper(), k) for k in APPROVAL_KINDS])
+    class Kind(models.TextChoices):
+        MESSAGE_DRAFT = "message_draft"
+        OPT_OUT_QUESTION = "opt_out_question"
+        COMPLAINT = "complaint"
+        MERGE_CONTACTS = "merge_contacts"
+        HIGH_VALUE_ESTIMATE = "high_value_estimate"
+        OUT_OF_PLAYBOOK = "out_of_playbook"
+        EXCEPTION = "exception"
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -40,7 +47,9 @@ class ApprovalRequest(models.Model):
     proposed_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -49,7 +58,9 @@ class ApprovalRequest(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(kind__in=APPROVAL_KINDS), name="approvals_approvalrequest_kind_valid"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=APPROVAL_KINDS), name="approvals_approvalrequest_kind_valid"
+            ),
             models.CheckConstraint(
                 condition=~models.Q(decided_by=models.F("proposed_by_user")),
                 name="approvals_approvalrequest_not_self_approved",

@@ -14,31 +14,92 @@ from django.contrib.auth.models import Group, Permission
 from crm.models import Role
 
 _READ_ALL = [
-    "business", "contact", "contactpoint", "consentevent", "lead", "leadtouch", "inboundevent",
-    "message", "call", "task", "timer", "appointment", "estimate", "job", "invoice", "payment",
-    "refund", "receipt", "teammember", "serviceline", "servicearea", "source", "sequence",
-    "enrollment", "messagetemplate", "approvalrequest",
-]  # fmt: skip
+    "business",
+    "contact",
+    "contactpoint",
+    "consentevent",
+    "lead",
+    "leadtouch",
+    "inboundevent",
+    "message",
+    "call",
+    "task",
+    "timer",
+    "appointment",
+    "estimate",
+    "job",
+    "invoice",
+    "payment",
+    "refund",
+    "receipt",
+    "teammember",
+    "serviceline",
+    "servicearea",
+    "source",
+    "sequence",
+    "enrollment",
+    "messagetemplate",
+    "approvalrequest",
+]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     Role.SETTER: [
-        *(f"view_{m}" for m in ["contact", "contactpoint", "consentevent", "lead", "leadtouch", "message",
-                                "call", "task", "appointment", "estimate", "job", "invoice", "payment",
-                                "refund", "receipt", "enrollment", "approvalrequest"]),
-        "change_lead", "change_task", "add_appointment", "change_appointment",
-    ],  # fmt: skip
+        *(
+            f"view_{m}"
+            for m in [
+                "contact",
+                "contactpoint",
+                "consentevent",
+                "lead",
+                "leadtouch",
+                "message",
+                "call",
+                "task",
+                "appointment",
+                "estimate",
+                "job",
+                "invoice",
+                "payment",
+                "refund",
+                "receipt",
+                "enrollment",
+                "approvalrequest",
+            ]
+        ),
+        "change_lead",
+        "change_task",
+        "add_appointment",
+        "change_appointment",
+    ],
     Role.TECHNICIAN: ["view_lead", "view_contact", "view_appointment", "view_job", "change_job"],
     Role.MANAGER: [
         *(f"view_{m}" for m in _READ_ALL),
-        "change_lead", "change_task", "change_contact", "add_appointment", "change_appointment",
-        "add_estimate", "change_estimate", "add_job", "change_job", "add_invoice", "change_invoice",
-        "add_payment", "change_payment", "add_refund", "change_inboundevent", "change_approvalrequest",
-    ],  # fmt: skip
+        "change_lead",
+        "change_task",
+        "change_contact",
+        "add_appointment",
+        "change_appointment",
+        "add_estimate",
+        "change_estimate",
+        "add_job",
+        "change_job",
+        "add_invoice",
+        "change_invoice",
+        "add_payment",
+        "change_payment",
+        "add_refund",
+        "change_inboundevent",
+        "change_approvalrequest",
+    ],
 }
 ROLE_PERMISSIONS[Role.OWNER] = [
     *ROLE_PERMISSIONS[Role.MANAGER],
-    "change_business", "change_teammember", "change_source", "change_serviceline", "change_servicearea",
-]  # fmt: skip
+    "change_business",
+    "change_teammember",
+    "change_source",
+    "change_serviceline",
+    "change_servicearea",
+]
 
 
 def roles_sync() -> None:

@@ -39,7 +39,7 @@ def scope_for(user: Any) -> Scope:
         return Scope()
     cached = getattr(user, "_leadops_scope", None)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     if user.is_superuser:
         scope = Scope(everything=True)
     else:
@@ -74,7 +74,9 @@ def lead_list_visible(user: Any) -> QuerySet[Lead]:
     return Lead.objects.filter(lead_visibility_q(scope))
 
 
-def scoped(qs: QuerySet[Any], user: Any, *, lead_path: str | None = None, business_path: str = "business") -> QuerySet[Any]:
+def scoped(
+    qs: QuerySet[Any], user: Any, *, lead_path: str | None = None, business_field: str = "business_id"
+) -> QuerySet[Any]:
     """Restrict any queryset to what `user` may see.
 
     Rows hanging off a lead (`lead_path`) follow the lead's visibility; rows
@@ -83,7 +85,7 @@ def scoped(qs: QuerySet[Any], user: Any, *, lead_path: str | None = None, busine
     scope = scope_for(user)
     if scope.everything:
         return qs
-    q = Q(**{f"{business_path}_id__in" if "__" not in business_path else f"{business_path}__in": scope.full_business_ids})
+    q = Q(**{f"{business_field}__in": scope.full_business_ids})
     if lead_path:
         q |= Q(**{f"{lead_path}__in": lead_list_visible(user).values("pk")})
     return qs.filter(q)
@@ -104,3 +106,96 @@ def lead_search_q(term: str, region: str = "US") -> Q:
     if points:
         q |= Q(contact__in=ContactPoint.objects.filter(points).values("contact_id"))
     return q
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: Any
+    kind: str
+    ref: str
+    title: str
+    detail: str = ""
+
+
+def lead_timeline(lead: Lead) -> list[TimelineEntry]:
+    """Everything that happened to a lead, in time order: touches, messages,
+    calls, tasks, appointments, estimates, jobs, invoices, payments, refunds
+    and receipts. A fixed number of queries however long the history is."""
+    from crm.models import Refund
+
+    entries: list[TimelineEntry] = []
+    add = entries.append
+    for t in lead.touches.select_related("source"):
+        where = t.source.key if t.source else t.provider
+        campaign = f" · campaign {t.campaign_id}" if t.campaign_id else ""
+        add(TimelineEntry(t.received_at, "touch", t.public_id, f"{t.channel} via {where}{campaign}", _utm(t.utm)))
+    for m in lead.messages.all():
+        arrow = "←" if m.direction == "in" else "→"
+        status = m.status + (f" ({m.block_reason})" if m.block_reason else "")
+        add(TimelineEntry(m.created_at, "message", m.public_id, f"{arrow} {m.channel} {status}", m.body))
+    for c in lead.calls.all():
+        duration = f", {c.duration_seconds}s" if c.duration_seconds is not None else ""
+        add(TimelineEntry(c.started_at, "call", c.public_id, f"call {c.direction} {c.status}{duration}", c.transcript))
+    for task in lead.tasks.all():
+        add(
+            TimelineEntry(
+                task.created_at,
+                "task",
+                task.public_id,
+                f"task ({task.status}): {task.title}",
+                f"due {task.due_at:%Y-%m-%d %H:%M} UTC",
+            )
+        )
+    for a in lead.appointments.all():
+        add(
+            TimelineEntry(
+                a.created_at,
+                "appointment",
+                a.public_id,
+                f"appointment {a.status}",
+                f"{a.starts_at:%Y-%m-%d %H:%M}–{a.ends_at:%H:%M} UTC",
+            )
+        )
+    for e in lead.estimates.all():
+        add(
+            TimelineEntry(
+                e.created_at, "estimate", e.public_id, f"estimate {e.status}: {e.amount} {e.currency}", e.description
+            )
+        )
+    for j in lead.jobs.all():
+        add(TimelineEntry(j.completed_at or j.created_at, "job", j.public_id, f"job {j.status}"))
+    for i in lead.invoices.all():
+        add(
+            TimelineEntry(
+                i.issued_at or i.created_at,
+                "invoice",
+                i.public_id,
+                f"invoice {i.status}: {i.amount} {i.currency}",
+                i.number,
+            )
+        )
+    for p in lead.payments.all():
+        add(
+            TimelineEntry(
+                p.received_at, "payment", p.public_id, f"payment {p.amount} {p.currency} ({p.provider})", p.match_status
+            )
+        )
+    for r in Refund.objects.filter(payment__lead=lead):
+        add(TimelineEntry(r.refunded_at, "refund", r.public_id, f"refund {r.amount} {r.currency}", r.reason))
+    for rc in lead.receipts.all():
+        add(
+            TimelineEntry(
+                rc.at, "receipt", rc.public_id, f"{rc.action} by {rc.actor}", _change(rc.before, rc.after, rc.reason)
+            )
+        )
+    entries.sort(key=lambda e: e.at)
+    return entries
+
+
+def _utm(utm: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(utm.items()) if v)
+
+
+def _change(before: dict[str, Any], after: dict[str, Any], reason: str) -> str:
+    parts = [f"{k}: {before.get(k)!s} → {after.get(k)!s}" if k in before else f"{k}: {after[k]!s}" for k in after]
+    return "; ".join(parts) + (f" — {reason}" if reason else "")

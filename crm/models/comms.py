@@ -18,8 +18,29 @@ class Message(models.Model):
     """One message in or out. An outbound row exists, with its idempotency key,
     before the provider is called (invariant 7)."""
 
-    Status = models.TextChoices("Status", [(s.upper(), s) for s in MESSAGE_STATUSES])
-    BlockReason = models.TextChoices("BlockReason", [(s.upper(), s) for s in BLOCK_REASONS])
+    class Status(models.TextChoices):
+        RECEIVED = "received"
+        DRAFT = "draft"
+        PENDING_APPROVAL = "pending_approval"
+        DEFERRED = "deferred"
+        BLOCKED = "blocked"
+        DRY_RUN = "dry_run"
+        QUEUED = "queued"
+        SENDING = "sending"
+        SENT = "sent"
+        DELIVERED = "delivered"
+        UNDELIVERED = "undelivered"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+
+    class BlockReason(models.TextChoices):
+        HOLD = "hold"
+        STOPPED = "stopped"
+        NO_CONSENT = "no_consent"
+        REVOKED = "revoked"
+        QUIET_HOURS = "quiet_hours"
+        DAILY_CAP = "daily_cap"
+        OTHER_PATH_ACTIVE = "other_path_active"
 
     public_id = PublicIdField(prefix="msg")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
@@ -60,6 +81,9 @@ class Message(models.Model):
         ]
         indexes = [models.Index(fields=["lead", "created_at"], name="crm_message_lead_idx")]
 
+    def __str__(self) -> str:
+        return self.public_id
+
 
 class Call(models.Model):
     public_id = PublicIdField(prefix="call")
@@ -81,3 +105,6 @@ class Call(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return self.public_id

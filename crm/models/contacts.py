@@ -62,12 +62,12 @@ class Contact(models.Model):
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["business", "last_name", "first_name"], name="crm_contact_name_idx")]
 
+    def __str__(self) -> str:
+        return self.name or self.public_id
+
     @property
     def name(self) -> str:
         return " ".join(part for part in (self.first_name, self.last_name) if part)
-
-    def __str__(self) -> str:
-        return self.name or self.public_id
 
 
 class ContactPointKind(models.TextChoices):
@@ -93,7 +93,9 @@ class ContactPoint(models.Model):
         ordering = ["kind", "created_at"]
         constraints = [
             models.UniqueConstraint(fields=["business", "kind", "value"], name="crm_contactpoint_unique_value"),
-            models.CheckConstraint(condition=models.Q(kind__in=ContactPointKind.values), name="crm_contactpoint_kind_valid"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=ContactPointKind.values), name="crm_contactpoint_kind_valid"
+            ),
             models.CheckConstraint(condition=~models.Q(value=""), name="crm_contactpoint_value_nonempty"),
         ]
 
@@ -129,16 +131,25 @@ class ConsentEvent(models.Model):
     basis = models.CharField(max_length=32)
     # The text shown, checkbox value, page URL, IP, user agent, keyword, provider error…
     evidence = models.JSONField(default=dict, blank=True)
-    inbound_event = models.ForeignKey("crm.InboundEvent", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    inbound_event = models.ForeignKey(
+        "crm.InboundEvent", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     actor = models.CharField(max_length=150)
     at = models.DateTimeField()
 
     class Meta:
         ordering = ["at", "id"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(channel__in=Channel.values), name="crm_consentevent_channel_valid"),
-            models.CheckConstraint(condition=models.Q(action__in=["grant", "revoke"]), name="crm_consentevent_action_valid"),
+            models.CheckConstraint(
+                condition=models.Q(channel__in=Channel.values), name="crm_consentevent_channel_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(action__in=["grant", "revoke"]), name="crm_consentevent_action_valid"
+            ),
         ]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class ConsentState(models.Model):
@@ -155,6 +166,9 @@ class ConsentState(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["contact_point", "channel"], name="crm_consentstate_unique_channel"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}: {self.status}"
 
 
 class InboundEvent(models.Model):
@@ -189,7 +203,10 @@ class InboundEvent(models.Model):
         ordering = ["-received_at"]
         constraints = [
             models.UniqueConstraint(fields=["provider", "external_id"], name="crm_inboundevent_unique_external_id"),
-            models.CheckConstraint(condition=models.Q(status__in=["received", "processing", "processed", "ignored", "failed"]), name="crm_inboundevent_status_valid"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["received", "processing", "processed", "ignored", "failed"]),
+                name="crm_inboundevent_status_valid",
+            ),
         ]
         indexes = [models.Index(fields=["status", "received_at"], name="crm_inboundevent_status_idx")]
 

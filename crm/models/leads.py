@@ -104,7 +104,9 @@ class LeadTouch(models.Model):
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="touches")
     source = models.ForeignKey(Source, on_delete=models.PROTECT, null=True, blank=True, related_name="touches")
-    inbound_event = models.ForeignKey(InboundEvent, on_delete=models.PROTECT, null=True, blank=True, related_name="touches")
+    inbound_event = models.ForeignKey(
+        InboundEvent, on_delete=models.PROTECT, null=True, blank=True, related_name="touches"
+    )
     channel = models.CharField(max_length=32, help_text="form, call, sms, dm, manual…")
     provider = models.CharField(max_length=16)
     campaign_id = models.CharField(max_length=100, blank=True)
@@ -121,6 +123,9 @@ class LeadTouch(models.Model):
     class Meta:
         ordering = ["received_at", "id"]
         indexes = [models.Index(fields=["business", "campaign_id"], name="crm_leadtouch_campaign_idx")]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class Task(models.Model):
@@ -153,7 +158,9 @@ class Task(models.Model):
                 condition=models.Q(status="open", kind="next_action"),
                 name="crm_task_one_open_next_action",
             ),
-            models.CheckConstraint(condition=models.Q(status__in=["open", "done", "canceled"]), name="crm_task_status_valid"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["open", "done", "canceled"]), name="crm_task_status_valid"
+            ),
         ]
         indexes = [models.Index(fields=["owner", "status", "due_at"], name="crm_task_owner_idx")]
 
@@ -191,6 +198,9 @@ class Timer(models.Model):
         indexes = [
             models.Index(fields=["due_at"], condition=models.Q(status="pending"), name="crm_timer_pending_due_idx"),
         ]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class Sequence(models.Model):
@@ -237,6 +247,9 @@ class Enrollment(models.Model):
                 fields=["contact"], condition=models.Q(status="active"), name="crm_enrollment_one_active_per_contact"
             ),
         ]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class MessageTemplate(models.Model):

@@ -17,7 +17,7 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise ReceiptImmutable("receipts are append-only: update refused")
 
-    def delete(self) -> NoReturn:  # type: ignore[override]
+    def delete(self) -> NoReturn:
         raise ReceiptImmutable("receipts are append-only: delete refused")
 
 

@@ -27,7 +27,9 @@ class Appointment(models.Model):
     public_id = PublicIdField(prefix="appt")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="appointments")
-    assigned_to = models.ForeignKey(TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="appointments")
+    assigned_to = models.ForeignKey(
+        TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="appointments"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
@@ -40,9 +42,14 @@ class Appointment(models.Model):
     class Meta:
         ordering = ["starts_at"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(ends_at__gt=models.F("starts_at")), name="crm_appointment_ends_after_start"),
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")), name="crm_appointment_ends_after_start"
+            ),
             models.UniqueConstraint(fields=["provider", "external_id"], name="crm_appointment_unique_external_id"),
         ]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class Estimate(Money):
@@ -66,6 +73,9 @@ class Estimate(Money):
     class Meta:
         ordering = ["created_at"]
         constraints = [_nonnegative("estimate")]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class Job(models.Model):
@@ -94,6 +104,9 @@ class Job(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return self.public_id
+
 
 class Invoice(Money):
     class Status(models.TextChoices):
@@ -115,6 +128,9 @@ class Invoice(Money):
     class Meta:
         ordering = ["created_at"]
         constraints = [_nonnegative("invoice")]
+
+    def __str__(self) -> str:
+        return self.public_id
 
 
 class Payment(Money):
@@ -146,6 +162,9 @@ class Payment(Money):
             ),
         ]
 
+    def __str__(self) -> str:
+        return self.public_id
+
 
 class Refund(Money):
     public_id = PublicIdField(prefix="rfnd")
@@ -164,3 +183,6 @@ class Refund(Money):
             _nonnegative("refund"),
             models.UniqueConstraint(fields=["provider", "external_id"], name="crm_refund_unique_external_id"),
         ]
+
+    def __str__(self) -> str:
+        return self.public_id

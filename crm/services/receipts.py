@@ -107,6 +107,7 @@ def receipts_verify(business: Business | None = None) -> ChainBreak | None:
 def _verify_chain(business: Business, receipts: Iterator[Receipt]) -> ChainBreak | None:
     expected_prev, expected_seq = GENESIS_HASH, 1
     for receipt in receipts:
+
         def brk(problem: str, r: Receipt = receipt) -> ChainBreak:
             return ChainBreak(business.slug, r.public_id, r.seq, problem)
 

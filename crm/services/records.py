@@ -133,12 +133,12 @@ def task_create(*, lead: Lead, title: str, due_at: datetime, actor: str, kind: s
     )
     receipt_write(
         business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created",
-        after={"title": title, "due_at": due_at, "owner": lead.owner_id and lead.owner.user.get_username()},
+        after={"title": title, "due_at": due_at, "owner": lead.owner.user.get_username() if lead.owner else None},
     )  # fmt: skip
     return task
 
 
-def _record(model: type, *, lead: Lead, actor: str, action: str, **fields: Any) -> Any:
+def _record(model: Any, *, lead: Lead, actor: str, action: str, **fields: Any) -> Any:
     obj = model.objects.create(business=lead.business, lead=lead, **fields)
     after = {k: v for k, v in fields.items() if not hasattr(v, "pk")}
     receipt_write(business=lead.business, lead=lead, subject=obj.public_id, actor=actor, action=action, after=after)
@@ -147,29 +147,46 @@ def _record(model: type, *, lead: Lead, actor: str, action: str, **fields: Any) 
 
 @transaction.atomic
 def appointment_record(*, lead: Lead, starts_at: datetime, ends_at: datetime, actor: str, **fields: Any) -> Appointment:
-    return _record(Appointment, lead=lead, actor=actor, action="appointment.booked", starts_at=starts_at, ends_at=ends_at, **fields)  # type: ignore[no-any-return]
+    return _record(
+        Appointment, lead=lead, actor=actor, action="appointment.booked", starts_at=starts_at, ends_at=ends_at, **fields
+    )
 
 
 @transaction.atomic
 def estimate_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, **fields: Any) -> Estimate:
-    return _record(Estimate, lead=lead, actor=actor, action="estimate.recorded", amount=amount, currency=currency, **fields)  # type: ignore[no-any-return]
+    return _record(
+        Estimate, lead=lead, actor=actor, action="estimate.recorded", amount=amount, currency=currency, **fields
+    )
 
 
 @transaction.atomic
 def job_record(*, lead: Lead, actor: str, **fields: Any) -> Job:
-    return _record(Job, lead=lead, actor=actor, action="job.recorded", **fields)  # type: ignore[no-any-return]
+    return _record(Job, lead=lead, actor=actor, action="job.recorded", **fields)
 
 
 @transaction.atomic
 def invoice_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, **fields: Any) -> Invoice:
-    return _record(Invoice, lead=lead, actor=actor, action="invoice.recorded", amount=amount, currency=currency, **fields)  # type: ignore[no-any-return]
+    return _record(
+        Invoice, lead=lead, actor=actor, action="invoice.recorded", amount=amount, currency=currency, **fields
+    )
 
 
 @transaction.atomic
-def payment_record(*, lead: Lead, amount: Decimal, currency: str, actor: str, received_at: datetime, **fields: Any) -> Payment:
+def payment_record(
+    *, lead: Lead, amount: Decimal, currency: str, actor: str, received_at: datetime, **fields: Any
+) -> Payment:
     fields.setdefault("contact", lead.contact)
     fields.setdefault("match_status", Payment.MatchStatus.MATCHED)
-    return _record(Payment, lead=lead, actor=actor, action="payment.recorded", amount=amount, currency=currency, received_at=received_at, **fields)  # type: ignore[no-any-return]
+    return _record(
+        Payment,
+        lead=lead,
+        actor=actor,
+        action="payment.recorded",
+        amount=amount,
+        currency=currency,
+        received_at=received_at,
+        **fields,
+    )
 
 
 @transaction.atomic

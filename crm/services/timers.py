@@ -91,12 +91,14 @@ def timers_run_due(*, now: datetime | None = None, batch: int = 500) -> TimerRun
                 if handler is None:
                     raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
                 handler(timer)
-            except Exception as exc:  # noqa: BLE001 - a failed timer stays visible with its error
+            except Exception as exc:  # a failed timer stays visible with its error
                 log.exception("timer %s failed", timer.public_id)
                 Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
                     status=Timer.Status.FAILED, error=f"{type(exc).__name__}: {exc}"
                 )
                 result.failed += 1
             else:
-                Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(status=Timer.Status.DONE, error="")
+                Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
+                    status=Timer.Status.DONE, error=""
+                )
                 result.done += 1

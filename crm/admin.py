@@ -1,0 +1,453 @@
+"""The Django admin as the main back office.
+
+Every list is scoped by `crm.selectors.scoped`; the lead page is read-only
+except through actions and forms that call CRM Sync, which writes the receipt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from crm import models as m
+from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
+from crm.services import lead_sync
+
+
+def actor_of(request: HttpRequest) -> str:
+    return request.user.get_username()
+
+
+class ScopedAdmin(admin.ModelAdmin):
+    """Rows the user may see, and nothing else, in lists and by typed URL."""
+
+    lead_path: str | None = "lead"
+    business_field: str = "business_id"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)
+        return scoped(qs, request.user, lead_path=self.lead_path, business_field=self.business_field)
+
+
+class ReadOnlyAdmin(ScopedAdmin):
+    """Records written only by services (and by providers through them)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class BusinessFilter(admin.SimpleListFilter):
+    title = "business"
+    parameter_name = "business"
+    field = "business__public_id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        scope = scope_for(request.user)
+        qs = (
+            m.Business.objects.all()
+            if scope.everything
+            else m.Business.objects.filter(team__user_id=cast(int, request.user.pk)).distinct()
+        )
+        return [(b.public_id, b.name) for b in qs.order_by("name")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        team = scoped(m.TeamMember.objects.all(), request.user, lead_path=None)
+        scope = scope_for(request.user)
+        if not scope.everything:
+            team = team | m.TeamMember.objects.filter(pk__in=scope.member_ids)
+        return [("none", "— unowned —")] + [(t.public_id, str(t)) for t in team.order_by("display_name")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "none":
+            return queryset.filter(owner__isnull=True)
+        return queryset.filter(owner__public_id=self.value()) if self.value() else queryset
+
+
+class SourceFilter(admin.SimpleListFilter):
+    title = "source"
+    parameter_name = "source"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        sources = scoped(m.Source.objects.all(), request.user, lead_path=None)
+        scope = scope_for(request.user)
+        if not scope.everything and scope.setter_member_ids:
+            sources = sources | m.Source.objects.filter(business__team__pk__in=scope.member_ids)
+        return [(s.key, s.key) for s in sources.distinct().order_by("key")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if not self.value():
+            return queryset
+        return queryset.filter(pk__in=m.LeadTouch.objects.filter(source__key=self.value()).values("lead_id"))
+
+
+class StageForm(forms.Form):
+    stage = forms.ChoiceField(choices=m.Stage.choices)
+    reason = forms.CharField(max_length=300)
+
+
+class AssignForm(forms.Form):
+    owner = forms.ModelChoiceField(queryset=m.TeamMember.objects.none())
+    reason = forms.CharField(max_length=300)
+
+
+class NextActionForm(forms.Form):
+    next_action = forms.CharField(max_length=300)
+    due_at = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 15:00")
+    reason = forms.CharField(max_length=300)
+
+
+def _stage_action(stage: str) -> Callable[..., None]:
+    def action(modeladmin: LeadAdmin, request: HttpRequest, queryset: QuerySet[m.Lead]) -> None:
+        moved, refused = 0, []
+        for lead in queryset:
+            try:
+                lead_sync.lead_transition(lead, stage, actor=actor_of(request), reason="stage changed in the admin")
+                moved += 1
+            except lead_sync.LeadSyncError as exc:
+                refused.append(str(exc))
+        if moved:
+            modeladmin.message_user(request, f"Moved {moved} lead(s) to {stage}.", messages.SUCCESS)
+        for text in refused:
+            modeladmin.message_user(request, text, messages.ERROR)
+
+    action.__name__ = f"move_to_{stage}"
+    return admin.action(description=f"Move to {m.Stage(stage).label.lower()}", permissions=["change"])(action)
+
+
+@admin.register(m.Lead)
+class LeadAdmin(ScopedAdmin):
+    lead_path = "pk"
+    list_display = [
+        "public_id", "contact_name", "phone", "stage", "owner", "next_action", "next_action_due_at",
+        "source", "hold", "business", "created_at",
+    ]  # fmt: skip
+    list_display_links = ["public_id", "contact_name"]
+    list_select_related = ["contact", "owner", "business"]
+    list_filter = ["stage", OwnerFilter, SourceFilter, BusinessFilter, "hold", "is_test"]
+    search_fields = ["public_id"]  # widened by get_search_results
+    search_help_text = "ID, name, email, or a phone number in any format"
+    actions = [_stage_action(stage) for stage in m.Stage.values]
+    list_per_page = 50
+    show_full_result_count = False
+    change_form_template = "admin/crm/lead/change_form.html"
+    fields = (
+        "public_id", "business", "contact_link", "service_line", "stage", "owner", "next_action",
+        "next_action_due_at", "sla_due_at", "hold", "hold_reason", "exceptions", "request_text",
+        "lost_reason", "is_test", "first_response_at", "closed_at", "created_at", "updated_at",
+    )  # fmt: skip
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[m.Lead]:
+        first_phone = m.ContactPoint.objects.filter(contact=OuterRef("contact_id"), kind="phone").order_by("created_at")
+        first_touch = m.LeadTouch.objects.filter(lead=OuterRef("pk")).order_by("received_at", "id")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                phone_value=Subquery(first_phone.values("value")[:1]),
+                source_key=Subquery(first_touch.values("source__key")[:1]),
+            )
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        if not search_term.strip():
+            return queryset, False
+        return queryset.filter(lead_search_q(search_term)), False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # leads arrive through capture (or the demo), never a blank form
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="contact", ordering="contact__last_name")
+    def contact_name(self, lead: m.Lead) -> str:
+        return lead.contact.name or lead.contact.public_id
+
+    @admin.display(description="contact")
+    def contact_link(self, lead: m.Lead) -> str:
+        url = reverse("admin:crm_contact_change", args=[lead.contact_id])
+        return format_html('<a href="{}">{} ({})</a>', url, lead.contact.name, lead.contact.public_id)
+
+    @admin.display(description="phone")
+    def phone(self, lead: Any) -> str:
+        return lead.phone_value or ""
+
+    @admin.display(description="source")
+    def source(self, lead: Any) -> str:
+        return lead.source_key or ""
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/stage/", view(self.stage_view), name="crm_lead_stage"),
+            path("<path:object_id>/assign/", view(self.assign_view), name="crm_lead_assign"),
+            path("<path:object_id>/next-action/", view(self.next_action_view), name="crm_lead_next_action"),
+            *super().get_urls(),
+        ]
+
+    def _assign_form(self, lead: m.Lead, data: Any = None) -> AssignForm:
+        form = AssignForm(data)
+        form.fields["owner"].queryset = m.TeamMember.objects.filter(business=lead.business, is_active=True)  # type: ignore[attr-defined]
+        return form
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        lead = self.get_object(request, object_id)
+        extra = dict(
+            extra_context or {}, show_save=False, show_save_and_continue=False, show_save_and_add_another=False
+        )
+        if lead is not None:
+            extra.update(
+                timeline=lead_timeline(lead),
+                can_change=self.has_change_permission(request, lead),
+                stage_form=StageForm(initial={"stage": lead.stage}),
+                assign_form=self._assign_form(lead),
+                next_action_form=NextActionForm(
+                    initial={"next_action": lead.next_action, "due_at": lead.next_action_due_at}
+                ),
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    def _lead_change(
+        self, request: HttpRequest, object_id: str, form_class: Any, apply: Callable[[m.Lead, dict[str, Any]], object]
+    ) -> HttpResponse:
+        lead = get_object_or_404(self.get_queryset(request), pk=object_id)
+        back = HttpResponseRedirect(reverse("admin:crm_lead_change", args=[lead.pk]))
+        if request.method != "POST" or not self.has_change_permission(request, lead):
+            self.message_user(request, "You may not change this lead.", messages.ERROR)
+            return back
+        form = self._assign_form(lead, request.POST) if form_class is AssignForm else form_class(request.POST)
+        if not form.is_valid():
+            self.message_user(request, f"Not changed: {form.errors.as_text()}", messages.ERROR)
+            return back
+        try:
+            apply(lead, form.cleaned_data)
+        except lead_sync.LeadSyncError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, "Saved, with a receipt.", messages.SUCCESS)
+        return back
+
+    def stage_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        def apply(lead: m.Lead, data: dict[str, Any]) -> object:
+            return lead_sync.lead_transition(lead, data["stage"], actor=actor_of(request), reason=data["reason"])
+
+        return self._lead_change(request, object_id, StageForm, apply)
+
+    def assign_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        def apply(lead: m.Lead, data: dict[str, Any]) -> object:
+            return lead_sync.lead_assign(lead, data["owner"], actor=actor_of(request), reason=data["reason"])
+
+        return self._lead_change(request, object_id, AssignForm, apply)
+
+    def next_action_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        def apply(lead: m.Lead, data: dict[str, Any]) -> object:
+            due: datetime = data["due_at"]
+            return lead_sync.lead_set_next_action(
+                lead, data["next_action"], due, actor=actor_of(request), reason=data["reason"]
+            )
+
+        return self._lead_change(request, object_id, NextActionForm, apply)
+
+
+class ContactPointInline(admin.TabularInline):
+    model = m.ContactPoint
+    readonly_fields = ("public_id", "kind", "value", "raw_value", "is_valid", "created_at")
+    fields = readonly_fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(m.Contact)
+class ContactAdmin(ScopedAdmin):
+    lead_path = "leads"
+    list_display = ["public_id", "first_name", "last_name", "postal_code", "business", "created_at"]
+    list_select_related = ["business"]
+    list_filter = [BusinessFilter]
+    search_fields = ["public_id", "first_name", "last_name", "points__value"]
+    readonly_fields = ["public_id", "business", "merged_into", "created_at", "updated_at"]
+    inlines = [ContactPointInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).distinct()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(m.Receipt)
+class ReceiptAdmin(ReadOnlyAdmin):
+    list_display = ["public_id", "at", "actor", "action", "subject", "lead", "reason", "business", "seq"]
+    list_select_related = ["lead", "business"]
+    list_filter = [BusinessFilter, "action"]
+    search_fields = ["public_id", "subject", "actor", "lead__public_id"]
+    show_full_result_count = False
+
+
+@admin.register(m.InboundEvent)
+class InboundEventAdmin(ReadOnlyAdmin):
+    lead_path = None
+    list_display = [
+        "public_id",
+        "provider",
+        "kind",
+        "external_id",
+        "status",
+        "signature_ok",
+        "is_test",
+        "attempts",
+        "received_at",
+    ]
+    list_filter = ["provider", "status", "is_test", BusinessFilter]
+    search_fields = ["public_id", "external_id"]
+    readonly_fields = ["body_text"]
+    exclude = ["body"]
+    show_full_result_count = False
+
+    @admin.display(description="raw body")
+    def body_text(self, event: m.InboundEvent) -> str:
+        return format_html("<pre>{}</pre>", bytes(event.body).decode("utf-8", errors="replace"))
+
+
+def _simple(model: type[Any], *, lead_path: str | None = "lead", read_only: bool = True, **options: Any) -> None:
+    fields = [f.name for f in model._meta.fields if f.name not in ("id", "business")]
+    list_display = options.pop("list_display", [*fields[:8], "business"])
+    related = [f.name for f in model._meta.fields if f.is_relation and f.name in list_display]
+    attrs: dict[str, Any] = {
+        "lead_path": lead_path,
+        "list_display": list_display,
+        # Every relation shown in the list is joined, so a page costs the same
+        # number of queries however many rows it shows.
+        "list_select_related": related,
+        "list_filter": options.pop("list_filter", [BusinessFilter]),
+        "search_fields": options.pop("search_fields", ["public_id"]),
+        "readonly_fields": ["public_id"],
+        "show_full_result_count": False,
+        **options,
+    }
+    base = ReadOnlyAdmin if read_only else ScopedAdmin
+    admin.site.register(model, type(f"{model.__name__}Admin", (base,), attrs))
+
+
+_simple(
+    m.Business,
+    lead_path=None,
+    read_only=False,
+    business_field="pk",
+    list_display=["public_id", "slug", "name", "timezone", "region"],
+    list_filter=[],
+)
+_simple(
+    m.Source,
+    lead_path=None,
+    read_only=False,
+    list_display=["key", "provider", "business", "is_active"],
+    exclude=["secret"],
+    search_fields=["key"],
+)
+_simple(
+    m.TeamMember,
+    lead_path=None,
+    read_only=False,
+    list_display=["public_id", "display_name", "role", "business", "is_active", "weight", "max_open_leads"],
+    list_filter=[BusinessFilter, "role", "is_active"],
+)
+_simple(m.ServiceLine, lead_path=None, read_only=False)
+_simple(m.ServiceArea, lead_path=None, read_only=False)
+_simple(m.MessageTemplate, lead_path=None, read_only=False, list_display=["key", "channel", "approved", "business"])
+_simple(m.Sequence, lead_path=None, read_only=False, list_display=["key", "trigger", "is_active", "business"])
+_simple(m.ContactPoint, lead_path="contact__leads", search_fields=["public_id", "value"])
+_simple(
+    m.ConsentEvent,
+    lead_path="contact_point__contact__leads",
+    list_display=["public_id", "contact_point", "channel", "action", "basis", "actor", "at", "business"],
+)
+_simple(
+    m.LeadTouch,
+    list_display=["public_id", "lead", "channel", "provider", "campaign_id", "ad_id", "received_at", "business"],
+)
+_simple(
+    m.Message,
+    list_display=[
+        "public_id",
+        "lead",
+        "direction",
+        "channel",
+        "status",
+        "block_reason",
+        "to",
+        "created_at",
+        "business",
+    ],
+    list_filter=[BusinessFilter, "direction", "status", "block_reason"],
+)
+_simple(m.Call, list_display=["public_id", "lead", "direction", "status", "duration_seconds", "started_at", "business"])
+_simple(
+    m.Task,
+    list_display=["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"],
+    list_filter=[BusinessFilter, "status", "kind"],
+)
+_simple(
+    m.Timer,
+    list_display=["public_id", "kind", "lead", "due_at", "status", "attempts", "business"],
+    list_filter=[BusinessFilter, "status", "kind"],
+)
+_simple(
+    m.Enrollment,
+    list_display=["public_id", "lead", "sequence", "status", "stop_reason", "next_step_due_at", "business"],
+)
+_simple(m.Appointment, list_display=["public_id", "lead", "status", "starts_at", "ends_at", "assigned_to", "business"])
+_simple(m.Estimate, list_display=["public_id", "lead", "status", "amount", "currency", "sent_at", "business"])
+_simple(m.Job, list_display=["public_id", "lead", "status", "scheduled_for", "completed_at", "business"])
+_simple(
+    m.Invoice, list_display=["public_id", "lead", "number", "status", "amount", "currency", "issued_at", "business"]
+)
+_simple(
+    m.Payment,
+    list_display=[
+        "public_id",
+        "lead",
+        "amount",
+        "currency",
+        "provider",
+        "external_id",
+        "match_status",
+        "received_at",
+        "business",
+    ],
+)
+_simple(
+    m.Refund,
+    lead_path="payment__lead",
+    list_display=["public_id", "payment", "amount", "currency", "external_id", "refunded_at", "business"],
+)

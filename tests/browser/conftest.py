@@ -1,0 +1,62 @@
+"""Playwright for Python driving Debian's Chromium (never a downloaded browser)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture
+def browser_context(tmp_path: Path) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Debian's chromium is missing at {CHROMIUM}: run scripts/ensure-chromium")
+    # Playwright's sync API runs an event loop in this thread; the test's own
+    # ORM calls stay synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            user_data_dir=str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+            _join_request_threads()
+            # ORM calls made while Playwright's loop was alive may have opened
+            # a connection of their own; close it here, in the same context.
+            connections.close_all()
+
+
+def _join_request_threads(timeout: float = 10.0) -> None:
+    """Wait (bounded) for the live server's keep-alive request threads to end.
+
+    Each holds a database connection until its socket closes; left running,
+    one makes the test database's teardown fail with "being accessed by
+    other users".
+    """
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        target = getattr(thread, "_target", None)
+        if thread is not current and getattr(target, "__name__", "") == "process_request_thread":
+            thread.join(timeout)
