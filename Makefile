@@ -13,6 +13,7 @@ $(STAMP): requirements.txt
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py collectstatic --no-input -v0
 
 demo: migrate
 	$(PY) manage.py load_demo

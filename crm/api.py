@@ -203,30 +203,33 @@ class TaskSerializer(serializers.ModelSerializer):
 
 
 # ------------------------------------------------------- list query parameters
+# An empty value (`?phone=&stage=`) means "any", as if the parameter were absent.
 
 
 class LeadFilterSerializer(serializers.Serializer):
     phone = serializers.CharField(
-        required=False, help_text="A phone in any format, e.g. (212) 555-0147; matched on E.164 in the lead's region"
+        required=False,
+        allow_blank=True,
+        help_text="A phone in any format, e.g. (212) 555-0147; matched on E.164 in the lead's region",
     )
-    email = serializers.CharField(required=False, help_text="An email address, case-insensitive")
-    stage = serializers.ChoiceField(choices=Stage.choices, required=False)
-    owner = serializers.CharField(required=False, help_text="The owner's username")
-    business = serializers.CharField(required=False, help_text="The business's slug or public id")
+    email = serializers.CharField(required=False, allow_blank=True, help_text="An email address, case-insensitive")
+    stage = serializers.ChoiceField(choices=Stage.choices, required=False, allow_blank=True)
+    owner = serializers.CharField(required=False, allow_blank=True, help_text="The owner's username")
+    business = serializers.CharField(required=False, allow_blank=True, help_text="The business's slug or public id")
 
 
 class MessageFilterSerializer(serializers.Serializer):
-    lead = serializers.CharField(required=False, help_text="The lead's public id")
+    lead = serializers.CharField(required=False, allow_blank=True, help_text="The lead's public id")
 
 
 class InboundEventFilterSerializer(serializers.Serializer):
-    provider = serializers.ChoiceField(choices=Provider.choices, required=False)
-    status = serializers.ChoiceField(choices=InboundEvent.Status.choices, required=False)
+    provider = serializers.ChoiceField(choices=Provider.choices, required=False, allow_blank=True)
+    status = serializers.ChoiceField(choices=InboundEvent.Status.choices, required=False, allow_blank=True)
 
 
 class TaskFilterSerializer(serializers.Serializer):
-    owner = serializers.CharField(required=False, help_text="The owner's username")
-    status = serializers.ChoiceField(choices=Task.Status.choices, required=False)
+    owner = serializers.CharField(required=False, allow_blank=True, help_text="The owner's username")
+    status = serializers.ChoiceField(choices=Task.Status.choices, required=False, allow_blank=True)
 
 
 class ErrorSerializer(serializers.Serializer):

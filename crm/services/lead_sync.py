@@ -53,6 +53,20 @@ def transition_allowed(from_stage: str, to_stage: str) -> bool:
     return to_stage in TRANSITIONS.get(from_stage, frozenset())
 
 
+def _refuse_second_open_lead(lead: Lead) -> None:
+    # The partial unique constraint is the real guard (and catches a race);
+    # this check turns the common case into a message a person can act on.
+    newer = (
+        Lead.objects.filter(contact_id=lead.contact_id, service_line_id=lead.service_line_id)
+        .exclude(pk=lead.pk)
+        .exclude(stage__in=CLOSED_STAGES)
+        .values_list("public_id", flat=True)
+        .first()
+    )
+    if newer:
+        raise LeadSyncError(f"{lead.public_id} cannot reopen: {newer} is already the open lead for this need")
+
+
 def _locked(lead: Lead) -> Lead:
     return Lead.objects.select_for_update().get(pk=lead.pk)
 
@@ -102,7 +116,8 @@ def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Le
     changes: dict[str, Any] = {"stage": to_stage}
     if to_stage in CLOSED_STAGES:
         changes["closed_at"] = timezone.now()
-    elif current.closed_at:
+    elif current.stage in CLOSED_STAGES:
+        _refuse_second_open_lead(current)
         changes["closed_at"] = None
     saved = _save(current, changes, actor=actor, action="lead.stage_changed", reason=reason)
     lead.refresh_from_db()

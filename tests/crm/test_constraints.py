@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from crm.ids import PublicIdField
@@ -30,12 +30,14 @@ from crm.models import (
     Lead,
     Message,
     Payment,
+    Receipt,
     Refund,
     Sequence,
     Stage,
     Task,
 )
-from crm.services.lead_sync import lead_transition
+from crm.services.lead_sync import LeadSyncError, lead_transition
+from crm.services.receipts import receipt_write
 from crm.services.records import (
     appointment_record,
     contact_create,
@@ -47,7 +49,6 @@ from crm.services.records import (
     refund_record,
     task_create,
 )
-from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 from tests.factories import ServiceLineFactory, lead_create
 
@@ -90,7 +91,7 @@ def test_a_second_open_lead_for_the_same_contact_without_a_service_line_is_refus
 
 
 def test_a_second_open_lead_for_the_same_contact_and_service_line_is_refused(business: Business) -> None:
-    line = ServiceLineFactory(business=business)
+    line = ServiceLineFactory.create(business=business)
     lead = lead_create(business, service_line=line)
 
     with pytest.raises(IntegrityError, match="crm_lead_one_open_per_contact_service"), transaction.atomic():
@@ -100,9 +101,9 @@ def test_a_second_open_lead_for_the_same_contact_and_service_line_is_refused(bus
 
 
 def test_an_open_lead_for_another_service_line_of_the_same_contact_is_allowed(business: Business) -> None:
-    lead = lead_create(business, service_line=ServiceLineFactory(business=business))
+    lead = lead_create(business, service_line=ServiceLineFactory.create(business=business))
 
-    lead_open(contact=lead.contact, actor="test", service_line=ServiceLineFactory(business=business))
+    lead_open(contact=lead.contact, actor="test", service_line=ServiceLineFactory.create(business=business))
     lead_open(contact=lead.contact, actor="test")
 
     assert Lead.objects.filter(contact=lead.contact, closed_at__isnull=True).count() == 3
@@ -121,12 +122,23 @@ def test_a_new_lead_is_allowed_once_the_first_is_lost(business: Business) -> Non
 def test_reopening_a_lost_lead_while_a_newer_one_is_open_is_refused(business: Business) -> None:
     first = lead_create(business)
     lead_transition(first, Stage.LOST, actor="sam", reason="went with a competitor")
-    lead_open(contact=first.contact, actor="test")
+    newer = lead_open(contact=first.contact, actor="test")
+    receipts = Receipt.objects.count()
 
-    with pytest.raises(IntegrityError, match="crm_lead_one_open_per_contact_service"), transaction.atomic():
+    with pytest.raises(LeadSyncError, match=f"{newer.public_id} is already the open lead"):
         lead_transition(first, Stage.ENGAGED, actor="sam", reason="replied")
 
     assert Lead.objects.get(pk=first.pk).stage == Stage.LOST
+    assert Receipt.objects.count() == receipts
+
+
+def test_the_database_refuses_a_second_open_lead_even_past_the_service(business: Business) -> None:
+    first = lead_create(business)
+    lead_transition(first, Stage.LOST, actor="sam", reason="went with a competitor")
+    lead_open(contact=first.contact, actor="test")
+
+    with pytest.raises(IntegrityError, match="crm_lead_one_open_per_contact_service"), transaction.atomic():
+        Lead.objects.filter(pk=first.pk).update(stage=Stage.ENGAGED)
 
 
 # Lead stage and next action
@@ -207,11 +219,17 @@ def test_inbound_messages_need_no_idempotency_key(business: Business) -> None:
 
 def test_the_same_provider_payment_recorded_twice_is_refused(business: Business) -> None:
     lead = lead_create(business)
-    record = dict(lead=lead, amount=Decimal("100.00"), currency="USD", actor="stripe", provider="stripe")
-    payment_record(**record, received_at=timezone.now(), external_id="pi_1")
+
+    def record() -> Payment:
+        return payment_record(
+            lead=lead, amount=Decimal("100.00"), currency="USD", actor="stripe", received_at=timezone.now(),
+            provider="stripe", external_id="pi_1",
+        )  # fmt: skip
+
+    record()
 
     with pytest.raises(IntegrityError, match="crm_payment_unique_external_id"), transaction.atomic():
-        payment_record(**record, received_at=timezone.now(), external_id="pi_1")
+        record()
 
     assert Payment.objects.filter(external_id="pi_1").count() == 1
 
@@ -272,16 +290,19 @@ def test_a_negative_amount_is_refused(business: Business, kind: str) -> None:
     with pytest.raises(IntegrityError, match=f"crm_{kind}_amount_nonnegative"), transaction.atomic():
         _record_negative(kind, lead)
 
-    model = {"estimate": Estimate, "invoice": Invoice, "payment": Payment, "refund": Refund}[kind]
-    assert not model.objects.filter(amount__lt=0).exists()
+    model: type[models.Model] = {"estimate": Estimate, "invoice": Invoice, "payment": Payment, "refund": Refund}[kind]
+    assert not model._default_manager.filter(amount__lt=0).exists()
 
 
 @pytest.mark.parametrize("model", [Estimate, Invoice, Payment, Refund])
-def test_money_is_a_twelve_digit_decimal_beside_its_currency(model: type[Estimate]) -> None:
+def test_money_is_a_twelve_digit_decimal_beside_its_currency(model: type[models.Model]) -> None:
     amount = model._meta.get_field("amount")
+    currency = model._meta.get_field("currency")
 
-    assert (amount.get_internal_type(), amount.max_digits, amount.decimal_places) == ("DecimalField", 12, 2)  # type: ignore[attr-defined]
-    assert model._meta.get_field("currency").max_length == 3  # type: ignore[attr-defined]
+    assert isinstance(amount, models.DecimalField)
+    assert (amount.max_digits, amount.decimal_places) == (12, 2)
+    assert isinstance(currency, models.CharField)
+    assert currency.max_length == 3
 
 
 def test_money_comes_back_as_the_exact_decimal_with_its_currency(business: Business) -> None:
@@ -405,9 +426,9 @@ def test_a_raw_sql_update_of_a_public_id_is_refused_by_the_trigger(business: Bus
     record = _one_of_each(business)[prefix]
     table = record._meta.db_table
 
-    with pytest.raises(IntegrityError, match=f"public_id of {table} is immutable"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET public_id = %s WHERE id = %s", [f"{prefix}_FORGED", record.pk])  # noqa: S608
+    refused = pytest.raises(IntegrityError, match=f"public_id of {table} is immutable")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET public_id = %s WHERE id = %s", [f"{prefix}_FORGED", record.pk])
 
     assert type(record).objects.get(pk=record.pk).public_id == record.public_id
 
@@ -423,8 +444,8 @@ def test_a_consent_event_cannot_be_changed_or_removed_in_raw_sql(business: Busin
         "UPDATE crm_consentevent SET action = 'revoke' WHERE id = %s",
         "DELETE FROM crm_consentevent WHERE id = %s",
     ):
-        with pytest.raises(DatabaseError, match="crm_consentevent is append-only"), transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [event.pk])
+        refused = pytest.raises(DatabaseError, match="crm_consentevent is append-only")
+        with refused, transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [event.pk])
 
     assert ConsentEvent.objects.get(pk=event.pk).action == "grant"

@@ -172,7 +172,7 @@ def test_reassigning_a_contacted_lead_keeps_its_stage(
 
 def test_a_member_of_another_business_cannot_own_the_lead(business: Business) -> None:
     lead = lead_create(business)
-    outsider = member_create(BusinessFactory(slug="elsewhere"), username="olga")
+    outsider = member_create(BusinessFactory.create(slug="elsewhere"), username="olga")
     before = Receipt.objects.count()
 
     with pytest.raises(LeadSyncError, match="not on the team"):

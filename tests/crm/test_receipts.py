@@ -95,9 +95,9 @@ def test_deleting_one_receipt_is_refused(business: Business) -> None:
 def test_raw_sql_that_changes_a_receipt_is_refused_by_the_trigger(business: Business, operation: str, sql: str) -> None:
     (receipt,) = _write(business, 1)
 
-    with pytest.raises(ProgrammingError, match=f"crm_receipt is append-only: {operation} refused") as refused:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [receipt.pk])
+    refusal = pytest.raises(ProgrammingError, match=f"crm_receipt is append-only: {operation} refused")
+    with refusal as refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, [receipt.pk])
 
     assert isinstance(refused.value.__cause__, psycopg.errors.InsufficientPrivilege)
     assert Receipt.objects.get(pk=receipt.pk).reason == "note 0"
@@ -125,7 +125,7 @@ def test_an_intact_chain_verifies(business: Business, other_business: Business) 
 
 
 def test_a_receipt_altered_behind_the_trigger_is_found_by_its_id(business: Business) -> None:
-    first, altered, last = _write(business, 3)
+    _, altered, _ = _write(business, 3)
 
     with _append_only_guard_off(), connection.cursor() as cursor:
         cursor.execute("UPDATE crm_receipt SET reason = 'nothing happened' WHERE id = %s", [altered.pk])
@@ -138,7 +138,7 @@ def test_a_receipt_altered_behind_the_trigger_is_found_by_its_id(business: Busin
 
 
 def test_a_receipt_deleted_from_the_middle_is_found_as_a_seq_gap(business: Business) -> None:
-    first, deleted, last = _write(business, 3)
+    _, deleted, last = _write(business, 3)
 
     with _append_only_guard_off(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM crm_receipt WHERE id = %s", [deleted.pk])
@@ -150,7 +150,7 @@ def test_a_receipt_deleted_from_the_middle_is_found_as_a_seq_gap(business: Busin
 
 
 def test_a_receipt_altered_and_rehashed_breaks_the_link_to_the_next_one(business: Business) -> None:
-    first, altered, last = _write(business, 3)
+    _, altered, last = _write(business, 3)
     altered.reason = "nothing happened"
     forged_hash = receipt_hash(altered)
 
@@ -175,7 +175,11 @@ def test_the_command_reports_a_whole_chain(business: Business, other_business: B
 
     call_command("verify_receipts", stdout=out)
 
-    assert out.getvalue().strip() == "receipt chain is whole: 5 receipts in 2 businesses"
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "receipt chain is whole: 5 receipts in 2 businesses"
+    head = Receipt.objects.filter(business=business).order_by("-seq").first()
+    assert f"  acme: head seq 3 hash {head.hash}" in lines
+    assert any(line.startswith("  other: head seq 2 hash ") for line in lines)
 
 
 def test_the_command_checks_one_business_on_request(business: Business, other_business: Business) -> None:
@@ -185,7 +189,9 @@ def test_the_command_checks_one_business_on_request(business: Business, other_bu
 
     call_command("verify_receipts", "--business", "other", stdout=out)
 
-    assert out.getvalue().strip() == "receipt chain is whole: 2 receipts in 1 businesses"
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "receipt chain is whole: 2 receipts in 1 businesses"
+    assert [line.split(" hash ")[0] for line in lines[1:]] == ["  other: head seq 2"]
 
 
 def test_the_command_fails_naming_the_broken_receipt(business: Business) -> None:
@@ -206,7 +212,7 @@ def test_the_command_refuses_an_unknown_business(business: Business) -> None:
 
 
 def test_concurrent_writers_extend_one_chain_without_gaps(transactional_db: None) -> None:
-    business = BusinessFactory(slug="busy")
+    business = BusinessFactory.create(slug="busy")
     writers, per_writer = 8, 25
     start = threading.Barrier(writers)
     errors: list[BaseException] = []

@@ -134,7 +134,7 @@ def test_a_timer_with_a_dedupe_key_is_scheduled_once(business: Business) -> None
 
 
 def test_overlapping_runs_never_run_a_timer_twice(transactional_db: None, recorder: _Recorder) -> None:
-    business = BusinessFactory(slug="overlap")
+    business = BusinessFactory.create(slug="overlap")
     now = timezone.now()
     timers = [
         timer_schedule(business=business, kind="test.record", due_at=now - timedelta(seconds=i)) for i in range(120)

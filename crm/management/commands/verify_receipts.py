@@ -24,3 +24,9 @@ class Command(BaseCommand):
         receipts = Receipt.objects.filter(business=business) if business else Receipt.objects.all()
         businesses = 1 if business else Business.objects.count()
         self.stdout.write(f"receipt chain is whole: {receipts.count()} receipts in {businesses} businesses")
+        # The chain cannot show that its newest receipts were cut off (the
+        # trigger refuses it, but a superuser could disable the trigger).
+        # Print each head so an operator can record it elsewhere and compare.
+        heads = receipts.order_by("business_id", "-seq").distinct("business_id").values_list("business__slug", "seq", "hash")
+        for slug, seq, digest in heads:
+            self.stdout.write(f"  {slug}: head seq {seq} hash {digest}")

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+from crm.models import (
+    CLOSED_STAGES,
+    Appointment,
+    Business,
+    Contact,
+    Estimate,
+    Invoice,
+    Job,
+    Lead,
+    LeadTouch,
+    Message,
+    Payment,
+    Receipt,
+    Refund,
+    Stage,
+    Task,
+    TeamMember,
+)
+from crm.services.demo import ADMIN_URL, DEMO_SLUG, DEMO_USERS, demo_password
+from crm.services.receipts import receipts_verify
+
+pytestmark = pytest.mark.django_db
+
+User = get_user_model()
+
+
+@pytest.fixture(autouse=True)
+def fast_hashing(settings: Any) -> None:
+    # The demo sets five passwords; the default hasher is deliberately slow.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def load_demo() -> str:
+    out = StringIO()
+    call_command("load_demo", stdout=out)
+    return out.getvalue()
+
+
+def demo_leads() -> Any:
+    return Lead.objects.filter(business__slug=DEMO_SLUG)
+
+
+def record_counts() -> dict[str, int]:
+    models: list[Any] = [
+        Business, TeamMember, User, Contact, Lead, LeadTouch, Task, Message, Appointment, Estimate, Job, Invoice,
+        Payment, Refund, Receipt,
+    ]  # fmt: skip
+    return {model.__name__: model.objects.count() for model in models}
+
+
+def test_load_demo_creates_leads_in_every_stage_spread_over_both_setters() -> None:
+    load_demo()
+
+    assert set(demo_leads().values_list("stage", flat=True)) == set(Stage.values)
+    owners = set(demo_leads().exclude(owner=None).values_list("owner__user__username", flat=True))
+    assert owners == {"sam", "sara"}
+
+
+def test_every_open_demo_lead_has_a_next_action_with_a_due_time() -> None:
+    load_demo()
+
+    open_leads = demo_leads().exclude(stage__in=CLOSED_STAGES)
+    assert open_leads.exists()
+    for lead in open_leads:
+        assert lead.next_action and lead.next_action_due_at, lead.stage
+        assert Task.objects.filter(lead=lead, kind="next_action", status="open", title=lead.next_action).exists()
+    # lead_assign moves a new lead to assigned, so the one lead still new waits for its owner.
+    assert list(open_leads.filter(owner=None).values_list("stage", flat=True)) == [Stage.NEW]
+
+
+def test_a_won_demo_lead_has_its_visit_estimate_job_invoice_and_payment() -> None:
+    load_demo()
+
+    won = demo_leads().filter(stage=Stage.WON)
+    assert won.count() == 2
+    for lead in won:
+        assert lead.closed_at is not None
+        assert lead.appointments.get().status == Appointment.Status.HELD
+        estimate = lead.estimates.get()
+        assert estimate.status == Estimate.Status.ACCEPTED
+        job = lead.jobs.get()
+        assert (job.status, job.estimate) == (Job.Status.COMPLETED, estimate)
+        assert job.completed_at is not None
+        invoice = lead.invoices.get()
+        assert (invoice.job, invoice.amount, invoice.status) == (job, estimate.amount, Invoice.Status.PAID)
+        payment = lead.payments.get()
+        assert (payment.invoice, payment.amount, payment.match_status) == (invoice, invoice.amount, "matched")
+    refund = Refund.objects.get(business__slug=DEMO_SLUG)
+    assert 0 < refund.amount < refund.payment.amount, "a partial refund"
+
+
+def test_the_demo_has_messages_both_ways_and_a_touch_with_campaign_data() -> None:
+    load_demo()
+
+    outbound = Message.objects.filter(business__slug=DEMO_SLUG, direction="out")
+    assert outbound.exists()
+    assert not outbound.filter(idempotency_key=None).exists()
+    assert set(outbound.values_list("status", flat=True)) <= {"dry_run", "delivered"}
+    assert Message.objects.filter(business__slug=DEMO_SLUG, direction="in", status="received").exists()
+    touch = LeadTouch.objects.get(business__slug=DEMO_SLUG, provider="google_ads", lead__contact__first_name="Omar")
+    assert touch.campaign_id and touch.gclid and touch.landing_page
+    assert touch.utm["utm_campaign"] == "furnace-repair-chicago"
+
+
+def test_load_demo_prints_logins_that_work() -> None:
+    output = load_demo()
+
+    assert ADMIN_URL in output
+    client = Client()
+    for username in DEMO_USERS:
+        password = demo_password(username)
+        assert f"{username}  " in output and password in output
+        user = User.objects.get(username=username)
+        assert user.is_staff
+        assert client.login(username=username, password=password)
+
+
+def test_a_second_run_creates_no_duplicates_and_still_prints_the_logins() -> None:
+    load_demo()
+    before = record_counts()
+
+    output = load_demo()
+
+    assert record_counts() == before
+    assert "nothing changed" in output
+    assert "already present" in output
+    assert ADMIN_URL in output
+    assert all(demo_password(username) in output for username in DEMO_USERS)
+
+
+def test_every_demo_change_has_a_receipt_and_the_chain_verifies() -> None:
+    load_demo()
+
+    assert receipts_verify() is None
+    for lead in demo_leads():
+        actions = set(lead.receipts.values_list("action", flat=True))
+        assert "lead.created" in actions
+        if lead.stage != Stage.NEW:
+            assert "lead.owner_changed" in actions
+        if lead.stage not in (Stage.NEW, Stage.ASSIGNED):
+            assert "lead.stage_changed" in actions
+    assert Receipt.objects.filter(business__slug=DEMO_SLUG, action="business.loaded").count() == 1
