@@ -1,7 +1,7 @@
-"""Read helpers behind the API's list filters.
+"""Read helpers behind the API: list filters, contact visibility, consent roll-up.
 
-Visibility itself is decided in `crm.selectors`; these functions only narrow
-an already scoped queryset by what a client typed, so a filter can never widen
+Visibility itself is decided in `crm.selectors`; the filters only narrow an
+already scoped queryset by what a client typed, so a filter can never widen
 what a user sees.
 """
 
