@@ -212,7 +212,7 @@ class LeadAdmin(ScopedAdmin):
         ]
 
     def _assign_form(self, lead: m.Lead, data: Any = None) -> AssignForm:
-        form = AssignForm(data)
+        form = AssignForm(data, initial={"owner": lead.owner_id})
         form.fields["owner"].queryset = m.TeamMember.objects.filter(business=lead.business, is_active=True)  # type: ignore[attr-defined]
         return form
 

@@ -103,6 +103,10 @@ def _database_url() -> str:
 
 
 DATABASES = {"default": env.db_url_config(_database_url())}
+# A socket directory given as `?host=/path` lands in OPTIONS; HOST is where
+# Django and its tools (dbshell, test helpers) look for it.
+if not DATABASES["default"].get("HOST") and "host" in DATABASES["default"].get("OPTIONS", {}):
+    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
 # Lets two test runs share one server without sharing a test database.
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}

@@ -7,6 +7,7 @@ from leadops import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz/", views.healthz, name="healthz"),
+    path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("crm.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

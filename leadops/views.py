@@ -2,13 +2,21 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 
+from agents.health import queue_health
+
 
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("admin:index")
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness for load balancers: the database answers."""
+    """Liveness for load balancers: the web process answers and the database too."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def healthz_queue(request: HttpRequest) -> JsonResponse:
+    """For monitoring: 503 when the task cluster has stopped running its schedule."""
+    health = queue_health()
+    return JsonResponse(health.as_dict(), status=200 if health.alive else 503)

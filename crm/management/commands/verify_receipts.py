@@ -27,6 +27,10 @@ class Command(BaseCommand):
         # The chain cannot show that its newest receipts were cut off (the
         # trigger refuses it, but a superuser could disable the trigger).
         # Print each head so an operator can record it elsewhere and compare.
-        heads = receipts.order_by("business_id", "-seq").distinct("business_id").values_list("business__slug", "seq", "hash")
+        heads = (
+            receipts.order_by("business_id", "-seq")
+            .distinct("business_id")
+            .values_list("business__slug", "seq", "hash")
+        )
         for slug, seq, digest in heads:
             self.stdout.write(f"  {slug}: head seq {seq} hash {digest}")

@@ -1,0 +1,66 @@
+"""The real django-q2 cluster, as `make run` starts it, runs the named
+`run_timers` schedule, which claims due timer rows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from crm.models import Timer
+from crm.services.timers import timer_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    host = s.get("HOST") or ""
+    if host.startswith("/"):  # a Unix socket (the embedded server)
+        return f"postgres://{s['USER']}@/{s['NAME']}?host={quote(host, safe='/')}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
+    return f"postgres://{s['USER']}{password}@{host}{port}/{s['NAME']}"
+
+
+test_database_url.__test__ = False  # type: ignore[attr-defined]
+
+
+def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
+    timer = timer_schedule(business=business, kind="cluster.probe", due_at=timezone.now() - timedelta(seconds=1))
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "Q_WORKERS": "1"}
+    cluster = subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = timezone.now() + timedelta(seconds=90)
+        while timezone.now() < deadline:
+            timer.refresh_from_db()
+            if timer.status != Timer.Status.PENDING:
+                break
+            try:
+                cluster.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+            pytest.fail(f"the cluster exited early:\n{cluster.stdout.read().decode() if cluster.stdout else ''}")
+    finally:
+        cluster.terminate()
+        try:
+            output, _ = cluster.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+            output, _ = cluster.communicate()
+    # No handler is registered for this kind in the cluster: it must be
+    # claimed and marked failed with that reason, not left pending or lost.
+    assert timer.status == Timer.Status.FAILED, output.decode()[-2000:]
+    assert "no handler registered for timer kind 'cluster.probe'" in timer.error
+    assert timer.attempts == 1
