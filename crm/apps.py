@@ -11,4 +11,4 @@ class CrmConfig(AppConfig):
 
         from crm.roles import roles_sync_on_migrate
 
-        post_migrate.connect(roles_sync_on_migrate, sender=self)
+        post_migrate.connect(roles_sync_on_migrate, dispatch_uid="crm.roles_sync")

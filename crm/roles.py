@@ -2,7 +2,7 @@
 
 A group says what a role may do; a TeamMember row says in which business.
 Both are needed: permissions without membership show nothing (see
-`crm.selectors.scope`).
+`crm.selectors.scope_for`).
 """
 
 from __future__ import annotations
@@ -13,92 +13,33 @@ from django.contrib.auth.models import Group, Permission
 
 from crm.models import Role
 
-_READ_ALL = [
-    "business",
-    "contact",
-    "contactpoint",
-    "consentevent",
-    "lead",
-    "leadtouch",
-    "inboundevent",
-    "message",
-    "call",
-    "task",
-    "timer",
-    "appointment",
-    "estimate",
-    "job",
-    "invoice",
-    "payment",
-    "refund",
-    "receipt",
-    "teammember",
-    "serviceline",
-    "servicearea",
-    "source",
-    "sequence",
-    "enrollment",
-    "messagetemplate",
-    "approvalrequest",
-]
+
+def _perms(action: str, models: str) -> list[str]:
+    return [f"{action}_{model}" for model in models.split()]
+
+
+# Record changes go through services (actions and forms that call them), so
+# "change" here opens those actions; the admin's own forms stay read-only.
+_SETTER_READS = (
+    "contact contactpoint consentevent lead leadtouch message call task appointment estimate job invoice "
+    "payment refund receipt enrollment approvalrequest"
+)
+_ALL_READS = (
+    _SETTER_READS + " business inboundevent timer teammember serviceline servicearea source sequence messagetemplate"
+)
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
-    Role.SETTER: [
-        *(
-            f"view_{m}"
-            for m in [
-                "contact",
-                "contactpoint",
-                "consentevent",
-                "lead",
-                "leadtouch",
-                "message",
-                "call",
-                "task",
-                "appointment",
-                "estimate",
-                "job",
-                "invoice",
-                "payment",
-                "refund",
-                "receipt",
-                "enrollment",
-                "approvalrequest",
-            ]
-        ),
-        "change_lead",
-        "change_task",
-        "add_appointment",
-        "change_appointment",
-    ],
-    Role.TECHNICIAN: ["view_lead", "view_contact", "view_appointment", "view_job", "change_job"],
+    Role.SETTER: [*_perms("view", _SETTER_READS), *_perms("change", "lead task"), *_perms("add", "appointment")],
+    Role.TECHNICIAN: [*_perms("view", "lead contact appointment job"), "change_job"],
     Role.MANAGER: [
-        *(f"view_{m}" for m in _READ_ALL),
-        "change_lead",
-        "change_task",
-        "change_contact",
-        "add_appointment",
-        "change_appointment",
-        "add_estimate",
-        "change_estimate",
-        "add_job",
-        "change_job",
-        "add_invoice",
-        "change_invoice",
-        "add_payment",
-        "change_payment",
-        "add_refund",
-        "change_inboundevent",
-        "change_approvalrequest",
+        *_perms("view", _ALL_READS),
+        *_perms("change", "lead task contact appointment estimate job invoice payment inboundevent approvalrequest"),
+        *_perms("add", "appointment estimate job invoice payment refund"),
     ],
 }
 ROLE_PERMISSIONS[Role.OWNER] = [
     *ROLE_PERMISSIONS[Role.MANAGER],
-    "change_business",
-    "change_teammember",
-    "change_source",
-    "change_serviceline",
-    "change_servicearea",
+    *_perms("change", "business teammember source serviceline servicearea"),
 ]
 
 
@@ -106,12 +47,18 @@ def roles_sync() -> None:
     """Create or update one group per role with exactly its permissions."""
     by_codename = {p.codename: p for p in Permission.objects.filter(content_type__app_label__in=["crm", "approvals"])}
     for role, codenames in ROLE_PERMISSIONS.items():
+        missing = [c for c in codenames if c not in by_codename]
+        if missing:
+            raise LookupError(f"role {role} names unknown permissions: {', '.join(missing)}")
         group, _ = Group.objects.get_or_create(name=role)
-        wanted = [by_codename[c] for c in codenames if c in by_codename]
-        group.permissions.set(wanted)
+        group.permissions.set([by_codename[c] for c in codenames])
 
 
 def roles_sync_on_migrate(**kwargs: Any) -> None:
-    # Permissions are created by contenttypes/auth on post_migrate; ours runs
-    # after theirs because crm comes later in INSTALLED_APPS.
-    roles_sync()
+    # post_migrate fires once per app, and each app's permissions appear only
+    # at its own signal: sync once every permission a role names exists
+    # (at the last of our apps' signals on a fresh database).
+    try:
+        roles_sync()
+    except LookupError:
+        return

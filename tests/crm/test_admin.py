@@ -229,3 +229,14 @@ def test_lead_changelist_runs_a_constant_number_of_queries(business, role):
 def test_every_record_list_opens_for_a_manager(business, manager, model):
     owned_lead(business, manager)
     assert login(manager.user).get(f"/admin/crm/{model}/").status_code == 200
+
+
+def test_role_groups_hold_their_permissions_after_migrating_a_fresh_database():
+    # The test database was migrated from nothing, as a newcomer's is.
+    from django.contrib.auth.models import Group
+
+    from crm.roles import ROLE_PERMISSIONS
+
+    for role, codenames in ROLE_PERMISSIONS.items():
+        held = set(Group.objects.get(name=role).permissions.values_list("codename", flat=True))
+        assert held == set(codenames), role
