@@ -8,6 +8,7 @@ class AgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        import agents.capture.providers  # noqa: F401 - registers every provider's processing handler
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

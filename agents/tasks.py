@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from crm.services.timers import timers_run_due
 
+from agents.capture.processing import event_process, inbound_events_sweep
+
 
 def run_timers() -> dict[str, int]:
     result = timers_run_due()
-    return {"claimed": result.claimed, "done": result.done, "failed": result.failed}
+    swept = inbound_events_sweep()
+    return {"claimed": result.claimed, "done": result.done, "failed": result.failed, "events_swept": swept}
+
+
+def process_inbound_event(event_id: int) -> str:
+    return event_process(event_id)

@@ -197,6 +197,7 @@ class InboundEvent(models.Model):
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
     received_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -212,3 +213,28 @@ class InboundEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.external_id}"
+
+
+class RejectedDelivery(models.Model):
+    """Deliveries refused for a bad signature or key, counted per source and
+    day (bounded: one row per source, provider and day; old days are pruned)."""
+
+    business = models.ForeignKey(Business, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, null=True, blank=True, related_name="rejections")
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    day = models.DateField()
+    count = models.PositiveIntegerField(default=0)
+    last_reason = models.CharField(max_length=200, blank=True)
+    last_remote_addr = models.GenericIPAddressField(null=True, blank=True)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-day", "provider"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "source", "day"], nulls_distinct=False, name="crm_rejecteddelivery_unique_day"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.day}: {self.count}"

@@ -1,0 +1,125 @@
+"""Raw first (invariant 1): store what a provider delivered, then process.
+
+A webhook view authenticates the raw bytes, calls `event_accept`, and answers
+2xx. Processing is enqueued only when the storing transaction commits, so a
+worker never looks for a row that is not there yet; a sweeper picks up any
+event whose enqueue was lost (`inbound_events_sweep`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from crm.models import Business, InboundEvent, RejectedDelivery, Source
+
+# Headers worth keeping for inspection and re-verification; never cookies or
+# authorization values.
+HEADER_ALLOW_LIST = (
+    "Content-Type",
+    "User-Agent",
+    "X-Hub-Signature-256",
+    "X-Hub-Signature",
+    "Typeform-Signature",
+    "X-Twilio-Signature",
+    "Calendly-Webhook-Signature",
+    "Stripe-Signature",
+    "X-Forwarded-For",
+    "Idempotency-Key",
+)
+MAX_BODY_BYTES = 1024 * 1024
+REJECTIONS_KEPT_DAYS = 30
+
+
+def headers_kept(meta: dict[str, Any]) -> dict[str, str]:
+    kept = {}
+    for name in HEADER_ALLOW_LIST:
+        key = "CONTENT_TYPE" if name == "Content-Type" else "HTTP_" + name.upper().replace("-", "_")
+        if key in meta:
+            kept[name] = str(meta[key])[:500]
+    return kept
+
+
+@dataclass(frozen=True)
+class Accepted:
+    event: InboundEvent
+    duplicate: bool
+
+
+def event_accept(
+    *,
+    provider: str,
+    external_id: str,
+    body: bytes,
+    headers: dict[str, str],
+    source: Source | None = None,
+    business: Business | None = None,
+    kind: str = "",
+    is_test: bool = False,
+    status: str = InboundEvent.Status.RECEIVED,
+    error: str = "",
+) -> Accepted:
+    """Store one delivery; a repeat of a stored (provider, external_id) is a
+    duplicate and changes nothing.
+
+    A new event in `received` status gets its processing enqueued on commit.
+    An event stored already `failed` (a signed body we could not parse) is
+    kept for inspection and replay, not processed.
+    """
+    try:
+        with transaction.atomic():
+            event = InboundEvent.objects.create(
+                provider=provider,
+                external_id=external_id[:200],
+                body=body,
+                headers=headers,
+                source=source,
+                business=business or (source.business if source else None),
+                kind=kind,
+                is_test=is_test,
+                signature_ok=True,
+                status=status,
+                error=error,
+                received_at=timezone.now(),
+            )
+    except IntegrityError:
+        # The unique (provider, external_id) constraint, not a prior SELECT,
+        # decides: two racing deliveries store one row.
+        existing = InboundEvent.objects.get(provider=provider, external_id=external_id[:200])
+        return Accepted(existing, duplicate=True)
+    if status == InboundEvent.Status.RECEIVED:
+        event_enqueue(event)
+    return Accepted(event, duplicate=False)
+
+
+def event_enqueue(event: InboundEvent) -> None:
+    from django_q.tasks import async_task
+
+    event_id = event.pk
+    transaction.on_commit(
+        lambda: async_task("agents.tasks.process_inbound_event", event_id, q_options={"group": "inbound"})
+    )
+
+
+def rejection_count(*, provider: str, source: Source | None, reason: str, remote_addr: str | None) -> None:
+    """Count a refused delivery for the manager, in bounded space: one row per
+    source, provider and day, incremented atomically; days older than
+    REJECTIONS_KEPT_DAYS are pruned."""
+    now = timezone.now()
+    lookup = {"provider": provider, "source": source, "day": now.date()}
+    values = {"last_reason": reason[:200], "last_remote_addr": remote_addr or None, "last_at": now}
+    updated = RejectedDelivery.objects.filter(**lookup).update(count=F("count") + 1, **values)
+    if not updated:
+        try:
+            with transaction.atomic():
+                RejectedDelivery.objects.create(
+                    **lookup, business=source.business if source else None, count=1, **values
+                )
+        except IntegrityError:
+            RejectedDelivery.objects.filter(**lookup).update(count=F("count") + 1, **values)
+    RejectedDelivery.objects.filter(day__lt=now.date() - timedelta(days=REJECTIONS_KEPT_DAYS)).delete()

@@ -1,0 +1,3 @@
+"""Being written in this change."""
+
+urlpatterns: list = []

@@ -1,0 +1,216 @@
+"""Website forms: server to server (`/hooks/forms/<key>/`) and the hosted
+form page (`/f/<key>/`). Both take the CONTRACT's form fields, as JSON or
+form-encoded; any other field is kept as an answer.
+
+Answers: 200 accepted (and for repeats), 401 bad bearer secret, 404 unknown
+source, 413 too large, 400 a body that is not a form at all (stored failed:
+our own API, so the sender is told at once).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods, require_POST
+
+from crm.models import InboundEvent, Provider
+
+from agents.capture.base import Capture, ConsentEvidence, MalformedPayload, split_name, truthy, utm_from
+from agents.capture.identity import capture_apply
+from agents.capture.processing import handler_register
+from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
+
+KNOWN_FIELDS = {
+    "first_name", "last_name", "name", "phone", "email", "postal_code", "address", "service", "message",
+    "consent", "consent_text", "page_url", "utm_source", "utm_medium", "utm_campaign", "utm_term",
+    "utm_content", "gclid", "fbclid", "nonce", "website_url",
+}  # fmt: skip
+DEFAULT_CONSENT_TEXT = (
+    "By ticking this box you agree that {business} may call and text you about your request at the number "
+    "you gave, including automated texts. Consent is not a condition of purchase. Reply STOP to opt out."
+)
+HOSTED_RATE_LIMIT = (10, 600)  # submissions per IP and source, per seconds
+
+
+def form_fields(body: bytes, content_type: str) -> dict[str, str]:
+    """The submitted fields as strings, from JSON or form-encoded bytes."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedPayload(f"body is not UTF-8: {exc}") from exc
+    if "json" in content_type:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MalformedPayload(f"invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise MalformedPayload("a JSON object is expected")
+        return {
+            str(k): v if isinstance(v, str) else json.dumps(v) if isinstance(v, dict | list) else str(v)
+            for k, v in data.items()
+            if v is not None
+        }
+    parsed = parse_qs(text, keep_blank_values=True)
+    if not parsed and text.strip():
+        raise MalformedPayload("neither JSON nor form-encoded")
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def parse_form(
+    fields: dict[str, str],
+    *,
+    occurred_at: Any,
+    consent_text_shown: str | None = None,
+    ip: str = "",
+    user_agent: str = "",
+) -> Capture:
+    first, last = fields.get("first_name", ""), fields.get("last_name", "")
+    if not (first or last) and fields.get("name"):
+        first, last = split_name(fields["name"])
+    consent_value = fields.get("consent", "")
+    consent = None
+    if "consent" in fields:
+        consent = ConsentEvidence(
+            granted=truthy(consent_value),
+            # The hosted page knows what it showed; a server-to-server form
+            # tells us what its page showed.
+            text=consent_text_shown if consent_text_shown is not None else fields.get("consent_text", ""),
+            checkbox_value=consent_value,
+            page_url=fields.get("page_url", ""),
+            ip=ip,
+            user_agent=user_agent,
+            channels=("sms", "voice"),
+        )
+    return Capture(
+        channel="form",
+        occurred_at=occurred_at,
+        first_name=first.strip(),
+        last_name=last.strip(),
+        phones=[fields["phone"]] if fields.get("phone") else [],
+        emails=[fields["email"]] if fields.get("email") else [],
+        postal_code=fields.get("postal_code", "").strip(),
+        address=fields.get("address", "").strip(),
+        request_text=fields.get("message", "").strip(),
+        service_hint=fields.get("service", "").strip(),
+        answers={k: v for k, v in fields.items() if k not in KNOWN_FIELDS},
+        touch={
+            "utm": utm_from(fields),
+            "gclid": fields.get("gclid", ""),
+            "fbclid": fields.get("fbclid", ""),
+            "landing_page": fields.get("page_url", ""),
+        },
+        consent=consent,
+    )
+
+
+def _process(event: InboundEvent) -> str:
+    body = bytes(event.body)
+    fields = form_fields(body, event.headers.get("Content-Type", ""))
+    capture = parse_form(
+        fields,
+        occurred_at=event.received_at,
+        consent_text_shown=event.headers.get("X-LeadOps-Consent-Text-Shown"),
+        ip=event.headers.get("Remote-Addr", ""),
+        user_agent=event.headers.get("User-Agent", ""),
+    )
+    assert event.business is not None
+    capture_apply(business=event.business, capture=capture, source=event.source, event=event)
+    return InboundEvent.Status.PROCESSED
+
+
+handler_register(Provider.WEBSITE, "form", _process)
+handler_register(Provider.HOSTED_FORM, "form", _process)
+
+
+@csrf_exempt
+@require_POST
+def website_form(request: HttpRequest, source_key: str) -> HttpResponse:
+    try:
+        source = source_for(source_key, Provider.WEBSITE)
+        body = raw_body(request)
+        token = request.META.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
+        if not source.secret or not hmac.compare_digest(token.encode(), source.secret.encode()):
+            raise reject(request, provider=Provider.WEBSITE, source=source, reason="bad or missing bearer secret")
+        malformed = ""
+        try:
+            fields = form_fields(body, request.content_type or "")
+        except MalformedPayload as exc:
+            malformed, fields = str(exc), {}
+        external_id = request.META.get("HTTP_IDEMPOTENCY_KEY") or fields.get("nonce") or body_digest(body)
+        accepted = accept(
+            request, provider=Provider.WEBSITE, external_id=f"{source.key}:{external_id}", body=body, source=source,
+            kind="form", malformed=malformed,
+        )  # fmt: skip
+    except WebhookError as exc:
+        return exc.response()
+    if malformed:
+        return WebhookError(400, "malformed_payload", malformed).response()
+    return accepted_response(accepted)
+
+
+def _consent_text(source: Any) -> str:
+    return str(source.config.get("consent_text") or DEFAULT_CONSENT_TEXT.format(business=source.business.name))
+
+
+def _rate_limited(request: HttpRequest, source_key: str) -> bool:
+    limit, window = HOSTED_RATE_LIMIT
+    key = f"hosted-form:{source_key}:{request.META.get('REMOTE_ADDR', '')}"
+    cache.add(key, 0, timeout=window)
+    try:
+        return cache.incr(key) > limit
+    except ValueError:  # expired between add and incr
+        return False
+
+
+@require_http_methods(["GET", "POST"])
+def hosted_form(request: HttpRequest, source_key: str) -> HttpResponse:
+    """A form a contractor links or embeds. CSRF-protected, with a honeypot
+    and a per-IP rate limit; the consent text shown is stored as evidence
+    from the server's own copy, never from what the browser sends back."""
+    try:
+        source = source_for(source_key, Provider.HOSTED_FORM)
+    except WebhookError as exc:
+        return exc.response()
+    context: dict[str, Any] = {"source": source, "business": source.business, "consent_text": _consent_text(source)}
+    if request.method == "GET":
+        context["nonce"] = secrets.token_urlsafe(16)
+        return render(request, "capture/hosted_form.html", context)
+    if _rate_limited(request, source_key):
+        return render(
+            request,
+            "capture/hosted_form.html",
+            {**context, "error": "Too many submissions; try again later."},
+            status=429,
+        )
+    if request.POST.get("website_url"):  # the honeypot: people never see it
+        return render(request, "capture/hosted_form_thanks.html", context)
+    body = request.body
+    if not (request.POST.get("phone") or request.POST.get("email")):
+        context.update(
+            nonce=request.POST.get("nonce") or secrets.token_urlsafe(16),
+            error="Please give a phone number or an email.",
+            values=request.POST,
+        )
+        return render(request, "capture/hosted_form.html", context, status=400)
+    nonce = request.POST.get("nonce") or body_digest(body)
+    accept(
+        request, provider=Provider.HOSTED_FORM, external_id=f"{source.key}:{nonce}", body=body, source=source,
+        kind="form", extra_headers={"X-LeadOps-Consent-Text-Shown": context["consent_text"], "X-LeadOps-Shown-At": timezone.now().isoformat()},
+    )  # fmt: skip
+    return render(request, "capture/hosted_form_thanks.html", context)
+
+
+urlpatterns = [
+    path("hooks/forms/<slug:source_key>/", website_form, name="hook-website-form"),
+    path("f/<slug:source_key>/", hosted_form, name="hosted-form"),
+]

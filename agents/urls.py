@@ -1,0 +1,3 @@
+from agents.capture.providers import PROVIDER_MODULES
+
+urlpatterns = [pattern for module in PROVIDER_MODULES for pattern in module.urlpatterns]

@@ -1,0 +1,125 @@
+"""Website forms, server to server, and the raw-first rules every hook follows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from crm.models import ConsentState, InboundEvent, Lead, RejectedDelivery
+from tests.agents.capture.conftest import run_queued_events
+
+pytestmark = pytest.mark.django_db
+
+URL = "/hooks/forms/site/"
+FORM = {
+    "first_name": "Rosa",
+    "last_name": "Diaz",
+    "phone": "(212) 555-0147",
+    "email": "Rosa.Diaz@Example.com",
+    "postal_code": "60601",
+    "message": "Furnace makes a banging noise",
+    "consent": True,
+    "consent_text": "You agree to calls and texts from Acme.",
+    "page_url": "https://acme.example/quote",
+    "utm_source": "google",
+    "utm_campaign": "fall-tuneup",
+    "gclid": "Cj0KCQ-abc",
+    "favourite_colour": "teal",
+}
+
+
+def post(client: Client, body: dict | bytes, secret: str = "site-secret-123", **headers):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(
+        URL, data=data, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}", **headers
+    )
+
+
+def test_a_form_is_stored_raw_then_processed_into_a_lead(website_source, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(Client(), FORM)
+    assert response.status_code == 200
+    event = InboundEvent.objects.get()
+    assert bytes(event.body) == json.dumps(FORM).encode()
+    assert event.status == "received" and event.headers["Content-Type"] == "application/json"
+    assert "Authorization" not in event.headers
+    assert run_queued_events() == ["processed"]
+
+    lead = Lead.objects.get()
+    assert (lead.contact.first_name, lead.contact.last_name, lead.contact.postal_code) == ("Rosa", "Diaz", "60601")
+    assert sorted(lead.contact.points.values_list("value", flat=True)) == ["+12125550147", "rosa.diaz@example.com"]
+    touch = lead.touches.get()
+    assert touch.inbound_event == event and touch.source == website_source
+    assert touch.utm == {"source": "google", "campaign": "fall-tuneup"} and touch.gclid == "Cj0KCQ-abc"
+    assert touch.answers == {"favourite_colour": "teal"}
+    assert lead.request_text == "Furnace makes a banging noise"
+    sms = ConsentState.objects.get(contact_point__value="+12125550147", channel="sms")
+    assert sms.status == "granted"
+    assert sms.last_event.evidence["text_shown"] == "You agree to calls and texts from Acme."
+    event.refresh_from_db()
+    assert event.status == "processed" and event.attempts == 1
+
+
+def test_a_repeated_delivery_is_acknowledged_without_reprocessing(website_source, django_capture_on_commit_callbacks):
+    client = Client()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post(client, FORM, HTTP_IDEMPOTENCY_KEY="abc-1")
+        second = post(client, FORM, HTTP_IDEMPOTENCY_KEY="abc-1")
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.json()["duplicate"] is True
+    assert run_queued_events() == ["processed"]
+    assert InboundEvent.objects.count() == 1 and Lead.objects.count() == 1
+
+
+def test_a_bad_secret_is_refused_counted_and_not_stored(website_source):
+    response = post(Client(), FORM, secret="wrong")
+    assert response.status_code == 401
+    assert response.json()["error"] == "invalid_signature"
+    assert not InboundEvent.objects.exists()
+    post(Client(), FORM, secret="")
+    rejection = RejectedDelivery.objects.get()
+    assert (rejection.source, rejection.count) == (website_source, 2)
+
+
+def test_a_body_over_one_mebibyte_is_refused_with_413(website_source):
+    response = post(Client(), b"{" + b" " * (1024 * 1024) + b"}")
+    assert response.status_code == 413
+    assert response.json()["error"] == "payload_too_large"
+    assert not InboundEvent.objects.exists()
+
+
+def test_a_signed_malformed_body_is_stored_failed_and_answered_400(website_source):
+    response = post(Client(), b"{not json")
+    assert response.status_code == 400
+    event = InboundEvent.objects.get()
+    assert event.status == "failed" and "invalid JSON" in event.error
+    assert bytes(event.body) == b"{not json"
+
+
+def test_an_unknown_source_gets_a_json_404():
+    response = Client().post("/hooks/forms/nope/", data="{}", content_type="application/json")
+    assert response.status_code == 404 and response.json()["error"] == "unknown_source"
+
+
+def test_a_form_without_any_way_to_reach_the_person_still_makes_a_lead(
+    website_source, manager, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        post(Client(), {"name": "Nobody Known", "message": "call me maybe"})
+    run_queued_events()
+    lead = Lead.objects.get()
+    assert lead.exceptions == ["missing_identity"]
+    task = lead.tasks.get(kind="exception")
+    assert task.owner == manager
+
+
+def test_an_unparseable_phone_is_kept_as_typed_and_flagged(website_source, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        post(Client(), {"name": "Al Typo", "phone": "call me at 55"})
+    run_queued_events()
+    lead = Lead.objects.get()
+    point = lead.contact.points.get()
+    assert (point.value, point.is_valid) == ("call me at 55", False)
+    assert "invalid_phone" in lead.exceptions
