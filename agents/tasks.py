@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from crm.services.timers import timers_run_due
-
 from agents.capture.processing import event_process, inbound_events_sweep
+from crm.services.timers import timers_run_due
 
 
 def run_timers() -> dict[str, int]:

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from agents.capture.base import Capture
 from approvals.services import approval_request_open
 from crm.models import (
     CLOSED_STAGES,
@@ -39,8 +40,6 @@ from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 from crm.services.records import lead_open, touch_add
-
-from agents.capture.base import Capture
 
 ACTOR = "agent:identity_resolver"
 # Channels where a known person writing again is a reply, not a new inquiry.

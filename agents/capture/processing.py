@@ -15,9 +15,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from crm.models import InboundEvent
-
 from agents.capture.base import MalformedPayload
+from crm.models import InboundEvent
 
 log = logging.getLogger(__name__)
 

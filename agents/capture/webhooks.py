@@ -14,9 +14,8 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
-from crm.models import Business, InboundEvent, Source
-
 from agents.capture.intake import MAX_BODY_BYTES, Accepted, event_accept, headers_kept, rejection_count
+from crm.models import Business, InboundEvent, Source
 
 
 class WebhookError(Exception):

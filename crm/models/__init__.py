@@ -8,9 +8,9 @@ from crm.models.contacts import (
     Contact,
     ContactPoint,
     ContactPointKind,
-    RejectedDelivery,
     InboundEvent,
     Provider,
+    RejectedDelivery,
     Source,
 )
 from crm.models.leads import (

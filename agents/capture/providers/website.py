@@ -23,12 +23,11 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from crm.models import InboundEvent, Provider
-
 from agents.capture.base import Capture, ConsentEvidence, MalformedPayload, split_name, truthy, utm_from
 from agents.capture.identity import capture_apply
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
+from crm.models import InboundEvent, Provider
 
 KNOWN_FIELDS = {
     "first_name", "last_name", "name", "phone", "email", "postal_code", "address", "service", "message",
