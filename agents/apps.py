@@ -9,6 +9,10 @@ class AgentsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         import agents.capture.providers  # noqa: F401 - registers every provider's processing handler
+        from agents.capture.processing import event_replay
+        from crm.admin import EVENT_REPLAY
+
+        EVENT_REPLAY[:] = [event_replay]
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

@@ -154,7 +154,8 @@ class LeadAdmin(ScopedAdmin):
     show_full_result_count = False
     change_form_template = "admin/crm/lead/change_form.html"
     fields = (
-        "public_id", "business", "contact_link", "service_line", "stage", "owner", "next_action",
+        "public_id", "business", "contact_link", "first_touch", "latest_touch", "service_line", "stage", "owner",
+        "next_action",
         "next_action_due_at", "sla_due_at", "hold", "hold_reason", "exceptions", "request_text",
         "lost_reason", "is_test", "first_response_at", "closed_at", "created_at", "updated_at",
     )  # fmt: skip
@@ -193,6 +194,14 @@ class LeadAdmin(ScopedAdmin):
     def contact_link(self, lead: m.Lead) -> str:
         url = reverse("admin:crm_contact_change", args=[lead.contact_id])
         return format_html('<a href="{}">{} ({})</a>', url, lead.contact.name, lead.contact.public_id)
+
+    @admin.display(description="first touch")
+    def first_touch(self, lead: m.Lead) -> str:
+        return _touch_summary(lead.touches.order_by("received_at", "id").select_related("source").first())
+
+    @admin.display(description="latest touch")
+    def latest_touch(self, lead: m.Lead) -> str:
+        return _touch_summary(lead.touches.order_by("-received_at", "-id").select_related("source").first())
 
     @admin.display(description="phone")
     def phone(self, lead: Any) -> str:
@@ -277,6 +286,14 @@ class LeadAdmin(ScopedAdmin):
         return self._lead_change(request, object_id, NextActionForm, apply)
 
 
+def _touch_summary(touch: m.LeadTouch | None) -> str:
+    if touch is None:
+        return "—"
+    where = touch.source.key if touch.source else touch.provider
+    campaign = f", campaign {touch.campaign_id}" if touch.campaign_id else ""
+    return f"{touch.received_at:%Y-%m-%d %H:%M} UTC · {touch.channel} via {where}{campaign}"
+
+
 class ContactPointInline(admin.TabularInline):
     model = m.ContactPoint
     readonly_fields = ("public_id", "kind", "value", "raw_value", "is_valid", "created_at")
@@ -314,25 +331,43 @@ class ReceiptAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
+# Replaying lives in agents (it runs the processing roles); crm's admin only
+# offers the action once agents has registered it at startup.
+EVENT_REPLAY: list[Callable[[m.InboundEvent], str]] = []
+
+
 @admin.register(m.InboundEvent)
 class InboundEventAdmin(ReadOnlyAdmin):
     lead_path = None
-    list_display = [
-        "public_id",
-        "provider",
-        "kind",
-        "external_id",
-        "status",
-        "signature_ok",
-        "is_test",
-        "attempts",
-        "received_at",
-    ]
-    list_filter = ["provider", "status", "is_test", BusinessFilter]
+    list_display = ["public_id", "provider", "kind", "external_id", "status", "error_short", "is_test", "attempts", "received_at", "business"]  # fmt: skip
+    list_select_related = ["business"]
+    list_filter = ["status", "provider", "kind", "is_test", BusinessFilter]
     search_fields = ["public_id", "external_id"]
-    readonly_fields = ["body_text"]
-    exclude = ["body"]
+    fields = (
+        "public_id", "provider", "kind", "external_id", "status", "error", "attempts", "source", "business",
+        "signature_ok", "is_test", "received_at", "claimed_at", "processed_at", "headers", "body_text",
+    )  # fmt: skip
+    readonly_fields = fields
+    actions = ["replay"]
     show_full_result_count = False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # "Change" here only opens the replay action; every field stays read-only.
+        return admin.ModelAdmin.has_change_permission(self, request, obj)
+
+    @admin.display(description="error")
+    def error_short(self, event: m.InboundEvent) -> str:
+        return event.error[:80]
+
+    @admin.action(description="Replay the selected failed events", permissions=["change"])
+    def replay(self, request: HttpRequest, queryset: QuerySet[m.InboundEvent]) -> None:
+        outcomes: dict[str, int] = {}
+        for event in queryset.filter(status=m.InboundEvent.Status.FAILED):
+            outcome = EVENT_REPLAY[0](event)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "nothing (only failed events replay)"
+        level = messages.WARNING if "failed" in outcomes or not outcomes else messages.SUCCESS
+        self.message_user(request, f"Replayed: {summary}.", level)
 
     @admin.display(description="raw body")
     def body_text(self, event: m.InboundEvent) -> str:
@@ -351,7 +386,8 @@ def _simple(model: type[Any], *, lead_path: str | None = "lead", read_only: bool
         "list_select_related": related,
         "list_filter": options.pop("list_filter", [BusinessFilter]),
         "search_fields": options.pop("search_fields", ["public_id"]),
-        "readonly_fields": ["public_id"],
+        "readonly_fields": ["public_id"] if any(f.name == "public_id" for f in model._meta.fields) else [],
+        "__module__": __name__,
         "show_full_result_count": False,
         **options,
     }
@@ -450,4 +486,11 @@ _simple(
     m.Refund,
     lead_path="payment__lead",
     list_display=["public_id", "payment", "amount", "currency", "external_id", "refunded_at", "business"],
+)
+_simple(
+    m.RejectedDelivery,
+    lead_path=None,
+    list_display=["day", "provider", "source", "count", "last_reason", "last_remote_addr", "last_at", "business"],
+    list_filter=[BusinessFilter, "provider"],
+    search_fields=["source__key"],
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.urls import reverse
 
 from crm.models import Appointment, ContactPoint, Job, Lead, Role, TeamMember
 from crm.phones import email_normalize, phone_to_e164
@@ -115,6 +116,8 @@ class TimelineEntry:
     ref: str
     title: str
     detail: str = ""
+    link: str = ""
+    link_label: str = ""
 
 
 def lead_timeline(lead: Lead) -> list[TimelineEntry]:
@@ -125,10 +128,17 @@ def lead_timeline(lead: Lead) -> list[TimelineEntry]:
 
     entries: list[TimelineEntry] = []
     add = entries.append
-    for t in lead.touches.select_related("source"):
+    for t in lead.touches.select_related("source", "inbound_event"):
         where = t.source.key if t.source else t.provider
         campaign = f" · campaign {t.campaign_id}" if t.campaign_id else ""
-        add(TimelineEntry(t.received_at, "touch", t.public_id, f"{t.channel} via {where}{campaign}", _utm(t.utm)))
+        raw = t.inbound_event
+        link = reverse("admin:crm_inboundevent_change", args=[raw.pk]) if raw else ""
+        add(
+            TimelineEntry(
+                t.received_at, "touch", t.public_id, f"{t.channel} via {where}{campaign}", _utm(t.utm),
+                link=link, link_label=f"raw event {raw.public_id}" if raw else "",
+            )
+        )  # fmt: skip
     for m in lead.messages.all():
         arrow = "←" if m.direction == "in" else "→"
         status = m.status + (f" ({m.block_reason})" if m.block_reason else "")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from email import policy as email_policy
+from email.parser import BytesParser
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -47,6 +49,8 @@ def form_fields(body: bytes, content_type: str) -> dict[str, str]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MalformedPayload(f"body is not UTF-8: {exc}") from exc
+    if content_type.startswith("multipart/form-data"):
+        return _multipart_fields(body, content_type)
     if "json" in content_type:
         try:
             data = json.loads(text)
@@ -63,6 +67,21 @@ def form_fields(body: bytes, content_type: str) -> dict[str, str]:
     if not parsed and text.strip():
         raise MalformedPayload("neither JSON nor form-encoded")
     return {k: v[-1] for k, v in parsed.items()}
+
+
+def _multipart_fields(body: bytes, content_type: str) -> dict[str, str]:
+    message = BytesParser(policy=email_policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+    )
+    if not message.is_multipart():
+        raise MalformedPayload("multipart body without parts")
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name and not part.get_filename():
+            payload = part.get_payload(decode=True) or b""
+            fields[str(name)] = payload.decode(part.get_content_charset() or "utf-8", errors="replace")
+    return fields
 
 
 def parse_form(
@@ -184,6 +203,9 @@ def hosted_form(request: HttpRequest, source_key: str) -> HttpResponse:
     if request.method == "GET":
         context["nonce"] = secrets.token_urlsafe(16)
         return render(request, "capture/hosted_form.html", context)
+    # The raw bytes first: once request.POST has parsed a multipart stream,
+    # the body can no longer be read.
+    body = request.body
     if _rate_limited(request, source_key):
         return render(
             request,
@@ -193,7 +215,6 @@ def hosted_form(request: HttpRequest, source_key: str) -> HttpResponse:
         )
     if request.POST.get("website_url"):  # the honeypot: people never see it
         return render(request, "capture/hosted_form_thanks.html", context)
-    body = request.body
     if not (request.POST.get("phone") or request.POST.get("email")):
         context.update(
             nonce=request.POST.get("nonce") or secrets.token_urlsafe(16),

@@ -123,3 +123,45 @@ def test_an_unparseable_phone_is_kept_as_typed_and_flagged(website_source, djang
     point = lead.contact.points.get()
     assert (point.value, point.is_valid) == ("call me at 55", False)
     assert "invalid_phone" in lead.exceptions
+
+
+
+@pytest.fixture
+def hosted_source(business):
+    from crm.models import Source
+
+    return Source.objects.create(business=business, key="quote", provider="hosted_form")
+
+
+def test_the_hosted_form_refuses_a_post_without_its_csrf_token(hosted_source):
+    response = Client(enforce_csrf_checks=True).post("/f/quote/", {"phone": "2125550147"})
+    assert response.status_code == 403
+    assert not InboundEvent.objects.exists()
+
+
+def test_the_hosted_form_rate_limits_one_address(hosted_source):
+    from django.core.cache import cache
+
+    cache.clear()
+    client = Client()
+    statuses = [
+        client.post("/f/quote/", {"phone": "2125550147", "nonce": f"n{i}"}, REMOTE_ADDR="198.51.100.9").status_code
+        for i in range(12)
+    ]
+    assert statuses[:10] == [200] * 10 and statuses[10:] == [429, 429]
+    assert InboundEvent.objects.count() == 10
+    other = client.post("/f/quote/", {"phone": "2125550147", "nonce": "other"}, REMOTE_ADDR="198.51.100.10")
+    assert other.status_code == 200
+
+
+def test_the_hosted_form_stores_a_double_submit_once(hosted_source):
+    client = Client()
+    for _ in range(2):
+        assert client.post("/f/quote/", {"phone": "2125550147", "nonce": "same"}).status_code == 200
+    event = InboundEvent.objects.get()
+    # The test client posts multipart, as some embeds do: it is parsed too.
+    assert event.headers["Content-Type"].startswith("multipart/form-data")
+    from agents.capture.processing import event_process
+
+    assert event_process(event.pk) == "processed"
+    assert Lead.objects.get().contact.points.get().value == "+12125550147"
