@@ -90,7 +90,9 @@ def event_accept(
     except IntegrityError:
         # The unique (provider, external_id) constraint, not a prior SELECT,
         # decides: two racing deliveries store one row.
-        existing = InboundEvent.objects.get(provider=provider, external_id=external_id[:200])
+        existing = InboundEvent.objects.filter(provider=provider, external_id=external_id[:200]).first()
+        if existing is None:
+            raise  # another constraint refused the row: a real error, not a repeat
         return Accepted(existing, duplicate=True)
     if status == InboundEvent.Status.RECEIVED:
         event_enqueue(event)

@@ -46,9 +46,13 @@ def raw_body(request: HttpRequest) -> bytes:
 
 
 def source_for(key: str, *providers: str) -> Source:
-    source = Source.objects.select_related("business").filter(key=key, provider__in=providers, is_active=True).first()
+    """The source a URL names. A switched-off source answers 403, not 404:
+    some providers (Typeform) disable a hook for good on a 404."""
+    source = Source.objects.select_related("business").filter(key=key, provider__in=providers).first()
     if source is None:
-        raise WebhookError(404, "unknown_source", f"no active source {key!r}")
+        raise WebhookError(404, "unknown_source", f"no source {key!r}")
+    if not source.is_active:
+        raise WebhookError(403, "source_inactive", f"source {key!r} is switched off")
     return source
 
 
@@ -57,11 +61,17 @@ def remote_addr(request: HttpRequest) -> str:
 
 
 def reject(
-    request: HttpRequest, *, provider: str, source: Source | None, reason: str, status: int = 401
+    request: HttpRequest,
+    *,
+    provider: str,
+    source: Source | None,
+    reason: str,
+    status: int = 401,
+    error: str = "",
 ) -> WebhookError:
     """Count the refused delivery for the manager and build its answer."""
     rejection_count(provider=provider, source=source, reason=reason, remote_addr=remote_addr(request) or None)
-    return WebhookError(status, "invalid_signature" if status in (401, 403) else "rejected", reason)
+    return WebhookError(status, error or ("invalid_signature" if status in (401, 403) else "rejected"), reason)
 
 
 def body_digest(body: bytes) -> str:

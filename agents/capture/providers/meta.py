@@ -1,3 +1,493 @@
-"""Being written in this change."""
+"""Meta webhooks on one endpoint, `/hooks/meta/`: Lead Ads (`object: page`,
+field `leadgen`) and Instagram DMs (`object: instagram`).
 
-urlpatterns: list = []
+GET is Meta's subscription check. A POST is signed with the app secret
+(`X-Hub-Signature-256`, HMAC-SHA256 of the raw bytes, which already hold
+Meta's `\\uXXXX` escapes) and may batch several entries, each with several
+changes or messages. Every lead and every DM is stored as its own event — a
+unique (provider, leadgen_id or message mid), so Meta's redeliveries are
+duplicates — holding the whole verbatim body, since the signature covers only
+the whole; its handler re-parses the body and picks its own item.
+
+The page or Instagram account names the source (config `page_id` or
+`account_id`). An item for one we do not know is stored without a business
+and fails in processing with that reason; configure the source and replay.
+
+Answers: 200 for every signed body — new items, repeats, bodies with nothing
+for us (stored, then ignored) and bodies we cannot read. Meta retries any
+non-2xx for 36 hours and an unreadable body never improves, so it is stored
+already failed (one event, external id = body digest) for inspection and
+replay instead. 401 bad or missing signature (counted, not stored), 413 over
+1 MiB, 403 a failed subscription check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from agents.capture.base import Capture, MalformedPayload, split_name, truthy
+from agents.capture.identity import capture_apply
+from agents.capture.intake import Accepted, event_accept, rejection_count
+from agents.capture.meta_graph import lead_fetch
+from agents.capture.processing import handler_register
+from agents.capture.webhooks import (
+    WebhookError,
+    accept,
+    body_digest,
+    json_error,
+    raw_body,
+    reject,
+    remote_addr,
+)
+from crm.models import InboundEvent, Provider, Source
+
+LEADGEN = "leadgen"
+DM = "instagram_dm"
+# A whole body rather than one item: one that cannot be read (stored failed),
+# or one with nothing for us (read receipts, other page fields).
+DELIVERY = "delivery"
+SIGNATURE_PREFIX = "sha256="
+# Message.provider_sid holds 64 characters; Instagram mids run past 100.
+SID_MAX = 64
+
+S = InboundEvent.Status
+
+
+class SourceNotConfigured(LookupError):
+    """The page or account in a delivery matches no active source (yet)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One lead or one DM inside a delivery."""
+
+    provider: str
+    kind: str
+    external_id: str
+    account_id: str  # the page id (leadgen) or Instagram account id (DM)
+    data: dict[str, Any]
+
+
+@dataclass
+class Delivery:
+    provider: str
+    items: list[Item] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _id(value: Any) -> str:
+    # Meta sends ids as strings; tolerate numbers, never booleans or objects.
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return ""
+    return str(value).strip()
+
+
+def _list_at(container: dict[str, Any], key: str, where: str, problems: list[str]) -> list[Any]:
+    value = container.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.append(f"{where}.{key} is not a list")
+        return []
+    return value
+
+
+def delivery_parse(body: bytes) -> Delivery:
+    """The leads and DMs in a signed body, plus what could not be read.
+
+    Raises MalformedPayload when the body as a whole is not a Meta delivery.
+    Unknown fields and events we do not handle are skipped, not errors."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedPayload(f"invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedPayload("a JSON object is expected")
+    kind_of_object = data.get("object")
+    if kind_of_object not in ("page", "instagram"):
+        raise MalformedPayload(f"unexpected object {kind_of_object!r} (page or instagram expected)")
+    entries = data.get("entry")
+    if not isinstance(entries, list):
+        raise MalformedPayload("entry[] is missing")
+    delivery = Delivery(Provider.META if kind_of_object == "page" else Provider.INSTAGRAM)
+    for n, entry in enumerate(entries):
+        where = f"entry[{n}]"
+        if not isinstance(entry, dict):
+            delivery.problems.append(f"{where} is not an object")
+        elif kind_of_object == "page":
+            _leadgen_items(entry, where, delivery)
+        else:
+            _dm_items(entry, where, delivery)
+    return delivery
+
+
+def _leadgen_items(entry: dict[str, Any], where: str, delivery: Delivery) -> None:
+    for n, change in enumerate(_list_at(entry, "changes", where, delivery.problems)):
+        at = f"{where}.changes[{n}]"
+        if not isinstance(change, dict):
+            delivery.problems.append(f"{at} is not an object")
+            continue
+        if change.get("field") != "leadgen":
+            continue  # other Page fields: not subscribed for, not ours
+        value = change.get("value")
+        leadgen_id = _id(value.get("leadgen_id")) if isinstance(value, dict) else ""
+        if not isinstance(value, dict) or not leadgen_id:
+            delivery.problems.append(f"{at} has no value.leadgen_id")
+            continue
+        page_id = _id(value.get("page_id")) or _id(entry.get("id"))
+        delivery.items.append(Item(Provider.META, LEADGEN, leadgen_id, page_id, value))
+
+
+def _dm_items(entry: dict[str, Any], where: str, delivery: Delivery) -> None:
+    events = [
+        (f"{where}.messaging[{n}]", m) for n, m in enumerate(_list_at(entry, "messaging", where, delivery.problems))
+    ]
+    # The dashboard's "Test" button sends changes[]{field: "messages", value}
+    # instead of messaging[] (FORMATS.md §3).
+    for n, change in enumerate(_list_at(entry, "changes", where, delivery.problems)):
+        if isinstance(change, dict) and change.get("field") == "messages":
+            events.append((f"{where}.changes[{n}].value", change.get("value")))
+    for at, event in events:
+        if not isinstance(event, dict):
+            delivery.problems.append(f"{at} is not an object")
+            continue
+        message = event.get("message")
+        if message is None:
+            continue  # read receipts, reactions, postbacks: not a DM to record
+        mid = _id(message.get("mid")) if isinstance(message, dict) else ""
+        sender = event.get("sender")
+        if not mid or not isinstance(sender, dict) or not _id(sender.get("id")):
+            delivery.problems.append(f"{at} has no message.mid or sender.id")
+            continue
+        recipient = event.get("recipient")
+        account_id = _id(entry.get("id")) or (_id(recipient.get("id")) if isinstance(recipient, dict) else "")
+        delivery.items.append(Item(Provider.INSTAGRAM, DM, mid, account_id, event))
+
+
+# Which config key names the account, per provider.
+ACCOUNT_KEY: dict[str, str] = {Provider.META: "page_id", Provider.INSTAGRAM: "account_id"}
+
+
+def source_for_account(provider: str, account_id: str) -> Source | None:
+    """The active source whose config names this page / Instagram account."""
+    if not account_id:
+        return None
+    key = f"config__{ACCOUNT_KEY[provider]}"
+    match = Q(**{key: account_id})
+    if account_id.isdigit():  # ids are strings in the business file; a hand-edited config may hold a number
+        match |= Q(**{key: int(account_id)})
+    return (
+        Source.objects.select_related("business")
+        .filter(match, provider=provider, is_active=True)
+        .order_by("pk")
+        .first()
+    )
+
+
+# ---------------------------------------------------------------- the views
+
+
+def signature_valid(body: bytes, header: str, secret: str) -> bool:
+    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256(app secret, raw body)>`."""
+    if not secret or not header.startswith(SIGNATURE_PREFIX):
+        return False
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    given = header.removeprefix(SIGNATURE_PREFIX).strip().lower()
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
+
+
+def _subscription_check(request: HttpRequest) -> HttpResponse:
+    token = request.GET.get("hub.verify_token", "")
+    expected = settings.META_VERIFY_TOKEN
+    if not (
+        request.GET.get("hub.mode") == "subscribe"
+        and expected
+        and hmac.compare_digest(token.encode(), expected.encode())
+    ):
+        rejection_count(
+            provider=Provider.META, source=None, reason="bad subscription check", remote_addr=remote_addr(request)
+        )
+        return json_error(403, "invalid_verify_token", "hub.mode must be subscribe and hub.verify_token must match")
+    return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
+
+
+def _store(request: HttpRequest, body: bytes) -> list[Accepted]:
+    try:
+        delivery = delivery_parse(body)
+    except MalformedPayload as exc:
+        return [
+            accept(
+                request,
+                provider=Provider.META,
+                external_id=body_digest(body),
+                body=body,
+                kind=DELIVERY,
+                malformed=str(exc),
+            )
+        ]
+    sources: dict[tuple[str, str], Source | None] = {}
+    stored = []
+    # All or nothing: a crash half-way answers 500 and Meta's retry stores the rest.
+    with transaction.atomic():
+        # Sorted, so two batches sharing items insert them in the same order
+        # and wait on each other instead of deadlocking.
+        for item in sorted(delivery.items, key=lambda i: (i.provider, i.external_id)):
+            where = (item.provider, item.account_id)
+            if where not in sources:
+                sources[where] = source_for_account(*where)
+            stored.append(
+                accept(
+                    request,
+                    provider=item.provider,
+                    external_id=item.external_id,
+                    body=body,
+                    source=sources[where],
+                    kind=item.kind,
+                )
+            )
+        if delivery.problems or not delivery.items:
+            # Kept whole: a failed one to look at (its good items are stored above),
+            # or an empty one whose processing marks it ignored.
+            stored.append(
+                accept(
+                    request,
+                    provider=delivery.provider,
+                    external_id=body_digest(body),
+                    body=body,
+                    kind=DELIVERY,
+                    malformed="; ".join(delivery.problems)[:1000],
+                )
+            )
+    return stored
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def meta_hook(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _subscription_check(request)
+    try:
+        body = raw_body(request)
+        if not signature_valid(body, request.META.get("HTTP_X_HUB_SIGNATURE_256", ""), settings.META_APP_SECRET):
+            raise reject(request, provider=Provider.META, source=None, reason="bad or missing X-Hub-Signature-256")
+        stored = _store(request, body)
+    except WebhookError as exc:
+        return exc.response()
+    return JsonResponse(
+        {
+            "events": [{"id": a.event.public_id, "status": a.event.status, "duplicate": a.duplicate} for a in stored],
+            "duplicate": all(a.duplicate for a in stored),
+        }
+    )
+
+
+urlpatterns = [path("hooks/meta/", meta_hook, name="hook-meta")]
+
+
+# ------------------------------------------------------------ processing
+
+
+def _item_of(event: InboundEvent) -> Item:
+    for item in delivery_parse(bytes(event.body)).items:
+        if item.kind == event.kind and item.external_id[:200] == event.external_id:
+            return item
+    raise MalformedPayload(f"no {event.kind} item {event.external_id!r} in the stored body")
+
+
+def _source_of(event: InboundEvent, item: Item) -> Source:
+    source = event.source or source_for_account(item.provider, item.account_id)
+    if source is None:
+        key = ACCOUNT_KEY[item.provider]
+        raise SourceNotConfigured(
+            f"no active {item.provider} source has {key} {item.account_id!r}: add one, then replay this event"
+        )
+    return source
+
+
+def _source_stamp(event: InboundEvent, source: Source) -> None:
+    # An event stored before its source existed learns it on replay.
+    if event.source_id != source.pk:
+        InboundEvent.objects.filter(pk=event.pk).update(source=source, business=source.business)
+        event.source, event.business = source, source.business
+
+
+def _epoch(value: Any, *, per_second: int = 1) -> datetime | None:
+    """A Unix time (seconds, or milliseconds with per_second=1000) as UTC."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(value / per_second, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _graph_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)  # "2026-03-14T15:02:11+0000" parses since Python 3.11
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# field_data keys that fill a Capture field; every other key is kept as an answer.
+CONSUMED = {
+    "full_name", "first_name", "last_name", "email", "work_email", "phone_number", "work_phone_number",
+    "zip_code", "post_code", "postal_code", "street_address",
+}  # fmt: skip
+# Meta's Lead Ads Testing Tool fills every field this way (UNCONFIRMED in FORMATS.md).
+TEST_LEAD_MARK = "<test lead"
+
+
+def lead_capture(lead: dict[str, Any], *, notified: dict[str, Any], received_at: datetime) -> Capture:
+    """A Graph API lead as a Capture. `notified` is the webhook's change value,
+    a fallback for ids the read left out."""
+    field_data = lead.get("field_data")
+    if not isinstance(field_data, list):
+        raise MalformedPayload("the Graph API lead has no field_data list")
+    fields: dict[str, list[str]] = {}
+    for entry in field_data:
+        if isinstance(entry, dict) and entry.get("name"):
+            values = entry.get("values")
+            values = values if isinstance(values, list) else [] if values is None else [values]
+            fields[str(entry["name"])] = [str(v).strip() for v in values if v is not None]
+
+    def first(*keys: str) -> str:
+        return next((v for k in keys for v in fields.get(k, []) if v), "")
+
+    def every(*keys: str) -> list[str]:
+        return [v for k in keys for v in fields.get(k, []) if v]
+
+    first_name, last_name = first("first_name"), first("last_name")
+    if not (first_name or last_name):
+        first_name, last_name = split_name(first("full_name"))
+    answers: dict[str, Any] = {
+        key: values[0] if len(values) == 1 else values for key, values in fields.items() if key not in CONSUMED
+    }
+    if "is_organic" in lead:
+        answers["is_organic"] = truthy(lead["is_organic"])
+    if lead.get("platform"):
+        answers["platform"] = str(lead["platform"])
+    service = " ".join(str(v) for k, v in answers.items() if "service" in k.lower() and isinstance(v, str))
+    # The webhook's adgroup_id is the legacy name of the *ad* id; the ad set
+    # (our adgroup) comes only from the Graph read.
+    touch = {
+        "provider": Provider.META,
+        "campaign_id": _id(lead.get("campaign_id")),
+        "adgroup_id": _id(lead.get("adset_id")),
+        "ad_id": _id(lead.get("ad_id")) or _id(notified.get("ad_id")),
+        "form_id": _id(lead.get("form_id")) or _id(notified.get("form_id")),
+    }
+    occurred_at = _graph_time(lead.get("created_time")) or _epoch(notified.get("created_time")) or received_at
+    return Capture(
+        channel="form",
+        occurred_at=occurred_at,
+        first_name=first_name,
+        last_name=last_name,
+        phones=every("phone_number", "work_phone_number"),
+        emails=every("email", "work_email"),
+        postal_code=first("zip_code", "post_code", "postal_code"),
+        address=", ".join(v for v in (first("street_address"), first("city"), first("state")) if v),
+        service_hint=service.replace("_", " "),
+        answers=answers,
+        touch=touch,
+        is_test=any(v.lower().startswith(TEST_LEAD_MARK) for values in fields.values() for v in values),
+    )
+
+
+def _process_leadgen(event: InboundEvent) -> str:
+    item = _item_of(event)
+    source = _source_of(event, item)
+    token = str(source.config.get("access_token") or "")
+    if not token:
+        raise SourceNotConfigured(f"source {source.key!r} has no access_token: add the page token, then replay")
+    # The network read comes before any write, so no row lock is held while waiting on Meta.
+    lead = lead_fetch(item.external_id, access_token=token)
+    capture = lead_capture(lead, notified=item.data, received_at=event.received_at)
+    _source_stamp(event, source)
+    capture_apply(business=source.business, capture=capture, source=source, event=event)
+    return S.PROCESSED
+
+
+def message_sid(mid: str) -> str:
+    """The mid when it fits Message.provider_sid, else a stable digest of it
+    (the full mid stays the event's external id and in its body)."""
+    return mid if len(mid) <= SID_MAX else "ig:" + hashlib.sha256(mid.encode()).hexdigest()[: SID_MAX - 3]
+
+
+def dm_capture(item: Item, *, received_at: datetime) -> Capture:
+    message = item.data["message"]
+    text = message.get("text") if isinstance(message.get("text"), str) else ""
+    lines = [text] if text else []
+    for attachment in message.get("attachments") or []:
+        if isinstance(attachment, dict):
+            payload = attachment.get("payload")
+            url = payload.get("url", "") if isinstance(payload, dict) else ""
+            lines.append(f"[{attachment.get('type', 'attachment')}] {url}".strip())
+    referral = message.get("referral") or item.data.get("referral") or {}
+    return Capture(
+        channel="dm",
+        occurred_at=_epoch(item.data.get("timestamp"), per_second=1000) or received_at,
+        handles=[("instagram", _id(item.data["sender"]["id"]))],
+        request_text=text,
+        message_body="\n".join(lines),
+        message_sid=message_sid(item.external_id),
+        touch={
+            "provider": Provider.INSTAGRAM,
+            "to": item.account_id,
+            # A click-to-message ad opens the thread with a referral.
+            "ad_id": _id(referral.get("ad_id")) if isinstance(referral, dict) else "",
+        },
+    )
+
+
+def _process_dm(event: InboundEvent) -> str:
+    item = _item_of(event)
+    message = item.data["message"]
+    # Our own replies come back as echoes; recording them would loop.
+    if truthy(message.get("is_echo", False)) or truthy(message.get("is_deleted", False)):
+        return S.IGNORED
+    source = _source_of(event, item)
+    _source_stamp(event, source)
+    capture_apply(
+        business=source.business, capture=dm_capture(item, received_at=event.received_at), source=source, event=event
+    )
+    return S.PROCESSED
+
+
+def _process_delivery(event: InboundEvent) -> str:
+    """A whole body: replayed after a parser fix, it stores its items as
+    their own events (repeats are duplicates); with nothing for us, ignored."""
+    delivery = delivery_parse(bytes(event.body))
+    if delivery.problems:
+        raise MalformedPayload("; ".join(delivery.problems))
+    for item in delivery.items:
+        event_accept(
+            provider=item.provider,
+            external_id=item.external_id,
+            body=bytes(event.body),
+            headers=event.headers,
+            source=source_for_account(item.provider, item.account_id),
+            kind=item.kind,
+        )
+    return S.PROCESSED if delivery.items else S.IGNORED
+
+
+handler_register(Provider.META, LEADGEN, _process_leadgen)
+handler_register(Provider.INSTAGRAM, DM, _process_dm)
+handler_register(Provider.META, DELIVERY, _process_delivery)
+handler_register(Provider.INSTAGRAM, DELIVERY, _process_delivery)

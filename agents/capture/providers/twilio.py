@@ -1,3 +1,353 @@
-"""Being written in this change."""
+"""Twilio: incoming calls (`/hooks/twilio/voice/`), their status callbacks
+(`/hooks/twilio/voice/status/`, the missed-call detector's input) and inbound
+texts (`/hooks/twilio/sms/`).
 
-urlpatterns: list = []
+Every request is checked with twilio's own RequestValidator against
+PUBLIC_BASE_URL + the path and query Twilio requested (never the Host header,
+which a proxy may rewrite) and every POSTed parameter. The source is the
+Twilio source whose `phone_number` is the business side of the call or text:
+`To`, or `From` for the status of an outbound call. A number no active source
+claims is still stored (business unknown), so nothing is lost; its processing
+fails saying so, and a replay after the number is configured succeeds.
+
+Answers (TwiML, text/xml, which Twilio reads):
+- voice, with the source's `forward_to`: `<Dial action="{PUBLIC_BASE_URL}/hooks/twilio/voice/status/"
+  timeout="20" callerId="{caller}"><Number>{forward_to}</Number></Dial>`: the
+  contractor's phone rings showing the customer's number, and the outcome comes
+  back to the missed-call detector. Without `forward_to` (or for an unknown
+  number) nobody can pick up: a short `<Say>` promising a call back and
+  `<Hangup/>`, and the call is recorded missed at once. No voicemail: the
+  call-back task is the follow-up, and recordings arrive with a later issue.
+- voice status: an empty `<Response/>` (which ends the call after a `<Dial>`),
+  with a short apology `<Say>` first when the forward was not answered.
+- sms: an empty `<Response/>`; replies are the messaging roles' job.
+- 403 JSON for a missing or bad signature (and when TWILIO_AUTH_TOKEN is not
+  set: nothing could be checked), 413 over 1 MiB, 400 JSON for a signed body
+  without its CallSid, MessageSid or status (stored failed, for inspection).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.urls import path, reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from twilio.request_validator import RequestValidator
+from twilio.twiml import TwiML
+from twilio.twiml.messaging_response import MessagingResponse
+from twilio.twiml.voice_response import VoiceResponse
+
+from agents.capture.base import Capture, MalformedPayload
+from agents.capture.identity import capture_apply
+from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
+from agents.capture.processing import handler_register
+from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
+from crm.models import Call, InboundEvent, Provider, Source
+from crm.services.receipts import receipt_write
+
+ACTOR = "agent:call_listener"
+TWIML_CONTENT_TYPE = "text/xml"
+DIAL_TIMEOUT_SECONDS = 20
+# What the voice view told Twilio to do, kept on the stored event so that
+# processing knows whether anyone could have answered.
+ANSWER_HEADER = "X-LeadOps-Call-Answer"
+ANSWER_MESSAGE = "message"
+E164 = re.compile(r"\+[1-9]\d{6,14}")
+UNANSWERED_DIAL = ("no-answer", "busy", "failed")
+
+
+class UnknownNumber(LookupError):
+    """No active Twilio source has this phone number."""
+
+
+def source_for_number(number: str) -> Source | None:
+    if not number:
+        return None
+    return (
+        Source.objects.select_related("business")
+        .filter(provider=Provider.TWILIO, is_active=True, config__phone_number=number)
+        .order_by("pk")
+        .first()
+    )
+
+
+def business_number(params: QueryDict | dict[str, str]) -> str:
+    """Our side of the call or text: `To`, except on an outbound call's status."""
+    outbound = str(params.get("Direction", "")).startswith("outbound")
+    return str(params.get("From" if outbound else "To", ""))
+
+
+def signature_url(request: HttpRequest) -> str:
+    return settings.PUBLIC_BASE_URL.rstrip("/") + request.get_full_path()
+
+
+def _verified(request: HttpRequest) -> tuple[bytes, QueryDict, Source | None]:
+    """The raw body, its parameters and its source, once the signature holds."""
+    body = raw_body(request)
+    params = request.POST  # parsed from the body already read, so the same bytes
+    source = source_for_number(business_number(params))
+    token = settings.TWILIO_AUTH_TOKEN
+    signature = request.META.get("HTTP_X_TWILIO_SIGNATURE", "")
+    if not token:
+        # An empty key would make every signature forgeable.
+        reason = "TWILIO_AUTH_TOKEN is not set: no signature can be checked"
+    elif not signature:
+        reason = "missing X-Twilio-Signature"
+    elif not RequestValidator(token).validate(signature_url(request), params, signature):
+        reason = "X-Twilio-Signature does not match PUBLIC_BASE_URL + path and the parameters"
+    else:
+        return body, params, source
+    raise reject(request, provider=Provider.TWILIO, source=source, reason=reason, status=403)
+
+
+def _store(
+    request: HttpRequest,
+    *,
+    body: bytes,
+    source: Source | None,
+    kind: str,
+    external_id: str,
+    missing: str = "",
+    extra_headers: dict[str, str] | None = None,
+) -> None:
+    """Store the delivery; a signed body `missing` what identifies it is
+    stored failed under its digest and answered 400."""
+    accept(
+        request,
+        provider=Provider.TWILIO,
+        external_id=f"{kind}:{body_digest(body)}" if missing else external_id,
+        body=body,
+        source=source,
+        kind=kind,
+        malformed=f"no {missing}" if missing else "",
+        extra_headers=extra_headers,
+    )
+    if missing:
+        raise WebhookError(400, "malformed_payload", f"no {missing}")
+
+
+def twiml(response: TwiML) -> HttpResponse:
+    return HttpResponse(str(response), content_type=TWIML_CONTENT_TYPE)
+
+
+def voice_answer(source: Source | None, params: QueryDict) -> tuple[VoiceResponse, str]:
+    """The TwiML for an incoming call, and what it does (for ANSWER_HEADER)."""
+    response = VoiceResponse()
+    forward_to = str((source.config or {}).get("forward_to") or "") if source else ""
+    if forward_to:
+        caller = params.get("From", "")
+        dial = response.dial(
+            action=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("hook-twilio-voice-status"),
+            method="POST",
+            timeout=DIAL_TIMEOUT_SECONDS,
+            # The caller's own number, so the contractor sees who is calling;
+            # a withheld or odd caller id is left to Twilio's default.
+            caller_id=caller if E164.fullmatch(caller) else None,
+        )
+        dial.number(forward_to)
+        return response, f"dial {forward_to}"
+    name = source.business.name if source else ""
+    response.say(f"Thanks for calling {name}. We can't take your call right now. We'll call you back shortly.")
+    response.hangup()
+    return response, ANSWER_MESSAGE
+
+
+def after_dial_answer(params: QueryDict) -> VoiceResponse:
+    response = VoiceResponse()
+    if params.get("DialCallStatus") in UNANSWERED_DIAL:
+        response.say("Sorry we missed your call. We'll call you back shortly.")
+    return response
+
+
+@csrf_exempt
+@require_POST
+def voice(request: HttpRequest) -> HttpResponse:
+    try:
+        body, params, source = _verified(request)
+        call_sid = params.get("CallSid", "")
+        response, answer = voice_answer(source, params)
+        _store(
+            request, body=body, source=source, kind="voice", external_id=f"{call_sid}:voice",
+            missing="" if call_sid else "CallSid", extra_headers={ANSWER_HEADER: answer},
+        )  # fmt: skip
+    except WebhookError as exc:
+        return exc.response()
+    # A repeat of a stored call gets the same instructions: Twilio needs them.
+    return twiml(response)
+
+
+def status_external_id(params: QueryDict) -> str:
+    # The Dial action and the caller's leg both end "completed": kept apart.
+    dial_status = params.get("DialCallStatus", "")
+    status = f"dial-{dial_status}" if dial_status else params.get("CallStatus", "")
+    sequence = params.get("SequenceNumber", "")
+    return f"{params.get('CallSid', '')}:status:{status}" + (f":{sequence}" if sequence else "")
+
+
+@csrf_exempt
+@require_POST
+def voice_status(request: HttpRequest) -> HttpResponse:
+    try:
+        body, params, source = _verified(request)
+        missing = ""
+        if not params.get("CallSid"):
+            missing = "CallSid"
+        elif not (params.get("DialCallStatus") or params.get("CallStatus")):
+            missing = "CallStatus"
+        _store(
+            request, body=body, source=source, kind="voice_status", external_id=status_external_id(params),
+            missing=missing,
+        )  # fmt: skip
+    except WebhookError as exc:
+        return exc.response()
+    return twiml(after_dial_answer(params))
+
+
+@csrf_exempt
+@require_POST
+def sms(request: HttpRequest) -> HttpResponse:
+    try:
+        body, params, source = _verified(request)
+        message_sid = params.get("MessageSid") or params.get("SmsSid", "")
+        _store(
+            request, body=body, source=source, kind="sms", external_id=message_sid,
+            missing="" if message_sid else "MessageSid",
+        )  # fmt: skip
+    except WebhookError as exc:
+        return exc.response()
+    return twiml(MessagingResponse())  # an empty <Response/> sends nothing
+
+
+def form_params(event: InboundEvent) -> dict[str, str]:
+    try:
+        text = bytes(event.body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedPayload(f"body is not UTF-8: {exc}") from exc
+    return {key: values[-1] for key, values in parse_qs(text, keep_blank_values=True).items()}
+
+
+def event_source(event: InboundEvent, number: str) -> Source:
+    """The event's source. An event stored before its number was configured
+    finds it now and is stamped with it, so a replay then succeeds."""
+    if event.source is not None:
+        return event.source
+    source = source_for_number(number)
+    if source is None:
+        raise UnknownNumber(
+            f"no active Twilio source has phone_number {number!r}: add it to the business's twilio source, then replay"
+        )
+    InboundEvent.objects.filter(pk=event.pk).update(source=source, business=source.business)
+    event.source, event.business = source, source.business
+    return source
+
+
+@transaction.atomic
+def call_inbound_record(*, source: Source, params: dict[str, str], event: InboundEvent, status: str) -> Call:
+    """The Call row for an inbound call, with the caller's contact, lead and
+    a `call` touch: made once per CallSid, by whichever of the call's events
+    is processed first. A transaction-scoped advisory lock on the CallSid keeps
+    two of its events from both making it."""
+    call_sid = params["CallSid"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"twilio-call:{call_sid}"])
+    existing = Call.objects.filter(provider_sid=call_sid).first()
+    if existing is not None:
+        return existing
+    caller, called = params.get("From", ""), params.get("To", "")
+    capture = Capture(
+        channel="call",
+        occurred_at=event.received_at,
+        phones=[caller] if caller else [],
+        touch={"provider": Provider.TWILIO, "to": called},
+    )
+    applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
+    call = Call(
+        business=source.business,
+        lead=applied.lead,
+        contact=applied.contact,
+        direction="in",
+        status=status,
+        from_number=caller[:64],
+        to=called[:64],
+        provider_sid=call_sid,
+        started_at=event.received_at,
+    )
+    call.full_clean()
+    call.save()
+    receipt_write(
+        business=source.business,
+        lead=applied.lead,
+        subject=call.public_id,
+        actor=ACTOR,
+        action="call.received",
+        after={"from": call.from_number, "to": call.to, "sid": call_sid, "status": status},
+    )
+    return call
+
+
+def _process_voice(event: InboundEvent) -> str:
+    params = form_params(event)
+    if not params.get("CallSid"):
+        raise MalformedPayload("no CallSid")
+    source = event_source(event, params.get("To", ""))
+    forwarded = event.headers.get(ANSWER_HEADER) != ANSWER_MESSAGE
+    call = call_inbound_record(
+        source=source, params=params, event=event, status="ringing" if forwarded else "in-progress"
+    )
+    if not forwarded:
+        call_missed_record(call, reason="no forwarding number: nobody could answer", at=event.received_at)
+    return InboundEvent.Status.PROCESSED
+
+
+def _process_voice_status(event: InboundEvent) -> str:
+    params = form_params(event)
+    if not params.get("CallSid"):
+        raise MalformedPayload("no CallSid")
+    call = Call.objects.filter(provider_sid=params["CallSid"]).first()
+    if call is None:
+        if params.get("Direction", "inbound").startswith("outbound"):
+            return InboundEvent.Status.IGNORED  # an outbound call LeadOps did not place
+        # The status got here before its call was processed: make the call now.
+        source = event_source(event, params.get("To", ""))
+        call = call_inbound_record(source=source, params=params, event=event, status="ringing")
+    call_status_record(call, status_update_from(params), at=event.received_at)
+    return InboundEvent.Status.PROCESSED
+
+
+def _process_sms(event: InboundEvent) -> str:
+    params = form_params(event)
+    message_sid = params.get("MessageSid") or params.get("SmsSid", "")
+    if not message_sid:
+        raise MalformedPayload("no MessageSid")
+    source = event_source(event, params.get("To", ""))
+    sender = params.get("From", "")
+    media_count = int(params["NumMedia"]) if params.get("NumMedia", "").isdigit() else 0
+    media = [params[f"MediaUrl{n}"] for n in range(media_count) if params.get(f"MediaUrl{n}")]
+    capture = Capture(
+        channel="sms",
+        occurred_at=event.received_at,
+        phones=[sender] if sender else [],
+        # The whole text, keywords and all: consent reads it in a later step.
+        message_body=params.get("Body", ""),
+        message_sid=message_sid,
+        touch={"provider": Provider.TWILIO, "to": params.get("To", "")},
+        answers={"media_urls": media} if media else {},
+    )
+    capture_apply(business=source.business, capture=capture, source=source, event=event)
+    return InboundEvent.Status.PROCESSED
+
+
+handler_register(Provider.TWILIO, "voice", _process_voice)
+handler_register(Provider.TWILIO, "voice_status", _process_voice_status)
+handler_register(Provider.TWILIO, "sms", _process_sms)
+
+urlpatterns = [
+    path("hooks/twilio/voice/", voice, name="hook-twilio-voice"),
+    path("hooks/twilio/voice/status/", voice_status, name="hook-twilio-voice-status"),
+    path("hooks/twilio/sms/", sms, name="hook-twilio-sms"),
+]

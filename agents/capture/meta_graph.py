@@ -1,0 +1,119 @@
+"""Graph API client: read one Lead Ads lead by its leadgen id.
+
+A leadgen webhook carries only ids, so processing fetches the lead. Network
+trouble (timeouts, dropped connections, 5xx) is retried with exponential
+backoff; a 4xx is Meta's final word (bad token, missing permission, a lead
+older than 90 days…) and is not. After the last attempt `GraphError` is
+raised, and the inbound event is left failed with that message, to replay.
+
+Tuning, read from settings when present (tests shrink them):
+`META_GRAPH_TIMEOUT` = (connect, read) seconds, `META_GRAPH_ATTEMPTS`,
+`META_GRAPH_RETRY_DELAY` = the first backoff wait in seconds, doubled after
+each retry. The defaults keep a worst case (3 × 13 s + 1.5 s) inside the
+task cluster's 60 s timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from django.conf import settings
+
+LEAD_FIELDS = (
+    "id,created_time,ad_id,ad_name,adset_id,adset_name,campaign_id,campaign_name,form_id,platform,is_organic,field_data"
+)
+CONNECT_TIMEOUT = 3.05
+READ_TIMEOUT = 10.0
+ATTEMPTS = 3
+RETRY_DELAY = 0.5
+USER_AGENT = "LeadOps/1 (+lead capture)"
+# Worth another try: the request may not have reached Meta, or Meta hiccuped.
+TRANSIENT = (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
+
+
+class GraphError(Exception):
+    """The Graph API did not give us the lead. The message never holds the
+    access token (it ends up in the event's error, visible to staff)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def backoff_delays(attempts: int, first_delay: float) -> list[float]:
+    """The waits between attempts: first_delay, then doubled each time."""
+    return [first_delay * 2**n for n in range(max(attempts - 1, 0))]
+
+
+def _redact(text: str, token: str) -> str:
+    # requests puts the full URL, query string included, in connection errors.
+    for secret in {token, quote(token, safe="")}:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _graph_error_text(response: requests.Response) -> str:
+    try:
+        error = response.json().get("error", {})
+    except (ValueError, AttributeError):
+        return response.text[:200]
+    if not isinstance(error, dict):
+        return str(error)[:200]
+    parts = [str(error.get("message", "")), f"code {error.get('code')}" if "code" in error else ""]
+    if "error_subcode" in error:
+        parts.append(f"subcode {error['error_subcode']}")
+    return ", ".join(p for p in parts if p)[:300]
+
+
+def lead_fetch(
+    leadgen_id: str,
+    *,
+    access_token: str,
+    base_url: str | None = None,
+    timeout: tuple[float, float] | None = None,
+    attempts: int | None = None,
+    retry_delay: float | None = None,
+) -> dict[str, Any]:
+    """The lead as the Graph API returns it (`field_data`, ad ids…).
+
+    Raises GraphError on a 4xx at once, or after `attempts` transient
+    failures. Makes no database writes; safe to call again."""
+    base = (base_url or settings.META_GRAPH_URL).rstrip("/")
+    connect, read = timeout or getattr(settings, "META_GRAPH_TIMEOUT", None) or (CONNECT_TIMEOUT, READ_TIMEOUT)
+    attempts = attempts or int(getattr(settings, "META_GRAPH_ATTEMPTS", ATTEMPTS))
+    delay = retry_delay if retry_delay is not None else float(getattr(settings, "META_GRAPH_RETRY_DELAY", RETRY_DELAY))
+    url = f"{base}/{quote(str(leadgen_id), safe='')}"
+    params = {"fields": LEAD_FIELDS, "access_token": access_token}
+    waits = backoff_delays(attempts, delay)
+    last = ""
+    with requests.Session() as session:
+        session.headers["User-Agent"] = USER_AGENT
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(waits[attempt - 1])
+            try:
+                response = session.get(url, params=params, timeout=(float(connect), float(read)))
+            except TRANSIENT as exc:
+                last = _redact(f"{type(exc).__name__}: {exc}", access_token)
+                continue
+            if response.status_code >= 500:
+                last = f"HTTP {response.status_code}: {_redact(_graph_error_text(response), access_token)}"
+                continue
+            if response.status_code >= 400:
+                detail = _redact(_graph_error_text(response), access_token)
+                raise GraphError(
+                    f"Graph API refused lead {leadgen_id}: HTTP {response.status_code}: {detail}",
+                    status=response.status_code,
+                )
+            try:
+                lead = response.json()
+            except ValueError as exc:
+                raise GraphError(f"Graph API answered lead {leadgen_id} with non-JSON: {exc}") from exc
+            if not isinstance(lead, dict):
+                raise GraphError(f"Graph API answered lead {leadgen_id} with a JSON {type(lead).__name__}")
+            return lead
+    raise GraphError(f"Graph API unavailable for lead {leadgen_id} after {attempts} attempts: {last}")
