@@ -133,6 +133,10 @@ def _first_manager(call: Call) -> TeamMember | None:
     )
 
 
+def _username(member: TeamMember | None) -> str | None:
+    return member.user.get_username() if member else None
+
+
 @transaction.atomic
 def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
     """Record that nobody answered `call`: a `call.missed` receipt and a
@@ -143,15 +147,15 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
     has an open call-back task keeps that one task: the receipt names it.
     Joins the caller's transaction and locks the Call row.
     """
-    call = Call.objects.select_for_update().select_related("business", "lead__owner__user").get(pk=call.pk)
-    done = Receipt.objects.filter(business_id=call.business_id, lead=call.lead, subject=call.public_id)
-    if done.filter(action="call.missed").exists():
+    call = Call.objects.select_for_update(of=("self",)).select_related("business", "lead__owner__user").get(pk=call.pk)
+    receipts = Receipt.objects.filter(business_id=call.business_id, lead=call.lead, subject=call.public_id)
+    if receipts.filter(action="call.missed").exists():
         return None
     lead = call.lead
     owner = lead.owner if lead is not None and lead.owner is not None and lead.owner.is_active else None
     owner = owner or _first_manager(call)
-    username = owner.user.get_username() if owner else None
-    existing = lead.tasks.filter(kind=TASK_KIND, status=Task.Status.OPEN).first() if lead is not None else None
+    open_tasks = lead.tasks.select_related("owner__user") if lead is not None else Task.objects.none()
+    existing = open_tasks.filter(kind=TASK_KIND, status=Task.Status.OPEN).first()
     task = None
     if existing is None:
         title = f"Call back {call.from_number or 'the caller'} (missed call)"
@@ -166,7 +170,7 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
             actor=ACTOR,
             action="task.created",
             reason="missed call",
-            after={"title": title, "kind": TASK_KIND, "due_at": due_at, "owner": username},
+            after={"title": title, "kind": TASK_KIND, "due_at": due_at, "owner": _username(owner)},
         )
     kept = task or existing
     receipt_write(
@@ -181,7 +185,7 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
             "duration": call.duration_seconds,
             "from": call.from_number,
             "task": kept.public_id if kept else None,
-            "owner": username,
+            "owner": _username(kept.owner if kept else None),
         },
     )
     return task

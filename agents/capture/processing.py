@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -22,15 +23,20 @@ log = logging.getLogger(__name__)
 
 S = InboundEvent.Status
 # A handler returns PROCESSED or IGNORED (an echo, a status we do not track…).
-Handler = Callable[[InboundEvent], str]
-_HANDLERS: dict[str, Handler] = {}
+# One that must read from the network first registers a `prepare` step: it
+# runs outside the transaction, and its result is handed to the handler, so
+# no transaction stays open while a provider is slow.
+Handler = Callable[..., str]
+Prepare = Callable[[InboundEvent], Any]
+_HANDLERS: dict[str, tuple[Handler, Prepare | None]] = {}
 
 STALE_PROCESSING = timedelta(minutes=10)
 LOST_ENQUEUE = timedelta(minutes=2)
 
 
-def handler_register(provider: str, kind: str, handler: Handler) -> None:
-    _HANDLERS[f"{provider}:{kind}"] = handler
+def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
+    """`handler(event)`, or `handler(event, prepared)` when `prepare` is given."""
+    _HANDLERS[f"{provider}:{kind}"] = (handler, prepare)
 
 
 def _claim(event_id: int, *, now: datetime) -> bool:
@@ -54,12 +60,14 @@ def event_process(event_id: int) -> str:
     if not _claim(event_id, now=now):
         return "skipped"
     event = InboundEvent.objects.select_related("source", "business").get(pk=event_id)
-    handler = _HANDLERS.get(f"{event.provider}:{event.kind}")
+    registered = _HANDLERS.get(f"{event.provider}:{event.kind}")
     try:
-        if handler is None:
+        if registered is None:
             raise LookupError(f"no handler for {event.provider} events of kind {event.kind!r}")
+        handler, prepare = registered
+        args = (prepare(event),) if prepare else ()
         with transaction.atomic():
-            outcome = handler(event)
+            outcome = handler(event, *args)
     except MalformedPayload as exc:
         return _finish(event, S.FAILED, f"malformed payload: {exc}")
     except Exception as exc:  # a failed event stays visible with its error
@@ -84,10 +92,14 @@ def event_replay(event: InboundEvent) -> str:
 
 
 def inbound_events_sweep() -> int:
-    """Process events whose enqueue was lost (stored but never picked up)."""
-    cutoff = timezone.now() - LOST_ENQUEUE
+    """Process events whose enqueue was lost (stored but never picked up) and
+    events whose worker died mid-way (claimed longer than STALE_PROCESSING ago)."""
+    now = timezone.now()
     ids = list(
-        InboundEvent.objects.filter(status=S.RECEIVED, received_at__lt=cutoff)
+        InboundEvent.objects.filter(
+            Q(status=S.RECEIVED, received_at__lt=now - LOST_ENQUEUE)
+            | Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
+        )
         .order_by("received_at")
         .values_list("pk", flat=True)[:500]
     )

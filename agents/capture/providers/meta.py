@@ -61,7 +61,7 @@ DM = "instagram_dm"
 DELIVERY = "delivery"
 SIGNATURE_PREFIX = "sha256="
 # Message.provider_sid holds 64 characters; Instagram mids run past 100.
-SID_MAX = 64
+SID_MAX = 255
 
 S = InboundEvent.Status
 
@@ -409,14 +409,20 @@ def lead_capture(lead: dict[str, Any], *, notified: dict[str, Any], received_at:
     )
 
 
-def _process_leadgen(event: InboundEvent) -> str:
+def _fetch_leadgen(event: InboundEvent) -> dict[str, Any]:
+    # The prepare step: runs outside the processing transaction, so nothing
+    # is held open while Meta is slow.
     item = _item_of(event)
     source = _source_of(event, item)
     token = str(source.config.get("access_token") or "")
     if not token:
         raise SourceNotConfigured(f"source {source.key!r} has no access_token: add the page token, then replay")
-    # The network read comes before any write, so no row lock is held while waiting on Meta.
-    lead = lead_fetch(item.external_id, access_token=token)
+    return lead_fetch(item.external_id, access_token=token)
+
+
+def _process_leadgen(event: InboundEvent, lead: dict[str, Any]) -> str:
+    item = _item_of(event)
+    source = _source_of(event, item)
     capture = lead_capture(lead, notified=item.data, received_at=event.received_at)
     _source_stamp(event, source)
     capture_apply(business=source.business, capture=capture, source=source, event=event)
@@ -424,9 +430,9 @@ def _process_leadgen(event: InboundEvent) -> str:
 
 
 def message_sid(mid: str) -> str:
-    """The mid when it fits Message.provider_sid, else a stable digest of it
-    (the full mid stays the event's external id and in its body)."""
-    return mid if len(mid) <= SID_MAX else "ig:" + hashlib.sha256(mid.encode()).hexdigest()[: SID_MAX - 3]
+    """The mid when it fits Message.provider_sid (255), else a stable digest
+    of it (the full mid stays the event's external id and in its body)."""
+    return mid if len(mid) <= SID_MAX else "ig:" + hashlib.sha256(mid.encode()).hexdigest()
 
 
 def dm_capture(item: Item, *, received_at: datetime) -> Capture:
@@ -487,7 +493,7 @@ def _process_delivery(event: InboundEvent) -> str:
     return S.PROCESSED if delivery.items else S.IGNORED
 
 
-handler_register(Provider.META, LEADGEN, _process_leadgen)
+handler_register(Provider.META, LEADGEN, _process_leadgen, prepare=_fetch_leadgen)
 handler_register(Provider.INSTAGRAM, DM, _process_dm)
 handler_register(Provider.META, DELIVERY, _process_delivery)
 handler_register(Provider.INSTAGRAM, DELIVERY, _process_delivery)

@@ -22,7 +22,8 @@ Answers (TwiML, text/xml, which Twilio reads):
   with a short apology `<Say>` first when the forward was not answered.
 - sms: an empty `<Response/>`; replies are the messaging roles' job.
 - 403 JSON for a missing or bad signature (and when TWILIO_AUTH_TOKEN is not
-  set: nothing could be checked), 413 over 1 MiB, 400 JSON for a signed body
+  set: nothing could be checked) and for a number whose source is switched off
+  (like every other source), 413 over 1 MiB, 400 JSON for a signed body
   without its CallSid, MessageSid or status (stored failed, for inspection).
 """
 
@@ -48,6 +49,7 @@ from agents.capture.missed_call import call_missed_record, call_status_record, s
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from crm.models import Call, InboundEvent, Provider, Source
+from crm.phones import phone_to_e164
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:call_listener"
@@ -65,15 +67,13 @@ class UnknownNumber(LookupError):
     """No active Twilio source has this phone number."""
 
 
-def source_for_number(number: str) -> Source | None:
+def source_for_number(number: str, *, include_inactive: bool = False) -> Source | None:
     if not number:
         return None
-    return (
-        Source.objects.select_related("business")
-        .filter(provider=Provider.TWILIO, is_active=True, config__phone_number=number)
-        .order_by("pk")
-        .first()
-    )
+    sources = Source.objects.select_related("business").filter(provider=Provider.TWILIO, config__phone_number=number)
+    if not include_inactive:
+        sources = sources.filter(is_active=True)
+    return sources.order_by("-is_active", "pk").first()
 
 
 def business_number(params: QueryDict | dict[str, str]) -> str:
@@ -86,23 +86,30 @@ def signature_url(request: HttpRequest) -> str:
     return settings.PUBLIC_BASE_URL.rstrip("/") + request.get_full_path()
 
 
+def signature_problem(request: HttpRequest, params: QueryDict) -> str:
+    """Why the request's X-Twilio-Signature cannot be trusted, or ""."""
+    token = settings.TWILIO_AUTH_TOKEN
+    signature = request.META.get("HTTP_X_TWILIO_SIGNATURE", "")
+    if not token:
+        return "TWILIO_AUTH_TOKEN is not set: no signature can be checked"  # an empty key signs anything
+    if not signature:
+        return "missing X-Twilio-Signature"
+    if not RequestValidator(token).validate(signature_url(request), params, signature):
+        return "X-Twilio-Signature does not match PUBLIC_BASE_URL + path and the parameters"
+    return ""
+
+
 def _verified(request: HttpRequest) -> tuple[bytes, QueryDict, Source | None]:
     """The raw body, its parameters and its source, once the signature holds."""
     body = raw_body(request)
     params = request.POST  # parsed from the body already read, so the same bytes
-    source = source_for_number(business_number(params))
-    token = settings.TWILIO_AUTH_TOKEN
-    signature = request.META.get("HTTP_X_TWILIO_SIGNATURE", "")
-    if not token:
-        # An empty key would make every signature forgeable.
-        reason = "TWILIO_AUTH_TOKEN is not set: no signature can be checked"
-    elif not signature:
-        reason = "missing X-Twilio-Signature"
-    elif not RequestValidator(token).validate(signature_url(request), params, signature):
-        reason = "X-Twilio-Signature does not match PUBLIC_BASE_URL + path and the parameters"
-    else:
-        return body, params, source
-    raise reject(request, provider=Provider.TWILIO, source=source, reason=reason, status=403)
+    source = source_for_number(business_number(params), include_inactive=True)
+    problem = signature_problem(request, params)
+    if problem:
+        raise reject(request, provider=Provider.TWILIO, source=source, reason=problem, status=403)
+    if source is not None and not source.is_active:
+        raise WebhookError(403, "source_inactive", f"source {source.key!r} is switched off")
+    return body, params, source
 
 
 def _store(
@@ -138,8 +145,9 @@ def twiml(response: TwiML) -> HttpResponse:
 def voice_answer(source: Source | None, params: QueryDict) -> tuple[VoiceResponse, str]:
     """The TwiML for an incoming call, and what it does (for ANSWER_HEADER)."""
     response = VoiceResponse()
-    forward_to = str((source.config or {}).get("forward_to") or "") if source else ""
-    if forward_to:
+    forward_to = str((source.config or {}).get("forward_to") or "").strip() if source else ""
+    if source is not None and forward_to:
+        forward_to = phone_to_e164(forward_to, source.business.region) or forward_to
         caller = params.get("From", "")
         dial = response.dial(
             action=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("hook-twilio-voice-status"),
@@ -151,8 +159,8 @@ def voice_answer(source: Source | None, params: QueryDict) -> tuple[VoiceRespons
         )
         dial.number(forward_to)
         return response, f"dial {forward_to}"
-    name = source.business.name if source else ""
-    response.say(f"Thanks for calling {name}. We can't take your call right now. We'll call you back shortly.")
+    greeting = f"Thanks for calling {source.business.name}." if source else "Thanks for calling."
+    response.say(f"{greeting} We can't take your call right now. We'll call you back shortly.")
     response.hangup()
     return response, ANSWER_MESSAGE
 

@@ -79,8 +79,9 @@ def _multipart_fields(body: bytes, content_type: str) -> dict[str, str]:
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if name and not part.get_filename():
-            payload = part.get_payload(decode=True) or b""
-            fields[str(name)] = payload.decode(part.get_content_charset() or "utf-8", errors="replace")
+            payload = part.get_payload(decode=True)
+            raw = payload if isinstance(payload, bytes) else b""
+            fields[str(name)] = raw.decode(part.get_content_charset() or "utf-8", errors="replace")
     return fields
 
 

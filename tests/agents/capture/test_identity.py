@@ -23,7 +23,9 @@ def capture(**kw) -> Capture:
 
 
 def test_the_same_person_through_three_channels_is_one_contact_and_one_lead(business):
-    first = capture_apply(business=business, capture=capture(first_name="Ana", phones=["(212) 555-0147"], emails=["ana@x.com"]))
+    first = capture_apply(
+        business=business, capture=capture(first_name="Ana", phones=["(212) 555-0147"], emails=["ana@x.com"])
+    )
     second = capture_apply(business=business, capture=capture(channel="call", phones=["+1 212 555 0147"]))
     third = capture_apply(business=business, capture=capture(emails=["ANA@X.COM"], last_name="Lopez"))
     assert first.contact == second.contact == third.contact
@@ -68,7 +70,9 @@ def test_two_needs_of_one_person_are_two_open_leads(business):
     ServiceLine.objects.create(business=business, slug="hvac", name="HVAC", keywords=["furnace"])
     ServiceLine.objects.create(business=business, slug="plumbing", name="Plumbing", keywords=["leak"])
     furnace = capture_apply(business=business, capture=capture(phones=["+12125550147"], request_text="Furnace is out"))
-    leak = capture_apply(business=business, capture=capture(phones=["+12125550147"], request_text="A leak under the sink"))
+    leak = capture_apply(
+        business=business, capture=capture(phones=["+12125550147"], request_text="A leak under the sink")
+    )
     assert furnace.contact == leak.contact and furnace.lead != leak.lead
     assert {furnace.lead.service_line.slug, leak.lead.service_line.slug} == {"hvac", "plumbing"}
 

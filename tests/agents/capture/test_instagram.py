@@ -12,7 +12,6 @@ import pytest
 from django.test import Client
 
 from agents.capture.processing import event_replay
-from agents.capture.providers.meta import message_sid
 from crm.models import Business, ContactPoint, InboundEvent, Lead, Message, Source
 from tests.agents.capture.conftest import run_queued_events
 from tests.agents.capture.test_meta import APP_SECRET, SAMPLES, VECTORS, post, sign
@@ -89,7 +88,7 @@ def test_a_dm_makes_a_contact_with_an_instagram_handle_a_lead_and_an_inbound_mes
     assert message.body == TEXT
     assert (message.from_number, message.to, message.inbound_event) == (SENDER, ACCOUNT_ID, event)
     # The full mid (116 characters) is the event's id; the message keeps a digest that fits.
-    assert message.provider_sid == message_sid(MID) and len(message.provider_sid) <= 64
+    assert message.provider_sid == MID  # the whole mid fits (provider_sid holds 255)
     touch = lead.touches.get()
     assert (touch.provider, touch.channel, touch.source) == ("instagram", "dm", ig_source)
     assert touch.received_at == datetime.fromtimestamp(1773500599.876, tz=UTC)  # milliseconds
@@ -177,3 +176,17 @@ def test_a_dm_to_an_unknown_account_fails_until_its_source_is_configured(
     event.refresh_from_db()
     assert event.source == source
     assert Message.objects.get().body == TEXT
+
+
+def test_a_photo_without_text_is_recorded_with_its_link(
+    ig_source: Source, django_capture_on_commit_callbacks: Any
+) -> None:
+    photo = dm("mid.photo", "")
+    photo["message"] = {
+        "mid": "mid.photo",
+        "attachments": [{"type": "image", "payload": {"url": "https://cdn.example/p.jpg"}}],
+    }
+    deliver(dm_body(photo), django_capture_on_commit_callbacks)
+
+    assert run_queued_events() == ["processed"]
+    assert Message.objects.get().body == "[image] https://cdn.example/p.jpg"

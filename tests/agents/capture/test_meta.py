@@ -7,6 +7,7 @@ import copy
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,8 +21,8 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.capture.meta_graph import LEAD_FIELDS, backoff_delays
-from agents.capture.providers.meta import lead_capture
 from agents.capture.processing import event_replay
+from agents.capture.providers.meta import lead_capture
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
 from tests.agents.capture.conftest import run_queued_events
 
@@ -257,6 +258,23 @@ def test_a_graph_api_that_stays_down_leaves_the_event_failed_until_a_replay(
     assert Lead.objects.count() == 1 and InboundEvent.objects.count() == 1
 
 
+def test_an_unreachable_graph_api_fails_without_leaking_the_page_token(
+    meta_source: Source, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    with socket.socket() as closed:  # a port nobody listens on once this block ends
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    settings.META_GRAPH_URL = f"http://127.0.0.1:{port}/v21.0"
+    settings.META_GRAPH_RETRY_DELAY = 0.0
+    with django_capture_on_commit_callbacks(execute=True):
+        post(Client(), WEBHOOK)
+
+    assert run_queued_events() == ["failed"]
+    error = InboundEvent.objects.get().error
+    assert "after 3 attempts: ConnectionError" in error
+    assert "page-token" not in error and "access_token=[redacted]" in error
+
+
 def test_a_graph_refusal_is_not_retried(
     meta_source: Source, graph: GraphServer, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -321,6 +339,13 @@ def test_a_bad_or_missing_signature_is_refused_counted_and_not_stored(signature:
     assert not InboundEvent.objects.exists()
     rejection = RejectedDelivery.objects.get()
     assert (rejection.provider, rejection.source, rejection.count) == ("meta", None, 1)
+
+
+def test_every_delivery_is_refused_while_no_app_secret_is_configured(settings: Any) -> None:
+    settings.META_APP_SECRET = ""
+    response = post(Client(), WEBHOOK, signature=sign(WEBHOOK, ""))
+    assert response.status_code == 401
+    assert not InboundEvent.objects.exists()
 
 
 def test_a_signature_over_reserialised_json_is_refused() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -23,10 +25,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PHONE = "+12125550147"
 
 
-def race(calls: list[Callable[[], object]]) -> list[object]:
+def race(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     barrier = threading.Barrier(len(calls))
 
-    def run(call: Callable[[], object]) -> object:
+    def run(call: Callable[[], Any]) -> Any:
         try:
             barrier.wait(timeout=30)
             return call()
@@ -48,7 +50,11 @@ def sources(business) -> dict[str, Source]:
 
 def website_post() -> int:
     body = json.dumps({"name": "Ana Lopez", "phone": "(212) 555-0147", "email": "ana@example.com", "nonce": "w-1"})
-    return Client().post("/hooks/forms/site/", body, content_type="application/json", HTTP_AUTHORIZATION="Bearer s1").status_code
+    return (
+        Client()
+        .post("/hooks/forms/site/", body, content_type="application/json", HTTP_AUTHORIZATION="Bearer s1")
+        .status_code
+    )
 
 
 def hosted_post() -> int:
@@ -78,7 +84,7 @@ def test_thirty_racing_deliveries_of_one_person_across_three_providers_make_one_
 
     # Every worker tries every event, as at-least-once redelivery would.
     event_ids = list(InboundEvent.objects.values_list("pk", flat=True))
-    outcomes = race([lambda pk=pk: event_process(pk) for pk in event_ids for _ in range(5)])
+    outcomes = race([partial(event_process, pk) for pk in event_ids for _ in range(5)])
     assert sorted(o for o in outcomes if o != "skipped") == ["processed"] * 3
 
     assert Contact.objects.count() == 1

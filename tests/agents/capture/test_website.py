@@ -125,7 +125,6 @@ def test_an_unparseable_phone_is_kept_as_typed_and_flagged(website_source, djang
     assert "invalid_phone" in lead.exceptions
 
 
-
 @pytest.fixture
 def hosted_source(business):
     from crm.models import Source

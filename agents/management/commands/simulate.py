@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agents.simulate import (
+    BUILDER_NAMES,
+    DEFAULT_TIMEOUT,
+    GRAPH_DEFAULT_PORT,
+    LOOPBACK_HOSTS,
+    GraphServer,
+    SimulationError,
+    context_load,
+    loopback_url,
+    plan_build,
+    plan_run,
+    summary_lines,
+    unexpected,
+)
+
+HELP = f"""Post realistic, correctly signed webhooks for every configured source of a
+business to a running server over HTTP: Google Ads leads (some is_test), website
+forms (JSON and form-encoded, phones typed every way), hosted-form submissions
+(GET for the CSRF cookie, token and nonce, then POST), Typeform responses, Meta
+lead ads, Instagram DMs, Twilio missed calls and inbound SMS, and SMS replies from
+earlier leads. Some people use two or three channels minutes apart; some
+deliveries are repeated byte for byte; a few are malformed but signed, a few
+badly signed: those are counted as meant to fail. Exits non-zero when any
+status is unexpected.
+
+Run it with the server's settings (the same environment or .env): it reads the
+business's sources from the database, and META_APP_SECRET, TWILIO_AUTH_TOKEN and
+PUBLIC_BASE_URL (Twilio signs PUBLIC_BASE_URL + path) from settings. A provider
+whose source or secret is missing is skipped, and the reason printed.
+
+Meta lead ads: the server reads each announced lead from META_GRAPH_URL. This
+command serves those leads itself, from a Graph-compatible server on
+127.0.0.1:--graph-port (default: the port of a loopback META_GRAPH_URL, else
+{GRAPH_DEFAULT_PORT}). Start the web server and the task cluster with
+META_GRAPH_URL=http://127.0.0.1:<that port>; otherwise Meta leads are stored but
+fail to fetch, and stay failed and replayable. The command waits (at most
+--graph-wait seconds) for the cluster to fetch them.
+
+Replies are simulated (SMS and Instagram); bookings (Calendly) and payments
+(Stripe) arrive with later issues."""
+
+
+class Command(BaseCommand):
+    help = HELP
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        from argparse import RawDescriptionHelpFormatter
+
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.formatter_class = RawDescriptionHelpFormatter
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running server (default %(default)s)")
+        parser.add_argument("--leads", type=int, default=20, help="how many people (default %(default)s)")
+        parser.add_argument("--business", help="the business slug (default: the only one there is)")
+        parser.add_argument("--seed", type=int, help="the same seed posts the same people and ids (default: random)")
+        parser.add_argument(
+            "--only", help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)} (default: every configured one)"
+        )
+        parser.add_argument("--graph-port", type=int, help="the Meta Graph stand-in's port (0: any free port)")
+        parser.add_argument("--no-graph", action="store_true", help="do not serve Meta leads (they will fail)")
+        parser.add_argument(
+            "--graph-wait", type=float, default=30.0, help="seconds to wait for Meta lead reads (default %(default)s)"
+        )
+        parser.add_argument("--concurrency", type=int, default=4, help="sender threads (default %(default)s)")
+        parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT[1], help="read timeout, seconds")
+        parser.add_argument("--public-base-url", help="the base URL Twilio signatures use (default PUBLIC_BASE_URL)")
+        parser.add_argument(
+            "--allow-remote", action="store_true", help="allow a --url that is not this machine (fake leads!)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        url = options["url"].rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"--url must be an http(s) URL, not {url!r}")
+        if not loopback_url(url) and not options["allow_remote"]:
+            raise CommandError(f"--url {url} is not {' or '.join(LOOPBACK_HOSTS)}: pass --allow-remote to post there")
+        if options["leads"] < 0:
+            raise CommandError("--leads must be 0 or more")
+        only = [n.strip() for n in options["only"].split(",") if n.strip()] if options["only"] else None
+        seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1, 1_000_000)
+        try:
+            ctx = context_load(options["business"], public_base_url=options["public_base_url"])
+            plan = plan_build(ctx, leads=options["leads"], seed=seed, only=only)
+        except SimulationError as exc:
+            raise CommandError(str(exc)) from exc
+
+        out = self.stdout.write
+        out(f"Simulating {len(plan.people)} people for {ctx.business_slug} against {url} (--seed {seed})")
+        for name, reason in plan.skipped.items():
+            out(self.style.WARNING(f"  skipped {name}: {reason}"))
+        if not plan.builders:
+            raise CommandError("nothing to simulate: no configured provider can be posted to")
+        if "twilio" in plan.builders:
+            out(f"  Twilio signatures are made for {ctx.public_base_url} + path (PUBLIC_BASE_URL)")
+
+        graph = None
+        if plan.graph_leads and not options["no_graph"]:
+            graph = GraphServer(self._graph_port(options["graph_port"]))
+            graph.publish(plan.graph_leads, plan.graph_tokens)
+            graph.start()
+            out(f"  Meta Graph stand-in on {graph.url}: the server must run with META_GRAPH_URL={graph.url}")
+            if urlsplit(settings.META_GRAPH_URL).netloc != urlsplit(graph.url).netloc:
+                out(
+                    self.style.WARNING(
+                        f"  META_GRAPH_URL here is {settings.META_GRAPH_URL}; if the server's is too, its Meta leads "
+                        "fail to fetch and stay failed, replayable once META_GRAPH_URL points at a Graph that has them"
+                    )
+                )
+        try:
+            started = time.monotonic()
+            results = plan_run(
+                plan, url, concurrency=options["concurrency"], timeout=(DEFAULT_TIMEOUT[0], options["timeout"])
+            )
+            out(f"Posted {len(results)} webhooks in {time.monotonic() - started:.1f} s")
+            for line in summary_lines(plan, results):
+                out(line)
+            if graph is not None:
+                self._graph_report(graph, plan.graph_leads, options["graph_wait"])
+            elif plan.graph_leads:
+                out(self.style.WARNING(f"Meta: {len(plan.graph_leads)} leads announced, none served (--no-graph)"))
+        finally:
+            if graph is not None:
+                graph.close()
+        out("Replies: SMS and Instagram replies from earlier leads are included; bookings (Calendly) and payments")
+        out("(Stripe) are not simulated yet: they arrive with later issues.")
+        wrong = unexpected(results)
+        if wrong:
+            raise CommandError(f"{len(wrong)} unexpected status(es), listed above")
+        out(self.style.SUCCESS("Every status was the expected one."))
+
+    def _graph_port(self, given: int | None) -> int:
+        if given is not None:
+            return given
+        configured = urlsplit(settings.META_GRAPH_URL)
+        if configured.hostname in LOOPBACK_HOSTS and configured.port:
+            return configured.port
+        return GRAPH_DEFAULT_PORT
+
+    def _graph_report(self, graph: GraphServer, leads: dict[str, Any], wait: float) -> None:
+        fetched = graph.wait_fetched(leads, timeout=wait)
+        line = f"Meta: {len(fetched)} of {len(leads)} announced leads fetched from {graph.url}"
+        if graph.refused:
+            line += f"; {graph.refused} Graph reads refused (unknown id or wrong access token)"
+        if len(fetched) == len(leads):
+            self.stdout.write(line)
+            return
+        self.stdout.write(
+            self.style.WARNING(
+                f"{line}. The rest were not fetched within {wait:.0f} s: is the task cluster running, with "
+                f"META_GRAPH_URL={graph.url}? Unfetched leads fail and stay replayable."
+            )
+        )
