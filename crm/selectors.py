@@ -70,6 +70,16 @@ def lead_visibility_q(scope: Scope, prefix: str = "") -> Q:
     return q
 
 
+def business_manager(business_id: int) -> TeamMember | None:
+    """Who takes what has no owner: the business's first active manager, else its owner."""
+    return (
+        TeamMember.objects.select_related("user")
+        .filter(business_id=business_id, is_active=True, role__in=[Role.MANAGER, Role.OWNER])
+        .order_by("role", "pk")
+        .first()
+    )
+
+
 def lead_list_visible(user: Any) -> QuerySet[Lead]:
     scope = scope_for(user)
     return Lead.objects.filter(lead_visibility_q(scope))

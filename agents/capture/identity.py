@@ -29,17 +29,16 @@ from crm.models import (
     LeadException,
     LeadTouch,
     Message,
-    Role,
     ServiceLine,
     Source,
     Stage,
-    TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
+from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
-from crm.services.records import lead_open, touch_add
+from crm.services.records import lead_open, task_create, touch_add
 
 ACTOR = "agent:identity_resolver"
 # Channels where a known person writing again is a reply, not a new inquiry.
@@ -69,7 +68,7 @@ def points_of(business: Business, capture: Capture) -> list[Point]:
     as typed and marked invalid, never dropped."""
     points: dict[tuple[str, str], Point] = {}
     for raw in capture.phones:
-        if not (raw or "").strip():
+        if not (raw or "").strip() or _withheld(raw):
             continue
         e164 = phone_to_e164(raw, business.region)
         point = Point(ContactPointKind.PHONE, e164 or raw.strip(), raw, e164 is not None)
@@ -83,6 +82,18 @@ def points_of(business: Business, capture: Capture) -> list[Point]:
         if value:
             points.setdefault((kind, value), Point(kind, value, value, True))
     return sorted(points.values(), key=lambda p: (p.kind, p.value))
+
+
+# What carriers send for a withheld caller ID (words, and Twilio's spelled-out
+# placeholder numbers): not a number, and never a way to match two callers.
+WITHHELD_CALLER_IDS = {
+    "anonymous", "restricted", "unknown", "unavailable", "blocked", "private", "withheld",
+    "+266696687", "+7378742833", "+2562533", "+8656696", "+86282452253",
+}  # fmt: skip
+
+
+def _withheld(raw: str) -> bool:
+    return raw.strip().lower() in WITHHELD_CALLER_IDS
 
 
 def _lock(business: Business, keys: list[str]) -> None:
@@ -104,14 +115,6 @@ def service_line_match(business: Business, *texts: str) -> ServiceLine | None:
     return None
 
 
-def _manager_of(business: Business) -> TeamMember | None:
-    return (
-        TeamMember.objects.filter(business=business, is_active=True, role__in=[Role.MANAGER, Role.OWNER])
-        .order_by("role", "pk")
-        .first()
-    )
-
-
 @transaction.atomic
 def capture_apply(
     *, business: Business, capture: Capture, source: Source | None = None, event: InboundEvent | None = None
@@ -120,7 +123,7 @@ def capture_apply(
     open the lead, stamp the touch, record consent evidence and any inbound
     message, and flag what a person must look at. One transaction."""
     points = points_of(business, capture)
-    _lock(business, [f"{p.kind}:{p.value}" for p in points])
+    _lock(business, [f"{p.kind}:{p.value}" for p in points if p.valid])
     contact, created_contact, others = _contact_for(business, capture, points)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
     existing_lead, reply = _open_lead_for(contact, service_line, capture)
@@ -183,15 +186,18 @@ def _touch_columns(capture: Capture) -> dict[str, object]:
 
 
 def _contact_for(business: Business, capture: Capture, points: list[Point]) -> tuple[Contact, bool, list[Contact]]:
+    # Only valid (normalized) points identify a person; an unparseable phone is
+    # kept on the contact but matches nobody.
+    valid = [p for p in points if p.valid]
     match = Q()
-    for p in points:
+    for p in valid:
         match |= Q(kind=p.kind, value=p.value)
     existing = (
         {
             (cp.kind, cp.value): cp
-            for cp in ContactPoint.objects.filter(match, business=business).select_related("contact")
+            for cp in ContactPoint.objects.filter(match, business=business, is_valid=True).select_related("contact")
         }
-        if points
+        if valid
         else {}
     )
     # The phone decides who this is; then email, then social handles.
@@ -229,8 +235,9 @@ def _contact_for(business: Business, capture: Capture, points: list[Point]) -> t
     else:
         contact = ranked[0]
         _fill_blanks(contact, capture)
+    kept_invalid = set() if created else set(contact.points.filter(is_valid=False).values_list("value", flat=True))
     for p in points:
-        if (p.kind, p.value) not in existing:
+        if (p.kind, p.value) not in existing and (p.valid or p.value not in kept_invalid):
             ContactPoint.objects.create(
                 business=business, contact=contact, kind=p.kind, value=p.value, raw_value=p.raw[:254], is_valid=p.valid
             )
@@ -381,18 +388,12 @@ def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Conta
 
 
 def _manager_task(lead: Lead, title: str) -> None:
-    from crm.models import Task
-
-    manager = _manager_of(lead.business)
-    task = Task.objects.create(
-        business=lead.business, lead=lead, owner=manager, kind="exception", title=title, due_at=timezone.now()
-    )
-    receipt_write(
-        business=lead.business,
+    task_create(
         lead=lead,
-        subject=task.public_id,
+        title=title,
+        due_at=timezone.now(),
         actor=ACTOR,
-        action="task.created",
+        kind="exception",
+        owner=lead.owner or business_manager(lead.business_id),
         reason="exception for a person",
-        after={"title": title, "owner": manager.user.get_username() if manager else None},
     )

@@ -21,8 +21,10 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from crm.models import Call, Receipt, Role, Task, TeamMember
+from crm.models import Call, Receipt, Task, TeamMember
+from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
+from crm.services.records import task_create
 
 ACTOR = "agent:missed_call"
 # A completed call shorter than this, with no recording, was a hang-up or a
@@ -124,15 +126,6 @@ def call_status_record(call: Call, update: CallStatusUpdate, *, at: datetime) ->
     return call_missed_record(call, reason=reason, at=at)
 
 
-def _first_manager(call: Call) -> TeamMember | None:
-    return (
-        TeamMember.objects.select_related("user")
-        .filter(business_id=call.business_id, is_active=True, role__in=[Role.MANAGER, Role.OWNER])
-        .order_by("role", "pk")
-        .first()
-    )
-
-
 def _username(member: TeamMember | None) -> str | None:
     return member.user.get_username() if member else None
 
@@ -153,25 +146,17 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
         return None
     lead = call.lead
     owner = lead.owner if lead is not None and lead.owner is not None and lead.owner.is_active else None
-    owner = owner or _first_manager(call)
+    owner = owner or business_manager(call.business_id)
     open_tasks = lead.tasks.select_related("owner__user") if lead is not None else Task.objects.none()
     existing = open_tasks.filter(kind=TASK_KIND, status=Task.Status.OPEN).first()
     task = None
     if existing is None:
         title = f"Call back {call.from_number or 'the caller'} (missed call)"
         due_at = at + timedelta(minutes=call.business.first_response_minutes)
-        task = Task(business=call.business, lead=lead, owner=owner, kind=TASK_KIND, title=title, due_at=due_at)
-        task.full_clean()
-        task.save()
-        receipt_write(
-            business=call.business,
-            lead=lead,
-            subject=task.public_id,
-            actor=ACTOR,
-            action="task.created",
-            reason="missed call",
-            after={"title": title, "kind": TASK_KIND, "due_at": due_at, "owner": _username(owner)},
-        )
+        if lead is not None:
+            task = task_create(
+                lead=lead, title=title, due_at=due_at, actor=ACTOR, kind=TASK_KIND, owner=owner, reason="missed call"
+            )
     kept = task or existing
     receipt_write(
         business=call.business,

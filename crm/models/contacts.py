@@ -92,7 +92,13 @@ class ContactPoint(models.Model):
     class Meta:
         ordering = ["kind", "created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["business", "kind", "value"], name="crm_contactpoint_unique_value"),
+            # Only a normalized value identifies a person: two people who both
+            # typed "call me" are not one contact.
+            models.UniqueConstraint(
+                fields=["business", "kind", "value"],
+                condition=models.Q(is_valid=True),
+                name="crm_contactpoint_unique_value",
+            ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=ContactPointKind.values), name="crm_contactpoint_kind_valid"
             ),

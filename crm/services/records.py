@@ -32,6 +32,7 @@ from crm.models import (
     ServiceLine,
     Source,
     Task,
+    TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
 from crm.services.receipts import receipt_write
@@ -127,13 +128,24 @@ def touch_add(
 
 
 @transaction.atomic
-def task_create(*, lead: Lead, title: str, due_at: datetime, actor: str, kind: str = "next_action") -> Task:
-    task = Task.objects.create(
-        business=lead.business, lead=lead, owner=lead.owner, kind=kind, title=title, due_at=due_at
-    )
+def task_create(
+    *,
+    lead: Lead,
+    title: str,
+    due_at: datetime,
+    actor: str,
+    kind: str = "next_action",
+    owner: TeamMember | None = None,
+    reason: str = "",
+) -> Task:
+    """A human action with a due time, owned by `owner` or else the lead's owner."""
+    owner = owner or lead.owner
+    task = Task(business=lead.business, lead=lead, owner=owner, kind=kind, title=title, due_at=due_at)
+    task.full_clean()
+    task.save()
     receipt_write(
-        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created",
-        after={"title": title, "due_at": due_at, "owner": lead.owner.user.get_username() if lead.owner else None},
+        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created", reason=reason,
+        after={"title": title, "kind": kind, "due_at": due_at, "owner": owner.user.get_username() if owner else None},
     )  # fmt: skip
     return task
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.utils import timezone
 
@@ -347,8 +348,12 @@ def test_a_second_open_next_action_task_for_a_lead_is_refused(business: Business
     due = timezone.now() + timedelta(hours=1)
     task_create(lead=lead, title="Call back", due_at=due, actor="sam")
 
-    with pytest.raises(IntegrityError, match="crm_task_one_open_next_action"), transaction.atomic():
+    # The service validates first (a clear message, nothing written)…
+    with pytest.raises(ValidationError, match="crm_task_one_open_next_action"):
         task_create(lead=lead, title="Text back", due_at=due, actor="sam")
+    # …and the database refuses whatever gets past it.
+    with pytest.raises(IntegrityError, match="crm_task_one_open_next_action"), transaction.atomic():
+        Task.objects.create(business=business, lead=lead, kind="next_action", title="Text back", due_at=due)
 
     task_create(lead=lead, title="Send photos", due_at=due, actor="sam", kind="follow_up")
     assert sorted(Task.objects.filter(lead=lead).values_list("kind", flat=True)) == ["follow_up", "next_action"]
@@ -449,3 +454,10 @@ def test_a_consent_event_cannot_be_changed_or_removed_in_raw_sql(business: Busin
             cursor.execute(sql, [event.pk])
 
     assert ConsentEvent.objects.get(pk=event.pk).action == "grant"
+
+
+def test_an_unparseable_phone_may_be_kept_by_two_contacts(business: Business) -> None:
+    for name in ("Al", "Bo"):
+        contact = Contact.objects.create(business=business, first_name=name)
+        ContactPoint.objects.create(business=business, contact=contact, kind="phone", value="call me", is_valid=False)
+    assert ContactPoint.objects.filter(value="call me").count() == 2

@@ -91,3 +91,18 @@ def test_a_text_from_a_known_person_is_a_reply_on_their_open_lead(business):
 def test_a_test_lead_is_stored_flagged_and_marked(business):
     applied = capture_apply(business=business, capture=capture(phones=["+16505550123"], is_test=True))
     assert applied.lead.is_test and applied.lead.exceptions == ["test_lead"]
+
+
+def test_two_people_who_typed_the_same_unparseable_phone_stay_two_contacts(business):
+    one = capture_apply(business=business, capture=capture(first_name="Al", phones=["call me"]))
+    two = capture_apply(business=business, capture=capture(first_name="Bo", phones=["call me"]))
+    assert one.contact != two.contact
+    assert all("invalid_phone" in applied.lead.exceptions for applied in (one, two))
+
+
+@pytest.mark.parametrize("caller", ["anonymous", "Restricted", "+266696687"])
+def test_withheld_callers_are_never_merged_into_one_contact(business, caller):
+    first = capture_apply(business=business, capture=capture(channel="call", phones=[caller]))
+    second = capture_apply(business=business, capture=capture(channel="call", phones=[caller]))
+    assert first.contact != second.contact
+    assert first.lead.exceptions == ["missing_identity"]
