@@ -52,7 +52,11 @@ class Receipt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["business", "seq"], name="crm_receipt_unique_seq"),
         ]
-        indexes = [models.Index(fields=["lead", "at"], name="crm_receipt_lead_idx")]
+        indexes = [
+            models.Index(fields=["lead", "at"], name="crm_receipt_lead_idx"),
+            # "Has this already been recorded for that record?" (idempotent roles).
+            models.Index(fields=["business", "subject"], name="crm_receipt_subject_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor}"

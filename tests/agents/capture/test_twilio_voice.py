@@ -412,3 +412,31 @@ def test_an_inactive_lead_owner_hands_the_call_back_to_the_manager(
     run_queued_events()
 
     assert Task.objects.get(kind="call_back").owner == manager
+
+
+def test_an_operator_replays_failed_events_from_the_admin(business, manager, django_capture_on_commit_callbacks):
+    # An event for a number no business has configured belongs to no tenant
+    # yet: only operators (superusers) see it, never another business's staff.
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.factories import UserFactory
+
+    other_line = "+13125550122"
+    deliver(django_capture_on_commit_callbacks, VOICE, incoming(to=other_line))
+    assert run_queued_events() == ["failed"]
+    event = InboundEvent.objects.get()
+    staff = Client()
+    staff.force_login(manager.user)
+    assert event.public_id not in staff.get(reverse("admin:crm_inboundevent_changelist")).content.decode()
+    admin = Client()
+    admin.force_login(UserFactory.create(username="operator", is_superuser=True))
+    listing = admin.get(reverse("admin:crm_inboundevent_changelist") + "?status__exact=failed")
+    assert event.public_id in listing.content.decode()
+
+    Source.objects.create(business=business, key="line-2", provider="twilio", config={"phone_number": other_line})
+    for _ in range(2):  # the second replay finds nothing failed: no second lead, no second call
+        admin.post(reverse("admin:crm_inboundevent_changelist"), {"action": "replay", "_selected_action": [event.pk]})
+    event.refresh_from_db()
+    assert (event.status, event.attempts) == ("processed", 2)
+    assert Lead.objects.count() == 1 and Call.objects.count() == 1
