@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check pytest migrate demo stop-db clean
+.PHONY: run test check pytest migrate demo simulate stop-db clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,13 +18,25 @@ migrate: $(STAMP)
 demo: migrate
 	$(PY) manage.py load_demo
 
+# Demo-only provider secrets, so `simulate` can sign what the demo server
+# checks; set the real ones in the environment (or .env) to go live.
+DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
+	META_VERIFY_TOKEN=$${META_VERIFY_TOKEN:-demo-meta-verify-token} \
+	META_GRAPH_URL=$${META_GRAPH_URL:-http://127.0.0.1:8765} \
+	TWILIO_AUTH_TOKEN=$${TWILIO_AUTH_TOKEN:-demo-twilio-auth-token}
+
 # The web server and the task cluster together; Ctrl-C stops both.
 run: demo
 	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task cluster)"
 	@trap 'kill 0' INT TERM EXIT; \
+	export $(DEMO_ENV); \
 	$(PY) manage.py qcluster & \
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000 & \
 	wait
+
+# Post realistic, signed webhooks for every demo source to the running `make run`.
+simulate: $(STAMP)
+	export $(DEMO_ENV); $(PY) manage.py simulate --url http://127.0.0.1:8000 --leads $${LEADS:-50}
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -34,7 +34,7 @@ from crm.models import InboundEvent, Provider
 KNOWN_FIELDS = {
     "first_name", "last_name", "name", "phone", "email", "postal_code", "address", "service", "message",
     "consent", "consent_text", "page_url", "utm_source", "utm_medium", "utm_campaign", "utm_term",
-    "utm_content", "gclid", "fbclid", "nonce", "website_url",
+    "utm_content", "gclid", "fbclid", "nonce", "website_url", "csrfmiddlewaretoken",
 }  # fmt: skip
 DEFAULT_CONSENT_TEXT = (
     "By ticking this box you agree that {business} may call and text you about your request at the number "
