@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -38,8 +39,15 @@ test_database_url.__test__ = False  # type: ignore[attr-defined]
 def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
     timer = timer_schedule(business=business, kind="cluster.probe", due_at=timezone.now() - timedelta(seconds=1))
     env = {**os.environ, "DATABASE_URL": test_database_url(), "Q_WORKERS": "1"}
+    # Its own session, so teardown can end the whole process group: the
+    # cluster's workers must not outlive the test and poll its database.
     cluster = subprocess.Popen(
-        [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = timezone.now() + timedelta(seconds=90)
@@ -53,11 +61,11 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
                 continue
             pytest.fail(f"the cluster exited early:\n{cluster.stdout.read().decode() if cluster.stdout else ''}")
     finally:
-        cluster.terminate()
+        os.killpg(cluster.pid, signal.SIGTERM)
         try:
             output, _ = cluster.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            cluster.kill()
+            os.killpg(cluster.pid, signal.SIGKILL)
             output, _ = cluster.communicate()
     # No handler is registered for this kind in the cluster: it must be
     # claimed and marked failed with that reason, not left pending or lost.
