@@ -7,6 +7,7 @@ records. A parser raises `MalformedPayload` for a signed body it cannot read.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,17 @@ from typing import Any
 
 class MalformedPayload(ValueError):
     """A body that passed authentication but cannot be parsed."""
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The delivered JSON object; `MalformedPayload` for anything else."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # ValueError covers bad JSON and bad UTF-8
+        raise MalformedPayload(f"invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedPayload("a JSON object is expected")
+    return data
 
 
 @dataclass

@@ -35,7 +35,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, split_name, truthy
+from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
@@ -46,17 +46,6 @@ PHONE_COLUMNS = {"PHONE_NUMBER", "WORK_PHONE"}
 EMAIL_COLUMNS = {"EMAIL", "WORK_EMAIL"}
 POSTAL_COLUMNS = {"POSTAL_CODE", "ZIP_CODE"}
 ADDRESS_COLUMNS = ("STREET_ADDRESS", "CITY", "REGION")
-
-
-def lead_data(body: bytes) -> dict[str, Any]:
-    """The delivered JSON object; `MalformedPayload` for anything else."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:  # ValueError covers bad JSON and bad UTF-8
-        raise MalformedPayload(f"invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedPayload("a JSON object is expected")
-    return data
 
 
 def _text(value: Any) -> str:
@@ -177,7 +166,7 @@ def parse_lead(data: dict[str, Any], *, received_at: datetime) -> Capture:
 
 
 def _process(event: InboundEvent) -> str:
-    capture = parse_lead(lead_data(bytes(event.body)), received_at=event.received_at)
+    capture = parse_lead(json_object(bytes(event.body)), received_at=event.received_at)
     assert event.business is not None
     capture_apply(business=event.business, capture=capture, source=event.source, event=event)
     return InboundEvent.Status.PROCESSED
@@ -203,7 +192,7 @@ def google_ads_lead(request: HttpRequest, source_key: str) -> HttpResponse:
         source = source_for(source_key, Provider.GOOGLE_ADS)
         body = raw_body(request)
         try:
-            data = lead_data(body)
+            data = json_object(body)
         except MalformedPayload as exc:
             raise reject(
                 request, provider=Provider.GOOGLE_ADS, source=source, reason=f"unauthenticated: {exc}", status=400

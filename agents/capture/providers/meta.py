@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +37,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from agents.capture.base import Capture, MalformedPayload, split_name, truthy
+from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.intake import Accepted, event_accept, rejection_count
 from agents.capture.meta_graph import lead_fetch
@@ -110,12 +109,7 @@ def delivery_parse(body: bytes) -> Delivery:
 
     Raises MalformedPayload when the body as a whole is not a Meta delivery.
     Unknown fields and events we do not handle are skipped, not errors."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedPayload(f"invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedPayload("a JSON object is expected")
+    data = json_object(body)
     kind_of_object = data.get("object")
     if kind_of_object not in ("page", "instagram"):
         raise MalformedPayload(f"unexpected object {kind_of_object!r} (page or instagram expected)")

@@ -41,7 +41,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, split_name, utm_from
+from agents.capture.base import Capture, MalformedPayload, json_object, split_name, utm_from
 from agents.capture.identity import capture_apply
 from agents.capture.intake import rejection_count
 from agents.capture.processing import handler_register
@@ -66,17 +66,6 @@ def typeform_signature(secret: str, body: bytes) -> str:
     """The `Typeform-Signature` value Typeform sends for these bytes."""
     digest = hmac.new(secret.encode(), body, hashlib.sha256).digest()
     return "sha256=" + base64.b64encode(digest).decode("ascii")
-
-
-def response_data(body: bytes) -> dict[str, Any]:
-    """The delivered JSON object; `MalformedPayload` for anything else."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:  # ValueError covers bad JSON and bad UTF-8
-        raise MalformedPayload(f"invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedPayload("a JSON object is expected")
-    return data
 
 
 def _text(value: Any) -> str:
@@ -216,7 +205,7 @@ def parse_response(data: dict[str, Any], *, received_at: datetime) -> Capture:
 
 
 def _process(event: InboundEvent) -> str:
-    capture = parse_response(response_data(bytes(event.body)), received_at=event.received_at)
+    capture = parse_response(json_object(bytes(event.body)), received_at=event.received_at)
     assert event.business is not None
     capture_apply(business=event.business, capture=capture, source=event.source, event=event)
     return InboundEvent.Status.PROCESSED
@@ -271,7 +260,7 @@ def typeform_response(request: HttpRequest, source_key: str) -> HttpResponse:
             raise WebhookError(403, "source_inactive", f"source {source.key!r} is switched off")
         malformed, data = "", {}
         try:
-            data = response_data(body)
+            data = json_object(body)
             parse_response(data, received_at=timezone.now())
         except MalformedPayload as exc:
             malformed = str(exc)
