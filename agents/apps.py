@@ -13,6 +13,10 @@ class AgentsConfig(AppConfig):
         from crm.admin import EVENT_REPLAY
 
         EVENT_REPLAY[:] = [event_replay]
+
+        from agents.outbound import timers as outbound_timers
+
+        outbound_timers.register()
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

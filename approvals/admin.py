@@ -1,35 +1,128 @@
+"""The human gate's queue in the admin.
+
+Scoped like every list (`crm.selectors.scoped`); records are never edited by
+hand: the bulk actions and the decision form on the change page call
+`approvals.services`, which decides who may decide and writes the receipt.
+"""
+
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from approvals.models import ApprovalRequest
+from approvals.services import ApprovalError, approval_approve, approval_reject
 from crm.selectors import scoped
+
+
+class AgeFilter(admin.SimpleListFilter):
+    """How long a request has been waiting since it was proposed."""
+
+    title = "age"
+    parameter_name = "age"
+    # value: (older than, at most); None is open-ended.
+    RANGES: dict[str, tuple[timedelta, timedelta | None]] = {
+        "lt1h": (timedelta(0), timedelta(hours=1)),
+        "1h-24h": (timedelta(hours=1), timedelta(hours=24)),
+        "gt24h": (timedelta(hours=24), None),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("lt1h", "under 1 hour"), ("1h-24h", "1–24 hours"), ("gt24h", "over 24 hours")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value not in self.RANGES:
+            return queryset
+        now = timezone.now()
+        older_than, at_most = self.RANGES[value]
+        queryset = queryset.filter(created_at__lte=now - older_than)
+        return queryset.filter(created_at__gt=now - at_most) if at_most is not None else queryset
+
+
+class DecisionForm(forms.Form):
+    """Edit-then-approve: the draft text (when the request has one) and a note."""
+
+    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), required=False, label="Draft")
+    note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}), required=False)
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+
+    def __init__(self, *args: Any, approval: ApprovalRequest, **kwargs: Any) -> None:
+        self.approval = approval
+        super().__init__(*args, **kwargs)
+        if not isinstance(approval.payload.get("body"), str):
+            del self.fields["body"]
+        else:
+            self.fields["body"].initial = approval.payload["body"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "body" in self.fields and data.get("decision") == "approve" and not data.get("body"):
+            raise forms.ValidationError("The draft cannot be empty: reject it instead.")
+        return data
+
+    def edited_payload(self) -> dict[str, Any] | None:
+        """The payload with the edited draft, or None when the draft is unchanged."""
+        if "body" not in self.fields:
+            return None
+        # Browsers send a textarea's line breaks as CRLF.
+        body = self.cleaned_data["body"].replace("\r\n", "\n")
+        if body == self.approval.payload["body"].strip():
+            return None
+        return {**self.approval.payload, "body": body}
+
+
+def _decide_selected(decision: str) -> Callable[..., None]:
+    decide = approval_approve if decision == "approve" else approval_reject
+    done_word = "Approved" if decision == "approve" else "Rejected"
+
+    def action(modeladmin: ApprovalRequestAdmin, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
+        decided, refused = 0, []
+        for approval in queryset.order_by("created_at", "pk"):
+            try:
+                decide(approval, user=request.user, note=f"{done_word.lower()} in bulk from the admin queue")
+                decided += 1
+            except ApprovalError as exc:
+                refused.append(str(exc))
+        if decided:
+            modeladmin.message_user(request, f"{done_word} {decided} request(s).", messages.SUCCESS)
+        for text in refused:
+            modeladmin.message_user(request, text, messages.ERROR)
+
+    action.__name__ = f"{decision}_selected"
+    return admin.action(description=f"{decision.capitalize()} selected", permissions=["change"])(action)
 
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):
-    """The human gate's queue. Decisions arrive with the consent issue; until
-    then requests are visible, never editable by hand."""
+    """The approval queue: filter, decide in bulk, or open one to edit and decide."""
 
     list_display = [
-        "public_id",
-        "kind",
-        "status",
-        "summary",
-        "lead",
-        "proposed_by",
-        "decided_by",
-        "created_at",
+        "public_id", "kind", "status", "summary", "lead", "proposed_by", "decided_by", "waiting", "created_at",
         "business",
-    ]
+    ]  # fmt: skip
     list_select_related = ["lead", "decided_by", "business"]
-    list_filter = ["status", "kind"]
+    list_filter = ["status", "kind", AgeFilter]
     search_fields = ["public_id", "lead__public_id", "summary"]
-    readonly_fields = [f.name for f in ApprovalRequest._meta.fields if f.name != "id"]
+    actions = [_decide_selected("approve"), _decide_selected("reject")]
+    change_form_template = "admin/approvals/approvalrequest/change_form.html"
+    fields = (
+        "public_id", "business", "lead", "kind", "status", "summary", "payload_text", "original_payload_text",
+        "proposed_by", "proposed_by_user", "decided_by", "decided_at", "decision_note", "expires_at", "created_at",
+    )  # fmt: skip
+    readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return scoped(super().get_queryset(request), request.user, lead_path="lead")
@@ -39,3 +132,65 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="waiting")
+    def waiting(self, approval: ApprovalRequest) -> str:
+        if approval.status != ApprovalRequest.Status.PENDING:
+            return "—"
+        return timesince(approval.created_at)
+
+    @admin.display(description="payload")
+    def payload_text(self, approval: ApprovalRequest) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(approval.payload, indent=2, ensure_ascii=False))
+
+    @admin.display(description="original payload (before the edit)")
+    def original_payload_text(self, approval: ApprovalRequest) -> str:
+        if approval.original_payload is None:
+            return "—"
+        return format_html("<pre>{}</pre>", json.dumps(approval.original_payload, indent=2, ensure_ascii=False))
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<path:object_id>/decide/",
+                self.admin_site.admin_view(self.decide_view),
+                name="approvals_approvalrequest_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        approval = self.get_object(request, object_id)
+        extra = dict(
+            extra_context or {}, show_save=False, show_save_and_continue=False, show_save_and_add_another=False
+        )
+        if approval is not None:
+            can_decide = approval.status == ApprovalRequest.Status.PENDING and self.has_change_permission(
+                request, approval
+            )
+            extra.update(can_decide=can_decide, decision_form=DecisionForm(approval=approval))
+        return super().change_view(request, object_id, form_url, extra)
+
+    def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        approval = get_object_or_404(self.get_queryset(request), pk=object_id)
+        back = HttpResponseRedirect(reverse("admin:approvals_approvalrequest_change", args=[approval.pk]))
+        if request.method != "POST" or not self.has_change_permission(request, approval):
+            self.message_user(request, "You may not decide this request.", messages.ERROR)
+            return back
+        form = DecisionForm(request.POST, approval=approval)
+        if not form.is_valid():
+            self.message_user(request, f"Not decided: {form.errors.as_text()}", messages.ERROR)
+            return back
+        note = form.cleaned_data["note"]
+        try:
+            if form.cleaned_data["decision"] == "approve":
+                approval_approve(approval, user=request.user, note=note, edited_payload=form.edited_payload())
+            else:
+                approval_reject(approval, user=request.user, note=note)
+        except ApprovalError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return back
+        self.message_user(request, f"{approval.public_id} {approval.status}, with a receipt.", messages.SUCCESS)
+        return back

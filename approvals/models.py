@@ -42,7 +42,11 @@ class ApprovalRequest(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     summary = models.CharField(max_length=300)
     # What would happen on approval: the draft text, the merge, the estimate…
+    # After an edit-then-approve it is what the person approved.
     payload = models.JSONField(default=dict, blank=True)
+    # The proposer's payload, kept when a person edited it before approving
+    # (null when approved as proposed), so both stay on record.
+    original_payload = models.JSONField(null=True, blank=True)
     proposed_by = models.CharField(max_length=150)
     proposed_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
@@ -70,8 +74,22 @@ class ApprovalRequest(models.Model):
                 | (~models.Q(status="pending") & models.Q(decided_at__isnull=False)),
                 name="approvals_approvalrequest_decided_has_time",
             ),
+            # A person approves or rejects; a request expires by the clock alone.
+            models.CheckConstraint(
+                condition=models.Q(status__in=["approved", "rejected"], decided_by__isnull=False)
+                | models.Q(status__in=["pending", "expired"], decided_by__isnull=True),
+                name="approvals_approvalrequest_decider_matches_status",
+            ),
         ]
-        indexes = [models.Index(fields=["business", "status"], name="approvals_status_idx")]
+        indexes = [
+            models.Index(fields=["business", "status"], name="approvals_status_idx"),
+            # `approvals_expire` looks only at pending requests with a deadline.
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(status="pending", expires_at__isnull=False),
+                name="approvals_pending_expiry_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.public_id}"

@@ -25,6 +25,7 @@ from crm.models.leads import (
     Task,
     Timer,
 )
+from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptImmutable
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
 from crm.models.team import ServiceArea, ServiceLine, TeamMember
@@ -53,6 +54,7 @@ __all__ = [
     "LeadTouch",
     "Message",
     "MessageTemplate",
+    "MessageTemplateVersion",
     "Payment",
     "Provider",
     "Receipt",

@@ -30,6 +30,13 @@ class Business(models.Model):
     quiet_hours_end = models.TimeField(default="21:00")
     dedupe_window_days = models.PositiveIntegerField(default=30)
     max_texts_per_day = models.PositiveIntegerField(default=3)
+    # {"FL": "08:00-20:00"}: stricter local windows for recipients in a US state
+    # (Florida's is built in; these add to or tighten it).
+    quiet_hours_by_state = models.JSONField(default=dict, blank=True)
+    # Consent older than this is no permission for automated follow-up.
+    consent_max_age_days = models.PositiveIntegerField(default=365)
+    # A missed call may get one automated text-back only where the business says so.
+    missed_call_text_back = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

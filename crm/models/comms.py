@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 from crm.ids import PublicIdField
 from crm.models.base import Business
@@ -60,10 +61,18 @@ class Message(models.Model):
     provider_sid = models.CharField(max_length=255, null=True, blank=True, unique=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     error_code = models.CharField(max_length=32, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    subject = models.CharField(max_length=200, blank=True)
     actor = models.CharField(max_length=150, blank=True, help_text="Who asked for this send")
+    # An automated path's send (sequence step, acknowledgement) rather than a
+    # person's; the gate applies caps and the one-path rule to these only.
+    automated = models.BooleanField(default=False)
+    enrollment = models.ForeignKey(
+        "crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="messages"
+    )
     sent_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]

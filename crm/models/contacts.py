@@ -55,6 +55,13 @@ class Contact(models.Model):
     notes = models.TextField(blank=True)
     # Set when a person confirms two records are the same person.
     merged_into = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    # Every automated path stops for this person until someone resumes it
+    # (free text that reads as a revocation, a complaint).
+    automation_paused = models.BooleanField(default=False)
+    automation_paused_reason = models.CharField(max_length=300, blank=True)
+    # One sending number per person (invariant 5) when no Messaging Service
+    # keeps the sender sticky for us.
+    sticky_from_number = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

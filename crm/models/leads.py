@@ -63,6 +63,9 @@ class Lead(models.Model):
     request_text = models.TextField(blank=True)
     lost_reason = models.CharField(max_length=300, blank=True)
     is_test = models.BooleanField(default=False)
+    # When the automated acknowledgement went out, and — separately — when a
+    # person first contacted the lead (speed to lead).
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
     first_response_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -48,6 +48,7 @@ from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
+from agents.outbound.status import status_callback_process
 from crm.models import Call, InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.receipts import receipt_write
@@ -231,6 +232,23 @@ def sms(request: HttpRequest) -> HttpResponse:
     return twiml(MessagingResponse())  # an empty <Response/> sends nothing
 
 
+@csrf_exempt
+@require_POST
+def sms_status(request: HttpRequest) -> HttpResponse:
+    """Delivery proof for our texts (agents.outbound.status processes it)."""
+    try:
+        body, params, source = _verified(request)
+        sid = params.get("MessageSid") or params.get("SmsSid", "")
+        status = params.get("MessageStatus") or params.get("SmsStatus", "")
+        _store(
+            request, body=body, source=source, kind="sms_status", external_id=f"{sid}:status:{status}",
+            missing="" if sid and status else "MessageSid or MessageStatus",
+        )  # fmt: skip
+    except WebhookError as exc:
+        return exc.response()
+    return HttpResponse(status=204)
+
+
 def form_params(event: InboundEvent) -> dict[str, str]:
     try:
         text = bytes(event.body).decode("utf-8")
@@ -353,9 +371,11 @@ def _process_sms(event: InboundEvent) -> str:
 handler_register(Provider.TWILIO, "voice", _process_voice)
 handler_register(Provider.TWILIO, "voice_status", _process_voice_status)
 handler_register(Provider.TWILIO, "sms", _process_sms)
+handler_register(Provider.TWILIO, "sms_status", status_callback_process)
 
 urlpatterns = [
     path("hooks/twilio/voice/", voice, name="hook-twilio-voice"),
     path("hooks/twilio/voice/status/", voice_status, name="hook-twilio-voice-status"),
     path("hooks/twilio/sms/", sms, name="hook-twilio-sms"),
+    path("hooks/twilio/sms/status/", sms_status, name="hook-twilio-sms-status"),
 ]

@@ -1,0 +1,94 @@
+"""Quiet hours: when a recipient may be contacted, in their own local time.
+
+The one module for this math. The window is the business's (08:00–21:00 by
+default), narrowed by stricter state rules (Florida 08:00–20:00 built in, more
+per business). The time zone comes from the number (phonenumbers' timezone
+data), else the business's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import phonenumbers
+from phonenumbers import geocoder
+from phonenumbers import timezone as number_timezones
+
+from crm.models import Business
+
+BUILT_IN_STATE_WINDOWS = {"FL": "08:00-20:00"}
+US_STATES = {
+    "Alabama": "AL", "Alaska": "AK", "Arizona": "AZ", "Arkansas": "AR", "California": "CA", "Colorado": "CO",
+    "Connecticut": "CT", "Delaware": "DE", "Florida": "FL", "Georgia": "GA", "Hawaii": "HI", "Idaho": "ID",
+    "Illinois": "IL", "Indiana": "IN", "Iowa": "IA", "Kansas": "KS", "Kentucky": "KY", "Louisiana": "LA",
+    "Maine": "ME", "Maryland": "MD", "Massachusetts": "MA", "Michigan": "MI", "Minnesota": "MN",
+    "Mississippi": "MS", "Missouri": "MO", "Montana": "MT", "Nebraska": "NE", "Nevada": "NV",
+    "New Hampshire": "NH", "New Jersey": "NJ", "New Mexico": "NM", "New York": "NY", "North Carolina": "NC",
+    "North Dakota": "ND", "Ohio": "OH", "Oklahoma": "OK", "Oregon": "OR", "Pennsylvania": "PA",
+    "Rhode Island": "RI", "South Carolina": "SC", "South Dakota": "SD", "Tennessee": "TN", "Texas": "TX",
+    "Utah": "UT", "Vermont": "VT", "Virginia": "VA", "Washington": "WA", "West Virginia": "WV",
+    "Wisconsin": "WI", "Wyoming": "WY", "Washington D.C.": "DC",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Window:
+    start: time
+    end: time
+    zone: ZoneInfo
+    state: str = ""
+
+
+def parse_window(text: str) -> tuple[time, time]:
+    start, end = text.split("-")
+    return time.fromisoformat(start.strip()), time.fromisoformat(end.strip())
+
+
+def _number(phone: str) -> phonenumbers.PhoneNumber | None:
+    try:
+        return phonenumbers.parse(phone, None)
+    except phonenumbers.NumberParseException:
+        return None
+
+
+def recipient_zone(phone: str, business: Business) -> ZoneInfo:
+    number = _number(phone)
+    zones = list(number_timezones.time_zones_for_number(number)) if number else []
+    zones = [z for z in zones if z != "Etc/Unknown"]
+    if not zones:
+        return ZoneInfo(business.timezone)
+    # A number spanning zones (a US area code on a zone line): the business's
+    # zone when it is one of them, else the first.
+    return ZoneInfo(business.timezone if business.timezone in zones else zones[0])
+
+
+def recipient_state(phone: str) -> str:
+    number = _number(phone)
+    if number is None or phonenumbers.region_code_for_number(number) != "US":
+        return ""
+    place = geocoder.description_for_number(number, "en")
+    if ", " in place:
+        return place.rsplit(", ", 1)[1]
+    return US_STATES.get(place, "")
+
+
+def window_for(phone: str, business: Business) -> Window:
+    start, end = business.quiet_hours_start, business.quiet_hours_end
+    state = recipient_state(phone)
+    rules = {**BUILT_IN_STATE_WINDOWS, **(business.quiet_hours_by_state or {})}
+    if state in rules:
+        state_start, state_end = parse_window(rules[state])
+        start, end = max(start, state_start), min(end, state_end)  # the stricter of the two
+    return Window(start, end, recipient_zone(phone, business), state)
+
+
+def next_allowed(now: datetime, window: Window) -> datetime | None:
+    """None when `now` is inside the window; else the next moment it opens."""
+    local = now.astimezone(window.zone)
+    if window.start <= local.time() < window.end:
+        return None
+    day = local.date() if local.time() < window.start else local.date() + timedelta(days=1)
+    opens = datetime.combine(day, window.start, tzinfo=window.zone)
+    return opens.astimezone(now.tzinfo)

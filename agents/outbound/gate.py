@@ -1,0 +1,237 @@
+"""The send gate: every outbound message and call, automated or human, goes
+through `message_send`, and nothing else calls a provider.
+
+Checks, in order; the first that fails decides and is recorded:
+1. hold and stop flags — the lead on hold (`hold`); automation paused for the
+   person, or the lead closed (`stopped`, automated sends only);
+2. consent for the channel (`revoked`, `no_consent`: agents.consent.policy);
+3. quiet hours in the recipient's local time → deferred to the next opening;
+4. the per-contact daily cap (`daily_cap`, automated sends only);
+5. no other automated path active for the person (`other_path_active`).
+Then: waiting for a person's approval (`pending_approval`), recorded as it
+would be sent (`dry_run`, SEND_MODE=dry_run), or queued for the provider.
+Every result writes a receipt. A compliance reply (a STOP/START/HELP
+confirmation) skips the checks it must not be subject to.
+
+At most one send per intended message (invariant 7): the Message row, unique
+by its idempotency key, exists before any provider call; a second call with
+the same key returns the first row untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.consent.policy import consent_decide
+from agents.outbound.clock import next_allowed, window_for
+from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message, Source
+from crm.services.receipts import receipt_write
+from crm.services.timers import timer_schedule
+
+S = Message.Status
+COUNTED_STATUSES = (S.DRY_RUN, S.QUEUED, S.SENDING, S.SENT, S.DELIVERED, S.UNKNOWN)
+POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email"}
+REGATE_TIMER = "outbound.regate"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # a Message status: blocked, deferred, pending_approval, dry_run, queued
+    reason: str = ""
+    deferred_until: datetime | None = None
+
+
+def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
+    kind = POINT_KIND.get(channel, "phone")
+    return contact.points.filter(kind=kind, is_valid=True).order_by("created_at").first()
+
+
+def sender_for(contact: Contact, channel: str) -> str:
+    """One sending number per person: a Messaging Service keeps the sender
+    sticky itself; otherwise the first number this person got a text from is
+    pinned on the contact."""
+    if channel == "email":
+        return str(settings.DEFAULT_FROM_EMAIL)
+    if settings.TWILIO_MESSAGING_SERVICE_SID:
+        return settings.TWILIO_MESSAGING_SERVICE_SID
+    if contact.sticky_from_number:
+        return contact.sticky_from_number
+    source = (
+        Source.objects.filter(business_id=contact.business_id, provider="twilio", is_active=True).order_by("pk").first()
+    )
+    number = str(source.config.get("phone_number", "")) if source else ""
+    if number:
+        Contact.objects.filter(pk=contact.pk, sticky_from_number="").update(sticky_from_number=number)
+        contact.sticky_from_number = number
+    return number
+
+
+def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now: datetime) -> Verdict:
+    lead, contact = message.lead, message.contact
+    assert contact is not None
+    if compliance_reply:
+        return Verdict(S.QUEUED)
+    if lead is not None and lead.hold:
+        return Verdict(S.BLOCKED, "hold")
+    if automated and (contact.automation_paused or (lead is not None and lead.stage in CLOSED_STAGES)):
+        return Verdict(S.BLOCKED, "stopped")
+    point = message.contact_point
+    if point is None:
+        return Verdict(S.BLOCKED, "no_consent")
+    consent = consent_decide(point, message.channel, automated=automated, now=now)
+    if not consent.allowed:
+        return Verdict(S.BLOCKED, consent.reason)
+    if message.channel in ("sms", "voice"):
+        opens = next_allowed(now, window_for(point.value, contact.business))
+        if opens is not None:
+            return Verdict(S.DEFERRED, "quiet_hours", opens)
+    if automated:
+        day_ago = now - timedelta(hours=24)
+        sent_today = (
+            Message.objects.filter(
+                contact=contact, direction="out", status__in=COUNTED_STATUSES, created_at__gte=day_ago
+            )
+            .exclude(pk=message.pk)
+            .count()
+        )
+        if sent_today >= contact.business.max_texts_per_day:
+            return Verdict(S.BLOCKED, "daily_cap")
+        active = Enrollment.objects.filter(contact=contact, status=Enrollment.Status.ACTIVE)
+        if message.enrollment_id:
+            active = active.exclude(pk=message.enrollment_id)
+        if active.exists():
+            return Verdict(S.BLOCKED, "other_path_active")
+    return Verdict(S.QUEUED)
+
+
+@transaction.atomic
+def message_send(
+    *,
+    lead: Lead,
+    channel: str,
+    body: str,
+    actor: str,
+    idempotency_key: str,
+    automated: bool,
+    template_key: str = "",
+    subject: str = "",
+    needs_approval: bool = False,
+    compliance_reply: bool = False,
+    enrollment: Enrollment | None = None,
+    now: datetime | None = None,
+) -> Message:
+    """Create the intended message (once per idempotency key) and pass it
+    through the gate. Returns the message in its resulting status."""
+    now = now or timezone.now()
+    contact = lead.contact
+    point = recipient_point(contact, channel)
+    try:
+        with transaction.atomic():
+            message = Message.objects.create(
+                business=lead.business,
+                lead=lead,
+                contact=contact,
+                contact_point=point,
+                direction="out",
+                channel=channel,
+                status=S.DRAFT,
+                body=body,
+                subject=subject,
+                template_key=template_key,
+                to=point.value if point else "",
+                idempotency_key=idempotency_key,
+                actor=actor,
+                automated=automated,
+                enrollment=enrollment,
+                created_at=now,
+            )
+    except IntegrityError:
+        existing = Message.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
+        return existing  # the same intended message: never a second send
+    return message_gate(message, compliance_reply=compliance_reply, needs_approval=needs_approval, now=now)
+
+
+@transaction.atomic
+def message_gate(
+    message: Message, *, compliance_reply: bool = False, needs_approval: bool = False, now: datetime | None = None
+) -> Message:
+    """(Re-)run the gate for a draft or deferred message and act on the verdict."""
+    now = now or timezone.now()
+    message = (
+        Message.objects.select_for_update(of=("self",))
+        .select_related("lead", "contact__business", "contact_point")
+        .get(pk=message.pk)
+    )
+    if message.status not in (S.DRAFT, S.DEFERRED, S.PENDING_APPROVAL):
+        return message  # already decided: a redelivered task changes nothing
+    verdict = gate_check(message, automated=message.automated, compliance_reply=compliance_reply, now=now)
+    if verdict.status == S.QUEUED and needs_approval:
+        verdict = Verdict(S.PENDING_APPROVAL, "")
+    if verdict.status == S.QUEUED:
+        assert message.contact is not None
+        message.from_number = sender_for(message.contact, message.channel)
+        if settings.SEND_MODE != "live":
+            verdict = Verdict(S.DRY_RUN)
+    before = message.status
+    message.status, message.block_reason = verdict.status, verdict.reason if verdict.status == S.BLOCKED else ""
+    message.deferred_until = verdict.deferred_until
+    message.save(update_fields=["status", "block_reason", "deferred_until", "from_number"])
+    _after(message, verdict, before, now)
+    return message
+
+
+def _after(message: Message, verdict: Verdict, before: str, now: datetime) -> None:
+    receipt_write(
+        business=message.business,
+        lead=message.lead,
+        subject=message.public_id,
+        actor="agent:send_gate",
+        action=f"message.{verdict.status}",
+        reason=verdict.reason,
+        before={"status": before},
+        after={
+            "status": verdict.status,
+            "channel": message.channel,
+            "to": message.to,
+            "from": message.from_number,
+            "body": message.body,
+            "deferred_until": verdict.deferred_until,
+            "requested_by": message.actor,
+        },
+    )
+    if verdict.status == S.DEFERRED and verdict.deferred_until:
+        timer_schedule(
+            business=message.business,
+            lead=message.lead,
+            kind=REGATE_TIMER,
+            due_at=verdict.deferred_until,
+            payload={"message": message.pk},
+            dedupe_key=f"{REGATE_TIMER}:{message.pk}:{verdict.deferred_until.isoformat()}",
+        )
+    if verdict.status == S.PENDING_APPROVAL:
+        from approvals.services import approval_request_open
+
+        approval_request_open(
+            business=message.business,
+            lead=message.lead,
+            kind="message_draft",
+            summary=f"Approve a {message.channel} to {message.to}: {message.body[:120]}",
+            proposed_by=message.actor,
+            payload={"message": message.public_id, "body": message.body},
+        )
+    if verdict.status == S.QUEUED:
+        message_id = message.pk
+        transaction.on_commit(lambda: _enqueue_dispatch(message_id))
+
+
+def _enqueue_dispatch(message_id: int) -> None:
+    from django_q.tasks import async_task
+
+    async_task("agents.tasks.message_dispatch", message_id, q_options={"group": "outbound"})

@@ -1,0 +1,67 @@
+"""Delivery proof (invariant 8): Twilio's message status callbacks move a
+sent message forward — never back: a late `sent` after `delivered` changes
+nothing, and a terminal status is final. Error codes are kept; an undelivered
+or failed text writes a receipt on the lead for its owner and the manager."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from django.utils import timezone
+
+from agents.capture.base import MalformedPayload
+from crm.models import InboundEvent, Message
+from crm.services.receipts import receipt_write
+
+S = Message.Status
+RANK: dict[str, int] = {S.QUEUED: 0, S.SENDING: 1, S.UNKNOWN: 1, S.SENT: 2, S.DELIVERED: 3, S.UNDELIVERED: 3, S.FAILED: 3}
+TWILIO_STATUS: dict[str, str] = {
+    "accepted": S.QUEUED, "scheduled": S.QUEUED, "queued": S.QUEUED, "sending": S.SENDING, "sent": S.SENT,
+    "delivered": S.DELIVERED, "read": S.DELIVERED, "undelivered": S.UNDELIVERED, "failed": S.FAILED,
+    "canceled": S.FAILED, "partially_delivered": S.DELIVERED,
+}  # fmt: skip
+
+
+class UnknownMessage(LookupError):
+    """A callback for a message id we have not recorded (yet)."""
+
+
+def status_callback_process(event: InboundEvent) -> str:
+    params = {
+        k: v[-1] for k, v in parse_qs(bytes(event.body).decode("utf-8", "replace"), keep_blank_values=True).items()
+    }
+    sid = params.get("MessageSid") or params.get("SmsSid", "")
+    reported = params.get("MessageStatus") or params.get("SmsStatus", "")
+    if not sid or reported not in TWILIO_STATUS:
+        raise MalformedPayload(f"no MessageSid or an unknown MessageStatus {reported!r}")
+    message = (
+        Message.objects.select_for_update(of=("self",))
+        .select_related("business", "lead")
+        .filter(provider_sid=sid)
+        .first()
+    )
+    if message is None:
+        # Replayable: the send may not have recorded its id yet.
+        raise UnknownMessage(f"no outbound message with provider id {sid!r}")
+    if event.business_id is None:
+        InboundEvent.objects.filter(pk=event.pk).update(business=message.business)
+    new = TWILIO_STATUS[reported]
+    if RANK.get(new, 0) <= RANK.get(message.status, 0) and message.status != S.UNKNOWN:
+        return InboundEvent.Status.IGNORED  # out of order or repeated: never move back
+    before = message.status
+    message.status = new
+    message.error_code = params.get("ErrorCode", "") or message.error_code
+    if new == S.DELIVERED:
+        message.delivered_at = timezone.now()
+    message.save(update_fields=["status", "error_code", "delivered_at"])
+    receipt_write(
+        business=message.business,
+        lead=message.lead,
+        subject=message.public_id,
+        actor="agent:delivery_status",
+        action=f"message.{new}",
+        reason=f"Twilio error {message.error_code}" if new in (S.UNDELIVERED, S.FAILED) and message.error_code else "",
+        before={"status": before},
+        after={"status": new, "error_code": message.error_code},
+    )
+    return InboundEvent.Status.PROCESSED

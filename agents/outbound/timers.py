@@ -1,0 +1,28 @@
+"""Timer handlers of the outbound path, registered at startup."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from agents.outbound.dispatch import RETRY_TIMER, _enqueue
+from agents.outbound.gate import REGATE_TIMER, message_gate
+from crm.models import Message, Timer
+from crm.services.timers import timer_handler_register
+
+
+def _regate(timer: Timer) -> None:
+    """Quiet hours are over: run the deferred message through the gate again."""
+    message = Message.objects.get(pk=timer.payload["message"])
+    message_gate(message)
+
+
+def _retry(timer: Timer) -> None:
+    """A throttled message's backoff is over: hand it to a worker again."""
+    message_id = int(timer.payload["message"])
+    if Message.objects.filter(pk=message_id, status=Message.Status.QUEUED).exists():
+        transaction.on_commit(lambda: _enqueue(message_id))
+
+
+def register() -> None:
+    timer_handler_register(REGATE_TIMER, _regate)
+    timer_handler_register(RETRY_TIMER, _retry)

@@ -1,0 +1,134 @@
+"""`/api/v1/approvals/`: the human gate's queue, and its decisions (CONTRACT, "API").
+
+Reads follow `crm.selectors.scoped` (a setter sees the requests on their own
+leads; another business's requests are a 404). Deciding is the services' rule:
+a setter or the proposer gets 403, a request no longer pending 409.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import serializers, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from approvals.models import ApprovalRequest
+from approvals.services import (
+    ApprovalError,
+    ApprovalForbidden,
+    ApprovalNotPending,
+    approval_approve,
+    approval_reject,
+)
+from crm.api import ErrorSerializer, ReadViewSet
+from crm.selectors import scoped
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="public_id", read_only=True)
+    lead = serializers.CharField(source="lead.public_id", read_only=True, allow_null=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
+    payload = serializers.JSONField(read_only=True, help_text="What approval does: the draft, the merge…")
+    original_payload = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="The proposer's payload when a person edited it before approving"
+    )
+
+    class Meta:
+        model = ApprovalRequest
+        fields = [
+            "id", "kind", "status", "proposed_by", "decided_by", "lead", "summary", "payload", "original_payload",
+            "decision_note", "created_at", "expires_at", "decided_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ApprovalFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=ApprovalRequest.Status.choices, required=False, allow_blank=True)
+    kind = serializers.ChoiceField(choices=ApprovalRequest.Kind.choices, required=False, allow_blank=True)
+
+
+class ApprovalRejectSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", help_text="Why, for the receipt")
+
+
+class ApprovalApproveSerializer(ApprovalRejectSerializer):
+    payload = serializers.DictField(
+        required=False,
+        help_text="Edit-then-approve: the payload to approve instead of the proposed one (e.g. a reworded `body`)",
+    )
+
+
+_ERRORS = {401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
+_DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Approval requests the user may see, newest first",
+        parameters=[ApprovalFilterSerializer],
+        responses={200: ApprovalSerializer(many=True), 400: ErrorSerializer, 401: ErrorSerializer},
+    ),
+    retrieve=extend_schema(summary="One approval request", responses={200: ApprovalSerializer, **_ERRORS}),
+)
+class ApprovalViewSet(ReadViewSet[ApprovalRequest]):
+    """The approval queue; managers and owners decide, never the proposer."""
+
+    queryset = ApprovalRequest.objects.none()
+    serializer_class = ApprovalSerializer
+    filter_serializer_class = ApprovalFilterSerializer
+
+    def get_queryset(self) -> QuerySet[ApprovalRequest]:
+        requests = ApprovalRequest.objects.select_related("lead", "decided_by")
+        return scoped(requests, self.request.user, lead_path="lead")
+
+    def filter_list(self, queryset: QuerySet[ApprovalRequest], **filters: Any) -> QuerySet[ApprovalRequest]:
+        return queryset.filter(**filters).order_by("-created_at", "-pk")
+
+    @extend_schema(
+        summary="Approve a pending request, optionally with an edited payload",
+        request=ApprovalApproveSerializer,
+        responses={200: ApprovalSerializer, **_DECISION_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, id: str | None = None) -> Response:
+        data = self._decision_data(ApprovalApproveSerializer)
+        target = self.get_object()
+        return self._decide(
+            lambda: approval_approve(target, user=request.user, note=data["note"], edited_payload=data.get("payload"))
+        )
+
+    @extend_schema(
+        summary="Reject a pending request",
+        request=ApprovalRejectSerializer,
+        responses={200: ApprovalSerializer, **_DECISION_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, id: str | None = None) -> Response:
+        data = self._decision_data(ApprovalRejectSerializer)
+        target = self.get_object()
+        return self._decide(lambda: approval_reject(target, user=request.user, note=data["note"]))
+
+    def _decision_data(self, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
+        body = serializer_class(data=self.request.data)
+        body.is_valid(raise_exception=True)
+        return dict(body.validated_data)
+
+    def _decide(self, decide: Any) -> Response:
+        try:
+            decided = decide()
+        except ApprovalForbidden as exc:
+            return _error(status.HTTP_403_FORBIDDEN, "forbidden", exc)
+        except ApprovalNotPending as exc:
+            return _error(status.HTTP_409_CONFLICT, "conflict", exc)
+        except ApprovalError as exc:
+            return _error(status.HTTP_400_BAD_REQUEST, "bad_request", exc)
+        fresh = self.get_queryset().get(pk=decided.pk)
+        return Response(ApprovalSerializer(fresh).data)
+
+
+def _error(code: int, error: str, exc: Exception) -> Response:
+    return Response({"error": error, "detail": str(exc)}, status=code)

@@ -1,0 +1,72 @@
+"""What a decision resumes: one handler pair per approval kind.
+
+approvals sits below agents (DESIGN §3), so it cannot call the role that
+proposed a request. Instead the higher app registers, at startup (its
+`AppConfig.ready`), what to do when a request of a kind is approved or
+rejected, e.g. the send gate sends an approved message draft:
+
+    approval_handler_register("message_draft", on_approved=draft_send, on_rejected=draft_cancel)
+
+A handler is called as `handler(request, payload)` inside the decision's
+transaction, after the request row is updated and its receipt written:
+`request` is the decided ApprovalRequest (status, decided_by, decision_note
+set) and `payload` is what was approved (the edited payload after an
+edit-then-approve, else the proposer's). An exception in a handler rolls the
+whole decision back. `on_rejected` also runs when a request expires
+(`request.status` tells which), since either way the waiting step is off.
+A kind with no handler has nothing waiting on it: the decision stands alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from approvals.models import ApprovalRequest
+
+ApprovalHandler = Callable[["ApprovalRequest", dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class ApprovalHandlers:
+    on_approved: ApprovalHandler | None = None
+    on_rejected: ApprovalHandler | None = None
+
+
+_HANDLERS: dict[str, ApprovalHandlers] = {}
+
+
+def approval_handler_register(
+    kind: str, *, on_approved: ApprovalHandler | None = None, on_rejected: ApprovalHandler | None = None
+) -> None:
+    """Say what a decision on a request of `kind` resumes; replaces an earlier registration."""
+    from approvals.models import ApprovalRequest
+
+    if kind not in ApprovalRequest.Kind.values:
+        raise ValueError(f"unknown approval kind {kind!r}")
+    _HANDLERS[kind] = ApprovalHandlers(on_approved=on_approved, on_rejected=on_rejected)
+
+
+def approval_handler_unregister(kind: str) -> None:
+    _HANDLERS.pop(kind, None)
+
+
+def approval_handlers_for(kind: str) -> ApprovalHandlers | None:
+    return _HANDLERS.get(kind)
+
+
+@contextmanager
+def approval_handlers_replaced(handlers: dict[str, ApprovalHandlers] | None = None) -> Iterator[None]:
+    """Run with exactly `handlers` registered (none by default), then restore
+    the registry: for tests of the gate alone, and of one handler at a time."""
+    saved = dict(_HANDLERS)
+    _HANDLERS.clear()
+    _HANDLERS.update(handlers or {})
+    try:
+        yield
+    finally:
+        _HANDLERS.clear()
+        _HANDLERS.update(saved)
