@@ -192,5 +192,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         except ApprovalError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return back
-        self.message_user(request, f"{approval.public_id} {approval.status}, with a receipt.", messages.SUCCESS)
+        self.message_user(
+            request, f"{approval.status.capitalize()} {approval.public_id}, with a receipt.", messages.SUCCESS
+        )
         return back

@@ -124,6 +124,11 @@ def capture_apply(
     message, and flag what a person must look at. One transaction."""
     points = points_of(business, capture)
     _lock(business, [f"{p.kind}:{p.value}" for p in points if p.valid])
+    if capture.message_sid:
+        # The same inbound message again (a replay): it is already recorded.
+        seen = Message.objects.filter(provider_sid=capture.message_sid).select_related("lead", "contact").first()
+        if seen is not None and seen.lead is not None and seen.contact is not None:
+            return Applied(seen.contact, seen.lead, False, False, None, seen)
     contact, created_contact, others = _contact_for(business, capture, points)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
     existing_lead, reply = _open_lead_for(contact, service_line, capture)

@@ -14,7 +14,15 @@ from crm.models import InboundEvent, Message
 from crm.services.receipts import receipt_write
 
 S = Message.Status
-RANK: dict[str, int] = {S.QUEUED: 0, S.SENDING: 1, S.UNKNOWN: 1, S.SENT: 2, S.DELIVERED: 3, S.UNDELIVERED: 3, S.FAILED: 3}
+RANK: dict[str, int] = {
+    S.QUEUED: 0,
+    S.SENDING: 1,
+    S.UNKNOWN: 1,
+    S.SENT: 2,
+    S.DELIVERED: 3,
+    S.UNDELIVERED: 3,
+    S.FAILED: 3,
+}
 TWILIO_STATUS: dict[str, str] = {
     "accepted": S.QUEUED, "scheduled": S.QUEUED, "queued": S.QUEUED, "sending": S.SENDING, "sent": S.SENT,
     "delivered": S.DELIVERED, "read": S.DELIVERED, "undelivered": S.UNDELIVERED, "failed": S.FAILED,

@@ -48,6 +48,7 @@ from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
+from agents.consent.keywords import inbound_text_apply
 from agents.outbound.status import status_callback_process
 from crm.models import Call, InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
@@ -364,7 +365,9 @@ def _process_sms(event: InboundEvent) -> str:
         touch={"provider": Provider.TWILIO, "to": params.get("To", "")},
         answers={"media_urls": media} if media else {},
     )
-    capture_apply(business=source.business, capture=capture, source=source, event=event)
+    applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
+    if applied.message is not None:
+        inbound_text_apply(message=applied.message, lead=applied.lead, opt_out_type=params.get("OptOutType", ""))
     return InboundEvent.Status.PROCESSED
 
 

@@ -1,0 +1,140 @@
+"""Inbound texts that change consent: keywords, revocations in plain words,
+and complaints (DESIGN §6 invariant 4; Twilio's keyword rules).
+
+- Keywords (the whole text, one word, any case and spacing): opt-out STOP,
+  STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, REVOKE, OPTOUT; opt-in START, YES,
+  UNSTOP; help HELP, INFO. The ledger records each. When Twilio already
+  answered (the request carried `OptOutType`), we send nothing ourselves;
+  otherwise exactly one compliant confirmation goes out through the gate
+  (keyed by the inbound message id, so a replay never sends a second).
+- Free text that reads as a revocation ("please stop texting me", "no más
+  mensajes") pauses every automated path for the person at once and asks a
+  person to confirm the opt-out (approval kind `opt_out_question`).
+- A complaint ("this is harassment", "reporting you") puts the lead on hold,
+  flags it `complaint` and opens a `complaint` approval.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from crm.models import Contact, ContactPoint, Lead, Message
+from crm.services import lead_sync
+from crm.services.consent import consent_record
+from crm.services.receipts import receipt_write
+
+OPT_OUT = {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
+OPT_IN = {"START", "YES", "UNSTOP"}
+HELP = {"HELP", "INFO"}
+ACTOR = "agent:consent_check"
+
+REVOCATION = re.compile(
+    r"\b(?:stop (?:texting|messaging|contacting|calling|sending)|take me off|remove me|unsubscribe me|"
+    r"no more (?:messages|texts|calls)|(?:don'?t|do not) (?:text|message|contact|call) me|leave me alone|"
+    r"opt me out|"
+    r"no me (?:escriban|manden|envíen|envien|contacten|llamen)|dej[ae]n? de (?:escribir|enviar|mandar|llamar)|"
+    r"qu[ií]tenme de|no (?:quiero )?m[aá]s mensajes|b[oó]rr[ae]nme)",
+    re.IGNORECASE,
+)
+COMPLAINT = re.compile(
+    r"\b(?:harass(?:ment|ing)?|report(?:ing)? you|spam(?:ming)?|scam|lawyer|attorney|sue you|fcc|bbb|"
+    r"acoso|denunciar(?:los|les)?|abogado)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Reading:
+    kind: str  # opt_out, opt_in, help, revocation, complaint, or ""
+    keyword: str = ""
+
+
+def read_text(body: str) -> Reading:
+    word = "".join(body.split()).upper()
+    if word in OPT_OUT:
+        return Reading("opt_out", word)
+    if word in OPT_IN:
+        return Reading("opt_in", word)
+    if word in HELP:
+        return Reading("help", word)
+    if COMPLAINT.search(body):
+        return Reading("complaint")
+    if REVOCATION.search(body):
+        return Reading("revocation")
+    return Reading("")
+
+
+def confirmation_text(kind: str, business_name: str) -> str:
+    return {
+        "opt_out": f"{business_name}: you are unsubscribed and will get no more texts from us. Reply START to resubscribe.",
+        "opt_in": f"{business_name}: you are resubscribed to texts about your request. Reply STOP to opt out.",
+        "help": f"{business_name}: texts about your service request. Msg&data rates may apply. Reply STOP to opt out.",
+    }[kind]
+
+
+def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") -> Reading:
+    """Act on one inbound text already recorded on `lead`. Joins the caller's
+    transaction; safe to run again for the same message (replays)."""
+    from agents.outbound.gate import message_send
+    from approvals.services import approval_request_open
+
+    reading = read_text(message.body)
+    point = message.contact_point
+    contact = lead.contact
+    evidence = {"text": message.body[:500], "message": message.public_id, "opt_out_type": opt_out_type}
+    if reading.kind in ("opt_out", "opt_in") and point is not None:
+        _record_once(
+            point, granted=reading.kind == "opt_in", keyword=reading.keyword, evidence=evidence, message=message
+        )
+    if reading.kind in ("opt_out", "opt_in", "help"):
+        if opt_out_type:
+            # Twilio's Advanced Opt-Out already answered: mirror, never reply twice.
+            return reading
+        message_send(
+            lead=lead,
+            channel="sms",
+            body=confirmation_text(reading.kind, lead.business.name),
+            actor=ACTOR,
+            idempotency_key=f"keyword-reply:{message.public_id}",
+            automated=True,
+            compliance_reply=True,
+        )
+        return reading
+    if reading.kind == "revocation" and not contact.automation_paused:
+        _pause(contact, f"the person wrote: {message.body[:200]}")
+        approval_request_open(
+            business=lead.business, lead=lead, kind="opt_out_question", proposed_by=ACTOR,
+            summary=f"Does this mean stop? “{message.body[:160]}”",
+            payload={"message": message.public_id, "point": point.value if point else "", "body": message.body},
+        )  # fmt: skip
+    if reading.kind == "complaint" and "complaint" not in lead.exceptions:
+        if not lead.hold:
+            lead_sync.lead_set_hold(lead, True, actor=ACTOR, reason="complaint: a person must look first")
+        lead_sync.lead_flag_exception(lead, "complaint", actor=ACTOR, reason=message.body[:200])
+        _pause(contact, "complaint")
+        approval_request_open(
+            business=lead.business, lead=lead, kind="complaint", proposed_by=ACTOR,
+            summary=f"Complaint: “{message.body[:160]}”", payload={"message": message.public_id, "body": message.body},
+        )  # fmt: skip
+    return reading
+
+
+def _record_once(
+    point: ContactPoint, *, granted: bool, keyword: str, evidence: dict[str, str], message: Message
+) -> None:
+    if point.consent_events.filter(evidence__message=message.public_id).exists():
+        return  # a replay of the same text
+    consent_record(
+        contact_point=point, channel="sms", granted=granted, basis="keyword", actor=ACTOR,
+        evidence={**evidence, "keyword": keyword}, inbound_event=message.inbound_event,
+    )  # fmt: skip
+
+
+def _pause(contact: Contact, reason: str) -> None:
+    Contact.objects.filter(pk=contact.pk).update(automation_paused=True, automation_paused_reason=reason[:300])
+    contact.automation_paused = True
+    receipt_write(
+        business=contact.business, subject=contact.public_id, actor=ACTOR, action="contact.automation_paused",
+        reason=reason,
+    )  # fmt: skip
