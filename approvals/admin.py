@@ -52,6 +52,11 @@ class AgeFilter(admin.SimpleListFilter):
         return queryset.filter(created_at__gt=now - at_most) if at_most is not None else queryset
 
 
+# Kinds whose payload["body"] is words we would send, which a person may
+# reword before approving; elsewhere a body is what the contact wrote.
+DRAFT_KINDS = frozenset({ApprovalRequest.Kind.MESSAGE_DRAFT, ApprovalRequest.Kind.OUT_OF_PLAYBOOK})
+
+
 class DecisionForm(forms.Form):
     """Edit-then-approve: the draft text (when the request has one) and a note."""
 
@@ -62,7 +67,7 @@ class DecisionForm(forms.Form):
     def __init__(self, *args: Any, approval: ApprovalRequest, **kwargs: Any) -> None:
         self.approval = approval
         super().__init__(*args, **kwargs)
-        if not isinstance(approval.payload.get("body"), str):
+        if approval.kind not in DRAFT_KINDS or not isinstance(approval.payload.get("body"), str):
             del self.fields["body"]
         else:
             self.fields["body"].initial = approval.payload["body"]

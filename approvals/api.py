@@ -126,8 +126,7 @@ class ApprovalViewSet(ReadViewSet[ApprovalRequest]):
             return _error(status.HTTP_409_CONFLICT, "conflict", exc)
         except ApprovalError as exc:
             return _error(status.HTTP_400_BAD_REQUEST, "bad_request", exc)
-        fresh = self.get_queryset().get(pk=decided.pk)
-        return Response(ApprovalSerializer(fresh).data)
+        return Response(ApprovalSerializer(decided).data)
 
 
 def _error(code: int, error: str, exc: Exception) -> Response:

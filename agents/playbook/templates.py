@@ -176,8 +176,8 @@ def template_revise(
 ) -> MessageTemplateVersion:
     """Propose new text for a template: a new, unapproved version.
 
-    The text in force does not change. `actor` is the user who wrote it, or an
-    automated role as "agent:<role>". The first revision of a template also
+    The text in force does not change. `actor` is the user who wrote it (an
+    active member of the business), or an automated role as "agent:<role>". The first revision of a template also
     records, as version 1, the text it had (from the business file). Proposing
     the same text again while it waits is a no-op that returns the waiting
     version. One transaction, the template row locked so versions are numbered
@@ -185,6 +185,10 @@ def template_revise(
     """
     proposer, proposer_user_id = _proposer(actor)
     template = MessageTemplate.objects.select_for_update().get(pk=template.pk)
+    if proposer_user_id is not None and not _member(template, proposer_user_id):
+        raise TemplateError(
+            f"{proposer} is not on the team of {template.business.slug}: they cannot revise its playbook"
+        )
     body = body.strip()
     subject = template.subject if subject is None else subject.strip()
     if not body:
@@ -250,10 +254,7 @@ def template_approve(version: MessageTemplateVersion, user: AbstractBaseUser) ->
         raise TemplateApprovalRefused(f"{user.get_username()} is not an active user")
     template = MessageTemplate.objects.select_for_update().get(pk=version.template_id)
     version = MessageTemplateVersion.objects.select_for_update().get(pk=version.pk)
-    approver = TeamMember.objects.filter(
-        business_id=template.business_id, user_id=user.pk, is_active=True, role__in=APPROVER_ROLES
-    ).exists()
-    if not approver:
+    if not _member(template, user.pk, roles=APPROVER_ROLES):
         raise TemplateApprovalRefused(
             f"{user.get_username()} is not an owner or manager of {template.business.slug}: they cannot approve its playbook"
         )
@@ -282,6 +283,12 @@ def template_approve(version: MessageTemplateVersion, user: AbstractBaseUser) ->
         after=_state(template, version=version.version),
     )
     return version
+
+
+def _member(template: MessageTemplate, user_id: int, *, roles: tuple[str, ...] = tuple(Role.values)) -> bool:
+    return TeamMember.objects.filter(
+        business_id=template.business_id, user_id=user_id, is_active=True, role__in=roles
+    ).exists()
 
 
 def _proposer(actor: AbstractBaseUser | str) -> tuple[str, int | None]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import time
 from decimal import Decimal
 
 from django.db import models
@@ -26,8 +27,8 @@ class Business(models.Model):
     region = models.CharField(max_length=2, default="US", help_text="Default phone region (ISO 3166)")
     currency = models.CharField(max_length=3, default=CURRENCY_DEFAULT)
     first_response_minutes = models.PositiveIntegerField(default=5)
-    quiet_hours_start = models.TimeField(default="08:00")
-    quiet_hours_end = models.TimeField(default="21:00")
+    quiet_hours_start = models.TimeField(default=time(8, 0))
+    quiet_hours_end = models.TimeField(default=time(21, 0))
     dedupe_window_days = models.PositiveIntegerField(default=30)
     max_texts_per_day = models.PositiveIntegerField(default=3)
     # {"FL": "08:00-20:00"}: stricter local windows for recipients in a US state

@@ -120,6 +120,13 @@ def test_an_agent_may_propose_a_revision_under_its_role_name(acme: Business) -> 
     assert (version.proposed_by, version.proposed_by_user) == ("agent:sms_assistant", None)
 
 
+def test_someone_outside_the_business_cannot_propose_its_text(acme: Business) -> None:
+    outsider = member_create(BusinessFactory.create(slug="other"), "manager", username="otto")
+
+    with pytest.raises(TemplateError, match="not on the team of acme-play"):
+        template_revise(_template(acme), ACK_V2, outsider.user)
+
+
 def test_a_bare_name_is_refused_as_the_proposer(acme: Business) -> None:
     # A username string cannot be told from a role name: people pass their user.
     with pytest.raises(TemplateError, match="pass the user"):

@@ -277,6 +277,18 @@ def test_a_request_without_a_draft_is_decided_without_a_text_box(business: Busin
     assert (request.status, request.payload) == ("approved", {"keep": "cont_a", "merge": ["cont_b"]})
 
 
+def test_what_a_contact_wrote_is_shown_but_not_offered_for_editing(business: Business, manager: TeamMember) -> None:
+    request = proposal(business, kind="opt_out_question", payload={"message": "msg_1", "body": "pls stop texting"})
+    client = admin_client(manager)
+
+    page = client.get(change_url(request)).content.decode()
+    assert 'id="decision-form"' in page and 'name="body"' not in page and "pls stop texting" in page
+    client.post(decide_url(request), {"decision": "approve", "body": "edited"})
+
+    request.refresh_from_db()
+    assert (request.status, request.payload["body"], request.original_payload) == ("approved", "pls stop texting", None)
+
+
 def test_a_decided_request_shows_no_decision_form(business: Business, manager: TeamMember) -> None:
     request = proposal(business)
     approval_approve(request, user=member_create(business, Role.MANAGER, username="max").user)
