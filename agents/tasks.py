@@ -29,3 +29,9 @@ def process_inbound_event(event_id: int) -> str:
 
 def message_dispatch(message_id: int) -> str:
     return _message_dispatch(message_id)
+
+
+def first_response(lead_id: int) -> str:
+    from agents.first_response.acknowledge import lead_first_response
+
+    return lead_first_response(lead_id)

@@ -149,6 +149,8 @@ def capture_apply(
             # Stored and visible, but kept out of operations (routing, sends, reports).
             Lead.objects.filter(pk=lead.pk).update(is_test=True)
             lead.is_test = True
+        else:
+            _first_response_enqueue(lead)
         touch = lead.touches.first()
     else:
         lead = existing_lead
@@ -401,4 +403,13 @@ def _manager_task(lead: Lead, title: str) -> None:
         kind="exception",
         owner=lead.owner or business_manager(lead.business_id),
         reason="exception for a person",
+    )
+
+
+def _first_response_enqueue(lead: Lead) -> None:
+    from django_q.tasks import async_task
+
+    lead_id = lead.pk
+    transaction.on_commit(
+        lambda: async_task("agents.tasks.first_response", lead_id, q_options={"group": "first_response"})
     )

@@ -21,7 +21,8 @@ def run_queued_events() -> list[str]:
     outcomes = []
     for queued in OrmQ.objects.order_by("id"):
         task = SignedPackage.loads(queued.payload)
-        assert task["func"] == "agents.tasks.process_inbound_event"
+        if task["func"] != "agents.tasks.process_inbound_event":
+            continue  # first responses and the like: their own tests run them
         outcomes.append(event_process(*task["args"]))
         queued.delete()
     return outcomes
