@@ -53,7 +53,7 @@ def lead_first_response(lead_id: int, *, now: datetime | None = None) -> str:
     else:
         message = message_send(
             lead=lead, channel="sms", body=draft.body, actor="agent:sms_assistant", idempotency_key=f"ack:{lead.public_id}",
-            automated=True, template_key=draft.template_key, now=now,
+            automated=True, template_key=draft.template_key or "", now=now,
         )  # fmt: skip
         outcome = message.status
         if message.status in ACKNOWLEDGED:
