@@ -1,0 +1,53 @@
+"""A setter answers a lead from the copilot in a real browser."""
+
+from __future__ import annotations
+
+from datetime import time
+
+import pytest
+
+from approvals.models import ApprovalRequest
+from crm.models import Message, MessageTemplate, Role
+from crm.services import lead_sync
+from crm.services.consent import consent_record
+from tests.factories import BusinessFactory, lead_create, member_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+PASSWORD = "pw-for-tests-1"
+
+
+def test_a_setter_sends_the_suggested_reply_and_a_risky_edit_waits_for_a_manager(live_server, browser_context):
+    # Quiet hours wide open, so the test does not depend on the hour it runs at.
+    business = BusinessFactory.create(
+        slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
+    )
+    MessageTemplate.objects.create(business=business, key="ack_sms", channel="sms", approved=True,
+                                   body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.")  # fmt: skip
+    sam = member_create(business, Role.SETTER, username="sam")
+    lead = lead_sync.lead_assign(lead_create(business, first_name="Rosa"), sam, actor="mia", reason="demo")
+    consent_record(
+        contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
+    )
+
+    page = browser_context.new_page()
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.goto(f"{live_server.url}/admin/crm/lead/{lead.pk}/change/")
+    page.click("#open-copilot")
+    page.wait_for_selector("#copilot")
+    assert page.inner_text("[data-channel=sms]") == "sms: granted"
+    assert page.input_value("#id_body") == "Hi Rosa, this is Acme. We got your request. Reply STOP to opt out."
+
+    page.click("#send-reply")
+    page.wait_for_selector("text=dry_run")
+    sent = Message.objects.get(direction="out")
+    assert (sent.status, sent.actor, sent.automated) == ("dry_run", "sam", False)
+
+    page.fill("#id_body", "We can do it for $199 tomorrow by 9am, guaranteed.")
+    page.click("#send-reply")
+    page.wait_for_selector("text=pending_approval")
+    risky = Message.objects.filter(direction="out").order_by("-pk").first()
+    assert risky.status == "pending_approval"
+    assert ApprovalRequest.objects.get(kind="message_draft").payload["message"] == risky.public_id
