@@ -17,6 +17,10 @@ class AgentsConfig(AppConfig):
         from agents.outbound import timers as outbound_timers
 
         outbound_timers.register()
+
+        from agents import decisions
+
+        decisions.register()
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

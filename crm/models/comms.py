@@ -12,7 +12,16 @@ MESSAGE_STATUSES = [
     "received", "draft", "pending_approval", "deferred", "blocked", "dry_run", "queued",
     "sending", "sent", "delivered", "undelivered", "failed", "unknown",
 ]  # fmt: skip
-BLOCK_REASONS = ["hold", "stopped", "no_consent", "revoked", "quiet_hours", "daily_cap", "other_path_active"]
+BLOCK_REASONS = [
+    "hold",
+    "stopped",
+    "no_consent",
+    "revoked",
+    "quiet_hours",
+    "daily_cap",
+    "other_path_active",
+    "rejected",
+]
 
 
 class Message(models.Model):
@@ -42,6 +51,7 @@ class Message(models.Model):
         QUIET_HOURS = "quiet_hours"
         DAILY_CAP = "daily_cap"
         OTHER_PATH_ACTIVE = "other_path_active"
+        REJECTED = "rejected"  # a person rejected the draft
 
     public_id = PublicIdField(prefix="msg")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")

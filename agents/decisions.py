@@ -1,0 +1,92 @@
+"""What a person's decision resumes, registered with the Human Gatekeeper at
+startup (approvals cannot import the roles that wait on it).
+
+- message_draft: approved → the (possibly edited) text goes through the gate
+  again, now approved; rejected → the message is blocked as `rejected`.
+- opt_out_question: approved → the revocation is recorded in the ledger;
+  rejected → automation resumes for the person.
+- complaint: approved → the hold stays; rejected → the hold is released and
+  automation resumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.outbound.gate import message_gate
+from approvals.handlers import approval_handler_register
+from approvals.models import ApprovalRequest
+from crm.models import Contact, ContactPoint, Message
+from crm.services import lead_sync
+from crm.services.consent import consent_record
+from crm.services.receipts import receipt_write
+
+
+def _message(payload: dict[str, Any]) -> Message:
+    return Message.objects.select_related("business", "lead").get(public_id=payload["message"])
+
+
+def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    message = _message(payload)
+    body = str(payload.get("body") or message.body)
+    if body != message.body:
+        Message.objects.filter(pk=message.pk).update(body=body)
+    message_gate(message)  # not needs_approval: a person approved this text
+
+
+def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    message = _message(payload)
+    updated = Message.objects.filter(pk=message.pk, status=Message.Status.PENDING_APPROVAL).update(
+        status=Message.Status.BLOCKED, block_reason=Message.BlockReason.REJECTED
+    )
+    if updated:
+        receipt_write(
+            business=message.business, lead=message.lead, subject=message.public_id, actor=_decider(request),
+            action="message.blocked", reason="rejected", before={"status": "pending_approval"},
+            after={"status": "blocked", "block_reason": "rejected"},
+        )  # fmt: skip
+
+
+def opt_out_confirmed(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    point = ContactPoint.objects.filter(
+        business_id=request.business_id, kind="phone", value=payload.get("point", "")
+    ).first()
+    if point is not None:
+        consent_record(
+            contact_point=point, channel="sms", granted=False, basis="free_text_confirmed", actor=_decider(request),
+            evidence={"text": payload.get("body", ""), "approval": request.public_id},
+        )  # fmt: skip
+
+
+def opt_out_denied(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    if request.lead is not None:
+        _resume(request.lead.contact, request)
+
+
+def complaint_dismissed(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    lead = request.lead
+    if lead is None:
+        return
+    if lead.hold:
+        lead_sync.lead_set_hold(lead, False, actor=_decider(request), reason="not a complaint, on review")
+    _resume(lead.contact, request)
+
+
+def _resume(contact: Contact, request: ApprovalRequest) -> None:
+    if Contact.objects.filter(pk=contact.pk, automation_paused=True).update(
+        automation_paused=False, automation_paused_reason=""
+    ):
+        receipt_write(
+            business=contact.business, subject=contact.public_id, actor=_decider(request),
+            action="contact.automation_resumed", reason=request.decision_note or request.kind,
+        )  # fmt: skip
+
+
+def _decider(request: ApprovalRequest) -> str:
+    return request.decided_by.get_username() if request.decided_by else "agent:approvals"
+
+
+def register() -> None:
+    approval_handler_register("message_draft", on_approved=draft_approved, on_rejected=draft_rejected)
+    approval_handler_register("opt_out_question", on_approved=opt_out_confirmed, on_rejected=opt_out_denied)
+    approval_handler_register("complaint", on_rejected=complaint_dismissed)

@@ -1,0 +1,84 @@
+"""A person's decision resumes (or cancels) what waited on it."""
+
+from __future__ import annotations
+
+from datetime import time
+
+import pytest
+
+from agents.consent.keywords import inbound_text_apply
+from agents.outbound.gate import message_send
+from approvals.models import ApprovalRequest
+from approvals.services import approval_approve, approval_reject
+from crm.models import ConsentState, Contact, Lead, Message, Role
+from crm.services.consent import consent_record
+from tests.factories import lead_create, member_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def lead(business):
+    business.quiet_hours_start, business.quiet_hours_end = time(0, 0), time(23, 59, 59)  # any hour will do
+    business.save()
+    lead = lead_create(business, phone="+12125550147")
+    consent_record(
+        contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
+    )
+    return lead
+
+
+@pytest.fixture
+def boss(business):
+    return member_create(business, Role.MANAGER, username="mia")
+
+
+def inbound(lead: Lead, body: str) -> Message:
+    text = Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="in",
+                                  contact_point=lead.contact.points.get(), channel="sms", status="received", body=body)  # fmt: skip
+    inbound_text_apply(message=text, lead=lead)
+    return text
+
+
+def test_an_approved_edited_draft_goes_out_with_the_edit(lead, boss):
+    draft = message_send(lead=lead, channel="sms", body="It's $199.", actor="sam", idempotency_key="d1",
+                         automated=False, needs_approval=True)  # fmt: skip
+    request = ApprovalRequest.objects.get(kind="message_draft")
+    approval_approve(
+        request, user=boss.user, edited_payload={**request.payload, "body": "A technician will quote on site."}
+    )
+    draft.refresh_from_db()
+    assert (draft.status, draft.body) == ("dry_run", "A technician will quote on site.")
+
+
+def test_a_rejected_draft_is_blocked_as_rejected(lead, boss):
+    draft = message_send(lead=lead, channel="sms", body="Guaranteed by 5pm!", actor="sam", idempotency_key="d2",
+                         automated=False, needs_approval=True)  # fmt: skip
+    approval_reject(ApprovalRequest.objects.get(kind="message_draft"), user=boss.user, note="no promises")
+    draft.refresh_from_db()
+    assert (draft.status, draft.block_reason) == ("blocked", "rejected")
+
+
+def test_a_confirmed_plain_word_opt_out_revokes_consent(lead, boss):
+    inbound(lead, "please stop texting me")
+    assert Contact.objects.get().automation_paused
+    approval_approve(ApprovalRequest.objects.get(kind="opt_out_question"), user=boss.user)
+    state = ConsentState.objects.get(contact_point__contact=lead.contact, channel="sms")
+    assert (state.status, state.last_event.basis) == ("revoked", "free_text_confirmed")
+
+
+def test_a_denied_opt_out_question_resumes_automation(lead, boss):
+    inbound(lead, "take me off your list for today, call tomorrow")
+    approval_reject(
+        ApprovalRequest.objects.get(kind="opt_out_question"), user=boss.user, note="they asked for tomorrow"
+    )
+    assert not Contact.objects.get().automation_paused
+    assert ConsentState.objects.get(contact_point__contact=lead.contact, channel="sms").status == "granted"
+
+
+def test_a_dismissed_complaint_releases_the_hold(lead, boss):
+    inbound(lead, "this is harassment")
+    assert Lead.objects.get().hold
+    approval_reject(ApprovalRequest.objects.get(kind="complaint"), user=boss.user, note="a joke between friends")
+    lead.refresh_from_db()
+    assert not lead.hold and not lead.contact.automation_paused
