@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from crm.models import Call, Receipt, Task, TeamMember
+from crm.models import Call, Lead, Receipt, Task, TeamMember
 from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
@@ -173,4 +173,24 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
             "owner": _username(kept.owner if kept else None),
         },
     )
+    if lead is not None and call.business.missed_call_text_back:
+        _text_back(call, lead)
     return task
+
+
+def _text_back(call: Call, lead: Lead) -> None:
+    """One automated text-back per missed call, only where the business opts
+    in, only from its approved playbook, and only through the gate (the call
+    itself is the conversation that allows a reply)."""
+    from agents.outbound.gate import message_send
+    from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
+
+    try:
+        template = template_for_automation(call.business, "missed_call_sms", channel="sms")
+        body = template_render(template, playbook_context(lead))
+    except TemplateError:
+        return  # no approved text-back: the call-back task is the follow-up
+    message_send(
+        lead=lead, channel="sms", body=body, actor=ACTOR, idempotency_key=f"missed-call-text:{call.public_id}",
+        automated=True, template_key=template.key,
+    )  # fmt: skip

@@ -479,6 +479,8 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
             "quiet_hours_end",
             "dedupe_window_days",
             "max_texts_per_day",
+            "consent_max_age_days",
+            "missed_call_text_back",
         )
     }
     if not doc.has("policy"):
@@ -486,7 +488,10 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         return {}
     m = _Map(
         doc.raw("policy"), doc.line_of("policy"), "policy",
-        optional=("first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day"),
+        optional=(
+            "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
+            "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
+        ),
     )  # fmt: skip
     fields = {
         "first_response_minutes": m.integer("first_response_minutes", defaults["first_response_minutes"], minimum=1),
@@ -494,11 +499,31 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         "max_texts_per_day": m.integer("max_texts_per_day", defaults["max_texts_per_day"]),
         "quiet_hours_start": defaults["quiet_hours_start"],
         "quiet_hours_end": defaults["quiet_hours_end"],
+        "consent_max_age_days": m.integer("consent_max_age_days", defaults["consent_max_age_days"], minimum=1),
+        "missed_call_text_back": m.boolean("missed_call_text_back", defaults["missed_call_text_back"]),
+        "quiet_hours_by_state": _state_windows(m),
     }
     if m.has("quiet_hours"):
         # May wrap midnight, so only an empty range is refused.
         fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range("quiet_hours", ordered=False)
     return fields
+
+
+def _state_windows(m: _Map) -> dict[str, str]:
+    """{"FL": "08:00-20:00"}: stricter local windows for recipients in a US state."""
+    if not m.has("quiet_hours_by_state"):
+        return {}
+    raw = m.raw("quiet_hours_by_state")
+    if not isinstance(raw, dict):
+        raise m.error("quiet_hours_by_state", "quiet_hours_by_state must map a state code to HH:MM-HH:MM")
+    windows = {}
+    for state, window in raw.items():
+        if not (isinstance(state, str) and re.fullmatch(r"[A-Z]{2}", state)):
+            raise m.error("quiet_hours_by_state", f"{state!r} is not a two-letter US state code")
+        if not (isinstance(window, str) and re.fullmatch(r"\d\d:\d\d-\d\d:\d\d", window)):
+            raise m.error("quiet_hours_by_state", f"{window!r} for {state} is not HH:MM-HH:MM")
+        windows[state] = window
+    return windows
 
 
 def _parse_source(item: _ItemMap, region: str) -> Row:

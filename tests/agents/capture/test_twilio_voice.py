@@ -440,3 +440,35 @@ def test_an_operator_replays_failed_events_from_the_admin(business, manager, dja
     event.refresh_from_db()
     assert (event.status, event.attempts) == ("processed", 2)
     assert Lead.objects.count() == 1 and Call.objects.count() == 1
+
+
+def test_a_business_that_opts_in_sends_one_text_back_per_missed_call(
+    business, twilio_source, manager, django_capture_on_commit_callbacks
+):
+    from crm.models import Message, MessageTemplate
+
+    business.missed_call_text_back = True
+    business.save()
+    MessageTemplate.objects.create(business=business, key="missed_call_sms", channel="sms", approved=True,
+                                   body="Sorry we missed your call to {business}. Reply STOP to opt out.")  # fmt: skip
+    call_comes_in(django_capture_on_commit_callbacks)
+    deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer"))
+    deliver(django_capture_on_commit_callbacks, STATUS, caller_leg_ended("completed", 27))
+    run_queued_events()
+    (text_back,) = Message.objects.filter(direction="out")
+    assert text_back.idempotency_key == f"missed-call-text:{Call.objects.get().public_id}"
+    assert text_back.body == f"Sorry we missed your call to {business.name}. Reply STOP to opt out."
+    # The call is the conversation that allows the reply; the hour decides now or at opening time.
+    assert text_back.status in ("dry_run", "deferred") and text_back.block_reason == ""
+
+
+def test_without_the_opt_in_a_missed_call_sends_no_text(
+    business, twilio_source, manager, django_capture_on_commit_callbacks
+):
+    from crm.models import Message
+
+    call_comes_in(django_capture_on_commit_callbacks)
+    deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer"))
+    run_queued_events()
+    assert Task.objects.filter(kind="call_back").count() == 1
+    assert not Message.objects.filter(direction="out").exists()
