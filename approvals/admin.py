@@ -15,8 +15,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -179,7 +178,9 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        approval = get_object_or_404(self.get_queryset(request), pk=object_id)
+        approval = self.get_object(request, object_id)  # scoped; a malformed id is None too
+        if approval is None:
+            raise Http404("no such approval request")
         back = HttpResponseRedirect(reverse("admin:approvals_approvalrequest_change", args=[approval.pk]))
         if request.method != "POST" or not self.has_change_permission(request, approval):
             self.message_user(request, "You may not decide this request.", messages.ERROR)

@@ -305,4 +305,5 @@ def test_another_businesss_request_page_is_not_found(business: Business, other_b
     client = admin_client(stranger)
 
     assert client.post(decide_url(request), {"decision": "approve"}).status_code == 404
+    assert client.post(f"{QUEUE}not-a-number/decide/", {"decision": "approve"}).status_code == 404
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
