@@ -12,8 +12,10 @@ transaction, after the request row is updated and its receipt written:
 `request` is the decided ApprovalRequest (status, decided_by, decision_note
 set) and `payload` is what was approved (the edited payload after an
 edit-then-approve, else the proposer's). An exception in a handler rolls the
-whole decision back. `on_rejected` also runs when a request expires
-(`request.status` tells which), since either way the waiting step is off.
+whole decision back. `on_expired` runs when a request's deadline passes
+with no decision (`approvals_expire`); it is separate from `on_rejected` on
+purpose: nobody decided, so an unanswered opt-out question or complaint must
+not be treated as dismissed. Without it an expiry resumes nothing.
 A kind with no handler has nothing waiting on it: the decision stands alone.
 """
 
@@ -34,20 +36,25 @@ ApprovalHandler = Callable[["ApprovalRequest", dict[str, Any]], None]
 class ApprovalHandlers:
     on_approved: ApprovalHandler | None = None
     on_rejected: ApprovalHandler | None = None
+    on_expired: ApprovalHandler | None = None
 
 
 _HANDLERS: dict[str, ApprovalHandlers] = {}
 
 
 def approval_handler_register(
-    kind: str, *, on_approved: ApprovalHandler | None = None, on_rejected: ApprovalHandler | None = None
+    kind: str,
+    *,
+    on_approved: ApprovalHandler | None = None,
+    on_rejected: ApprovalHandler | None = None,
+    on_expired: ApprovalHandler | None = None,
 ) -> None:
     """Say what a decision on a request of `kind` resumes; replaces an earlier registration."""
     from approvals.models import ApprovalRequest
 
     if kind not in ApprovalRequest.Kind.values:
         raise ValueError(f"unknown approval kind {kind!r}")
-    _HANDLERS[kind] = ApprovalHandlers(on_approved=on_approved, on_rejected=on_rejected)
+    _HANDLERS[kind] = ApprovalHandlers(on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired)
 
 
 def approval_handler_unregister(kind: str) -> None:

@@ -209,7 +209,8 @@ def approvals_expire(now: datetime | None = None) -> int:
     """Expire pending requests whose `expires_at` has passed; returns how many.
 
     Each request is its own transaction (lock, compare-and-set, receipt,
-    `on_rejected` handler). A request a person is deciding right now is
+    the kind's `on_expired` handler, never `on_rejected`: nobody decided).
+    A request a person is deciding right now is
     skipped (SKIP LOCKED) rather than waited for: the decision wins. A
     handler that fails leaves its request pending for the next run and does
     not stop the others.
@@ -248,6 +249,6 @@ def _expire_one(pk: int, now: datetime) -> int:
         after={"status": ApprovalRequest.Status.EXPIRED},
     )
     handlers = approval_handlers_for(current.kind)
-    if handlers and handlers.on_rejected:
-        handlers.on_rejected(current, current.payload)
+    if handlers and handlers.on_expired:
+        handlers.on_expired(current, current.payload)
     return 1

@@ -54,9 +54,12 @@ def resumed() -> list[tuple[str, str, dict[str, Any]]]:
         calls.append(("approved", request.public_id, payload))
 
     def on_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-        calls.append((request.status, request.public_id, payload))
+        calls.append(("rejected", request.public_id, payload))
 
-    approval_handler_register("message_draft", on_approved=on_approved, on_rejected=on_rejected)
+    def on_expired(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+        calls.append(("expired", request.public_id, payload))
+
+    approval_handler_register("message_draft", on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired)
     return calls
 
 
@@ -397,8 +400,22 @@ def test_expiry_moves_only_overdue_pending_requests_to_expired_with_receipts(
     [receipt] = decisions_of(overdue)
     assert (receipt.actor, receipt.action) == ("agent:human_gatekeeper", "approval.expired")
     assert (receipt.before, receipt.after) == ({"status": "pending"}, {"status": "expired"})
-    # The waiting step is cancelled as on a rejection.
+    # The expiry handler, not the rejection one: nobody decided.
     assert resumed == [("expired", overdue.public_id, DRAFT)]
+
+
+def test_an_expiry_without_an_expiry_handler_dismisses_nothing(business: Business) -> None:
+    dismissed: list[str] = []
+    approval_handler_register("complaint", on_rejected=lambda request, payload: dismissed.append(request.public_id))
+    complaint = approval_request_open(
+        business=business, kind="complaint", summary="Complaint", proposed_by="agent:sms_inbound",
+        expires_at=timezone.now() - timedelta(seconds=1),
+    )  # fmt: skip
+
+    assert approvals_expire() == 1
+
+    assert ApprovalRequest.objects.get(pk=complaint.pk).status == "expired"
+    assert dismissed == []
 
 
 def test_expiring_twice_expires_once(business: Business) -> None:
@@ -422,7 +439,7 @@ def test_a_failing_handler_leaves_its_request_pending_and_the_others_expire(busi
     def broken(request: ApprovalRequest, payload: dict[str, Any]) -> None:
         raise RuntimeError("cannot cancel")
 
-    approval_handler_register("message_draft", on_rejected=broken)
+    approval_handler_register("message_draft", on_expired=broken)
     past = timezone.now() - timedelta(seconds=1)
     stuck = draft_open(business, expires_at=past)
     other = approval_request_open(
