@@ -22,12 +22,18 @@ from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 
 
-def _message(payload: dict[str, Any]) -> Message:
-    return Message.objects.select_related("business", "lead").get(public_id=payload["message"])
+def _message(payload: dict[str, Any]) -> Message | None:
+    # A draft proposed without a message row (nothing waits on it) resumes nothing.
+    message_id = payload.get("message")
+    return (
+        Message.objects.select_related("business", "lead").filter(public_id=message_id).first() if message_id else None
+    )
 
 
 def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     message = _message(payload)
+    if message is None:
+        return
     body = str(payload.get("body") or message.body)
     if body != message.body:
         Message.objects.filter(pk=message.pk).update(body=body)
@@ -36,6 +42,8 @@ def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
 
 def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     message = _message(payload)
+    if message is None:
+        return
     updated = Message.objects.filter(pk=message.pk, status=Message.Status.PENDING_APPROVAL).update(
         status=Message.Status.BLOCKED, block_reason=Message.BlockReason.REJECTED
     )

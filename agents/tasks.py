@@ -7,6 +7,7 @@ from django.conf import settings
 from agents.capture.processing import event_process, inbound_events_sweep
 from agents.outbound.dispatch import message_dispatch as _message_dispatch
 from agents.outbound.dispatch import messages_reconcile
+from approvals.services import approvals_expire
 from crm.services.timers import timers_run_due
 
 
@@ -14,11 +15,13 @@ def run_timers() -> dict[str, int]:
     result = timers_run_due()
     swept = inbound_events_sweep()
     reconciled = messages_reconcile() if settings.SEND_MODE == "live" else {}
+    expired = approvals_expire()
     return {
         "claimed": result.claimed,
         "done": result.done,
         "failed": result.failed,
         "events_swept": swept,
+        "approvals_expired": expired,
         **reconciled,
     }
 

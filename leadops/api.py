@@ -7,7 +7,14 @@ from typing import Any
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-_CODES = {400: "bad_request", 401: "not_authenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+}
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

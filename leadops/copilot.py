@@ -71,6 +71,7 @@ def lead_copilot(request: HttpRequest, public_id: str) -> HttpResponse:
                 automated=False,
                 template_key=form.cleaned_data["template_key"],
                 needs_approval=checked.needs_person,
+                requested_by=request.user,
             )
             level = messages.SUCCESS if message.status in ("dry_run", "queued") else messages.WARNING
             note = f" ({message.block_reason})" if message.block_reason else ""

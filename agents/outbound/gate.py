@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -123,6 +124,7 @@ def message_send(
     needs_approval: bool = False,
     compliance_reply: bool = False,
     enrollment: Enrollment | None = None,
+    requested_by: Any = None,
     now: datetime | None = None,
 ) -> Message:
     """Create the intended message (once per idempotency key) and pass it
@@ -155,12 +157,19 @@ def message_send(
         if existing is None:
             raise
         return existing  # the same intended message: never a second send
-    return message_gate(message, compliance_reply=compliance_reply, needs_approval=needs_approval, now=now)
+    return message_gate(
+        message, compliance_reply=compliance_reply, needs_approval=needs_approval, requested_by=requested_by, now=now
+    )
 
 
 @transaction.atomic
 def message_gate(
-    message: Message, *, compliance_reply: bool = False, needs_approval: bool = False, now: datetime | None = None
+    message: Message,
+    *,
+    compliance_reply: bool = False,
+    needs_approval: bool = False,
+    requested_by: Any = None,
+    now: datetime | None = None,
 ) -> Message:
     """(Re-)run the gate for a draft or deferred message and act on the verdict."""
     now = now or timezone.now()
@@ -183,11 +192,11 @@ def message_gate(
     message.status, message.block_reason = verdict.status, verdict.reason if verdict.status == S.BLOCKED else ""
     message.deferred_until = verdict.deferred_until
     message.save(update_fields=["status", "block_reason", "deferred_until", "from_number"])
-    _after(message, verdict, before, now)
+    _after(message, verdict, before, requested_by)
     return message
 
 
-def _after(message: Message, verdict: Verdict, before: str, now: datetime) -> None:
+def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -> None:
     receipt_write(
         business=message.business,
         lead=message.lead,
@@ -224,6 +233,9 @@ def _after(message: Message, verdict: Verdict, before: str, now: datetime) -> No
             kind="message_draft",
             summary=f"Approve a {message.channel} to {message.to}: {message.body[:120]}",
             proposed_by=message.actor,
+            # A person's draft names them, so neither the service nor the
+            # database lets them approve it themselves.
+            proposed_by_user=requested_by,
             payload={"message": message.public_id, "body": message.body},
         )
     if verdict.status == S.QUEUED:

@@ -82,3 +82,19 @@ def test_a_dismissed_complaint_releases_the_hold(lead, boss):
     approval_reject(ApprovalRequest.objects.get(kind="complaint"), user=boss.user, note="a joke between friends")
     lead.refresh_from_db()
     assert not lead.hold and not lead.contact.automation_paused
+
+
+def test_a_setter_cannot_approve_their_own_draft_even_by_database(lead, boss, business):
+    from django.db import IntegrityError, transaction
+
+    sam = member_create(business, Role.MANAGER, username="sam-manager")
+    message_send(lead=lead, channel="sms", body="It's $199.", actor="sam-manager", idempotency_key="d3",
+                 automated=False, needs_approval=True, requested_by=sam.user)  # fmt: skip
+    request = ApprovalRequest.objects.get(kind="message_draft")
+    assert request.proposed_by_user == sam.user
+    from django.utils import timezone
+
+    with pytest.raises(IntegrityError, match="approvals_approvalrequest_not_self_approved"), transaction.atomic():
+        ApprovalRequest.objects.filter(pk=request.pk).update(
+            status="approved", decided_by=sam.user, decided_at=timezone.now()
+        )
