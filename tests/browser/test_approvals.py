@@ -87,3 +87,40 @@ def test_a_manager_edits_a_drafted_reply_and_approves_it_from_the_queue(live_ser
     assert receipt.before == {"status": "pending", "payload": proposed}
     assert receipt.after == {"status": "approved", "payload": {**proposed, "body": edited}}
     assert ApprovalRequest.objects.get(pk=merge.pk).status == ApprovalRequest.Status.PENDING
+
+
+def test_an_approved_draft_goes_out_through_the_gate_and_shows_on_the_lead(live_server, browser_context):
+    from datetime import time
+
+    from agents import decisions
+    from agents.outbound.gate import message_send
+    from crm.services.consent import consent_record
+
+    decisions.register()  # the real handlers, inside this test's replaced registry
+    # Quiet hours wide open, so the test does not depend on the hour it runs at.
+    business = BusinessFactory.create(
+        slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
+    )
+    member_create(business, Role.MANAGER, username="mia")
+    lead = lead_create(business, first_name="Ana", phone="+12125550101")
+    consent_record(
+        contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
+    )
+    draft = message_send(lead=lead, channel="sms", body="We'll be there by 3pm for $89.", actor="agent:sms_assistant",
+                         idempotency_key="browser-draft", automated=False, needs_approval=True)  # fmt: skip
+    request = ApprovalRequest.objects.get(kind="message_draft")
+    base = live_server.url
+
+    page = browser_context.new_page()
+    log_in(page, base, "mia")
+    page.goto(f"{base}{QUEUE}{request.pk}/change/")
+    page.wait_for_selector("#decision-form")
+    page.fill("#id_body", "Thanks Ana! Sam will call you shortly to find a time.")
+    page.click("#approve-button")
+    page.wait_for_selector(".messagelist .success")
+
+    draft.refresh_from_db()
+    assert (draft.status, draft.body) == ("dry_run", "Thanks Ana! Sam will call you shortly to find a time.")
+    page.goto(f"{base}/admin/crm/lead/{lead.pk}/change/")
+    page.wait_for_selector("#timeline")
+    assert "→ sms dry_run" in page.locator("#timeline").inner_text()
