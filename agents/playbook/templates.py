@@ -115,16 +115,22 @@ def template_render(template: MessageTemplate, context: Mapping[str, str]) -> st
 
 def playbook_context(lead: Lead) -> dict[str, str]:
     """The lead placeholders this lead has values for; the others are left
-    out, so a template that needs them refuses to render."""
+    out, so a template that needs them refuses to render — except the two
+    greeting words, which fall back to neutral words that promise nothing
+    ("Hi there", "our team will reach out"): a caller we only know by number,
+    or a lead not yet routed to an owner, still gets its acknowledgement."""
     contact, business = lead.contact, lead.business
     values = {
-        "first_name": contact.first_name,
+        "first_name": contact.first_name.strip() or GREETING_FALLBACKS["first_name"],
         "last_name": contact.last_name,
         "business": business.name,
-        "owner_first_name": _first_name_of(lead.owner),
+        "owner_first_name": _first_name_of(lead.owner) or GREETING_FALLBACKS["owner_first_name"],
         "service": lead.service_line.name if lead.service_line else "",
     }
     return {key: value.strip() for key, value in values.items() if value and value.strip()}
+
+
+GREETING_FALLBACKS = {"first_name": "there", "owner_first_name": "our team"}
 
 
 def _first_name_of(member: TeamMember | None) -> str:

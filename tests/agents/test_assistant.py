@@ -140,18 +140,17 @@ def test_an_unapproved_acknowledgement_means_a_person_acknowledges(db: None) -> 
     assert draft.reason == "no approved sms template for acknowledgement (ack_sms not approved): a person answers"
 
 
-def test_a_lead_without_an_owner_gets_no_half_rendered_acknowledgement(acme: Business) -> None:
+def test_a_lead_without_an_owner_is_acknowledged_on_behalf_of_the_team(acme: Business) -> None:
     draft = draft_acknowledgement(_lead(acme, owned=False))
 
-    assert (draft.body, draft.needs_person, draft.template_key) == ("", True, "ack_sms")
-    assert "{owner_first_name}" in draft.reason
+    assert (draft.needs_person, draft.template_key, draft.unmodified_approved) == (False, "ack_sms", True)
+    assert "our team will reach out shortly" in draft.body
 
 
-def test_a_lead_without_a_name_gets_no_greeting_to_nobody(acme: Business) -> None:
+def test_a_lead_known_only_by_number_is_greeted_without_a_name(acme: Business) -> None:
     draft = draft_acknowledgement(_lead(acme, first_name=""))
 
-    assert (draft.body, draft.needs_person) == ("", True)
-    assert "no value for {first_name}" in draft.reason
+    assert draft.body.startswith("Hi there, this is") and not draft.needs_person
 
 
 # --- replies by intent --------------------------------------------------------------------

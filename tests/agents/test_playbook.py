@@ -311,13 +311,21 @@ def test_the_acknowledgement_renders_for_an_owned_lead(acme: Business) -> None:
     )
 
 
-def test_rendering_without_an_owner_names_the_missing_placeholder(acme: Business) -> None:
+def test_a_lead_not_yet_routed_is_greeted_on_behalf_of_the_team(acme: Business) -> None:
     lead = lead_create(acme, first_name="Pat")
 
-    with pytest.raises(TemplateRenderError, match=r"'ack_sms': no value for \{owner_first_name\}") as caught:
-        template_render(_template(acme), playbook_context(lead))
+    body = template_render(_template(acme), playbook_context(lead))
 
-    assert caught.value.placeholders == ("owner_first_name",)
+    assert "our team will reach out shortly" in body and "{" not in body
+
+
+def test_a_placeholder_the_lead_has_no_value_for_still_refuses_to_render(acme: Business) -> None:
+    lead = lead_create(acme, first_name="Pat")
+
+    with pytest.raises(TemplateRenderError, match=r"no value for \{service\}") as caught:
+        text_render("Your {service} visit", playbook_context(lead))
+
+    assert caught.value.placeholders == ("service",)
 
 
 def test_a_blank_value_counts_as_missing() -> None:
