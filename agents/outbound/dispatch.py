@@ -30,8 +30,9 @@ from twilio.base.exceptions import TwilioException, TwilioRestException
 from twilio.http import HttpClient
 from twilio.http.http_client import TwilioHttpClient
 from twilio.rest import Client
+from twilio.twiml.voice_response import VoiceResponse
 
-from crm.models import Message
+from crm.models import Call, Message
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
@@ -74,7 +75,8 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
     if message.channel == "email":
         return _email(message)
     try:
-        created = _twilio_send(message, twilio_client(http_client))
+        client = twilio_client(http_client)
+        created = _twilio_call(message, client) if message.channel == "voice" else _twilio_send(message, client)
     except TwilioRestException as exc:
         return _rest_error(message, exc)
     except (TwilioException, requests.RequestException) as exc:
@@ -95,6 +97,25 @@ def _twilio_send(message: Message, client: Client) -> Any:
     else:
         params["from_"] = message.from_number
     return client.messages.create(**params)
+
+
+def _twilio_call(message: Message, client: Client) -> Any:
+    """An outbound call that speaks the approved script. The Call row exists
+    before the provider answers, so its status callbacks have a row to update."""
+    twiml = VoiceResponse()
+    twiml.say(message.body)
+    call = client.calls.create(
+        to=message.to,
+        from_=message.from_number,
+        twiml=str(twiml),
+        status_callback=f"{settings.PUBLIC_BASE_URL}/hooks/twilio/voice/status/",
+        timeout=25,
+    )
+    Call.objects.create(
+        business=message.business, lead=message.lead, contact=message.contact, direction="out", status="queued",
+        from_number=message.from_number, to=message.to, provider_sid=call.sid, started_at=timezone.now(),
+    )  # fmt: skip
+    return call
 
 
 def _rest_error(message: Message, exc: TwilioRestException) -> str:

@@ -58,8 +58,8 @@ def sender_for(contact: Contact, channel: str) -> str:
     pinned on the contact."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
-    if settings.TWILIO_MESSAGING_SERVICE_SID:
-        return settings.TWILIO_MESSAGING_SERVICE_SID
+    if settings.TWILIO_MESSAGING_SERVICE_SID and channel == "sms":
+        return settings.TWILIO_MESSAGING_SERVICE_SID  # calls need a number: they take the pinned one below
     if contact.sticky_from_number:
         return contact.sticky_from_number
     source = (

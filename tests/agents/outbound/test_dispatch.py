@@ -116,3 +116,23 @@ def test_an_unknown_send_the_provider_never_saw_is_sent_exactly_once_more(queued
     assert message_dispatch(queued.pk, http_client=twilio) == "sent"
     assert message_dispatch(queued.pk, http_client=twilio) == "skipped"
     assert Message.objects.get().provider_sid == SID and len(twilio.requests) == 1
+
+
+def test_a_call_goes_through_the_gate_and_the_sdk_with_the_approved_script(business, settings):
+    from crm.models import Call, Source
+
+    Source.objects.create(business=business, key="line", provider="twilio", config={"phone_number": "+13125550100"})
+    lead = lead_create(business, phone="+12125550148")
+    consent_record(
+        contact_point=lead.contact.points.get(), channel="voice", granted=True, basis="form_disclosure", actor="t"
+    )
+    message = message_send(lead=lead, channel="voice", body="Hi, this is Acme about your furnace.", actor="agent:voice",
+                           idempotency_key="call:1", automated=True, now=NOON_NY)  # fmt: skip
+    assert message.status == "queued" and message.from_number == "+13125550100"  # a number, not the Messaging Service
+    twilio = ScriptedTwilio([(201, {"sid": "CA" + "c" * 32, "status": "queued"})])
+    assert message_dispatch(message.pk, http_client=twilio) == "sent"
+    request = twilio.requests[0]
+    assert request.url.endswith("/Calls.json") and request.data["To"] == "+12125550148"
+    assert "<Say>Hi, this is Acme about your furnace.</Say>" in request.data["Twiml"]
+    call = Call.objects.get()
+    assert (call.direction, call.provider_sid, call.lead) == ("out", "CA" + "c" * 32, lead)
