@@ -32,6 +32,7 @@ import random
 import string
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -400,7 +401,7 @@ def _compact(data: Any) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
-class Builder:
+class Builder(ABC):
     """One provider: which source it needs and how its deliveries look."""
 
     name = ""
@@ -426,18 +427,20 @@ class Builder:
     def post(self, intent: str, path: str, body: bytes, headers: dict[str, str], **kw: Any) -> Post:
         return Post(self.name, intent, path, body, headers, event_provider=self.event_provider, **kw)
 
+    @abstractmethod
     def lead(self, person: Person, at: datetime, phase: int, nth: int) -> list[Job]:
         """A person reaching the business here (`nth` 0: their first channel)."""
-        raise NotImplementedError
 
     def reply(self, person: Person, at: datetime, phase: int) -> list[Job]:
         return []
 
+    @abstractmethod
     def malformed(self, at: datetime, phase: int) -> Job:
-        raise NotImplementedError
+        """A correctly signed body the server cannot read (meant to fail)."""
 
+    @abstractmethod
     def bad_signature(self, stranger: Person, at: datetime, phase: int) -> Job:
-        raise NotImplementedError
+        """A delivery the server must refuse (meant to fail)."""
 
     def extra_noise(self, stranger: Person, at: datetime) -> list[Job]:
         return []

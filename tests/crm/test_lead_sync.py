@@ -290,7 +290,7 @@ def test_holding_a_lead_already_on_hold_is_refused(business: Business) -> None:
 
 
 class _CallerFailed(Exception):
-    pass
+    """The caller's own failure after CRM Sync wrote."""
 
 
 def test_the_change_and_its_receipt_roll_back_together_when_the_caller_fails(business: Business) -> None:

@@ -98,7 +98,7 @@ class GraphServer:
                 self.wfile.write(data)
 
             def log_message(self, format: str, *args: Any) -> None:
-                pass
+                return  # keep test output quiet
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v21.0"
