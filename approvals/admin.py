@@ -23,6 +23,7 @@ from django.utils.timesince import timesince
 
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalError, approval_approve, approval_reject
+from crm.admin import admin_bulk
 from crm.selectors import scoped
 
 
@@ -93,17 +94,17 @@ def _decide_selected(decision: str) -> Callable[..., None]:
     done_word = "Approved" if decision == "approve" else "Rejected"
 
     def action(modeladmin: ApprovalRequestAdmin, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        decided, refused = 0, []
-        for approval in queryset.order_by("created_at", "pk"):
-            try:
-                decide(approval, user=request.user, note=f"{done_word.lower()} in bulk from the admin queue")
-                decided += 1
-            except ApprovalError as exc:
-                refused.append(str(exc))
-        if decided:
-            modeladmin.message_user(request, f"{done_word} {decided} request(s).", messages.SUCCESS)
-        for text in refused:
-            modeladmin.message_user(request, text, messages.ERROR)
+        def apply(approval: ApprovalRequest) -> object:
+            return decide(approval, user=request.user, note=f"{done_word.lower()} in bulk from the admin queue")
+
+        admin_bulk(
+            modeladmin,
+            request,
+            queryset.order_by("created_at", "pk"),
+            apply,
+            ApprovalError,
+            f"{done_word} {{n}} request(s).",
+        )
 
     action.__name__ = f"{decision}_selected"
     return admin.action(description=f"{decision.capitalize()} selected", permissions=["change"])(action)

@@ -119,19 +119,35 @@ class NextActionForm(forms.Form):
     reason = forms.CharField(max_length=300)
 
 
+def admin_bulk(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    objects: Any,
+    apply: Callable[[Any], object],
+    refusals: type[Exception] | tuple[type[Exception], ...],
+    done: str,
+) -> None:
+    """Apply one service to each selected row; report how many went through
+    and, one message each, why the others were refused."""
+    applied, refused = 0, []
+    for obj in objects:
+        try:
+            apply(obj)
+            applied += 1
+        except refusals as exc:
+            refused.append(str(exc))
+    if applied:
+        modeladmin.message_user(request, done.format(n=applied), messages.SUCCESS)
+    for text in refused:
+        modeladmin.message_user(request, text, messages.ERROR)
+
+
 def _stage_action(stage: str) -> Callable[..., None]:
     def action(modeladmin: LeadAdmin, request: HttpRequest, queryset: QuerySet[m.Lead]) -> None:
-        moved, refused = 0, []
-        for lead in queryset:
-            try:
-                lead_sync.lead_transition(lead, stage, actor=actor_of(request), reason="stage changed in the admin")
-                moved += 1
-            except lead_sync.LeadSyncError as exc:
-                refused.append(str(exc))
-        if moved:
-            modeladmin.message_user(request, f"Moved {moved} lead(s) to {stage}.", messages.SUCCESS)
-        for text in refused:
-            modeladmin.message_user(request, text, messages.ERROR)
+        def move(lead: m.Lead) -> object:
+            return lead_sync.lead_transition(lead, stage, actor=actor_of(request), reason="stage changed in the admin")
+
+        admin_bulk(modeladmin, request, queryset, move, lead_sync.LeadSyncError, f"Moved {{n}} lead(s) to {stage}.")
 
     action.__name__ = f"move_to_{stage}"
     return admin.action(description=f"Move to {m.Stage(stage).label.lower()}", permissions=["change"])(action)
