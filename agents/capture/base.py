@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 
 class MalformedPayload(ValueError):
@@ -72,6 +75,20 @@ class Capture:
     # An inbound text or DM to record as a message on the lead.
     message_body: str = ""
     message_sid: str = ""
+
+
+def iso_time(raw: Any, fallback: datetime) -> datetime:
+    """A provider's ISO-8601 timestamp as an aware datetime (UTC when it names
+    no zone); `fallback` when it is missing or unreadable."""
+    if not isinstance(raw, str):
+        return fallback
+    try:
+        parsed = parse_datetime(raw.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        return fallback
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
 
 
 def split_name(full: str) -> tuple[str, str]:

@@ -94,6 +94,9 @@ def lead_fetch(
         session.headers["User-Agent"] = USER_AGENT
         for attempt in range(attempts):
             if attempt:
+                # A short backoff (0.5 s, then 1 s) inside the prepare step,
+                # outside any transaction; a longer outage is not waited out
+                # here: the event fails and the replay/sweeper retries it.
                 time.sleep(waits[attempt - 1])
             try:
                 response = session.get(url, params=params, timeout=(float(connect), float(read)))

@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import hmac
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
+from agents.capture.base import Capture, MalformedPayload, iso_time, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
@@ -70,19 +69,6 @@ def _id(data: dict[str, Any], key: str) -> str:
     if isinstance(value, str | int):
         return str(value).strip()
     raise MalformedPayload(f"{key} is not an id: {value!r}")
-
-
-def _submitted_at(data: dict[str, Any], fallback: datetime) -> datetime:
-    raw = data.get("lead_submit_time")
-    if not isinstance(raw, str):
-        return fallback
-    try:
-        parsed = parse_datetime(raw.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        return fallback
-    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
 
 
 def lead_columns(data: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -144,7 +130,7 @@ def parse_lead(data: dict[str, Any], *, received_at: datetime) -> Capture:
         first, last = split_name(full)
     return Capture(
         channel="form",
-        occurred_at=_submitted_at(data, received_at),
+        occurred_at=iso_time(data.get("lead_submit_time"), received_at),
         first_name=first,
         last_name=last,
         phones=phones,

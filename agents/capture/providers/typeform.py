@@ -31,17 +31,16 @@ import hashlib
 import hmac
 import json
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, json_object, split_name, utm_from
+from agents.capture.base import Capture, MalformedPayload, iso_time, json_object, split_name, utm_from
 from agents.capture.identity import capture_apply
 from agents.capture.intake import rejection_count
 from agents.capture.processing import handler_register
@@ -90,18 +89,6 @@ def _value(answer: dict[str, Any]) -> Any:
         labels = [label for label in value.get("labels") or [] if label]
         return [*labels, value["other"]] if value.get("other") else labels
     return value
-
-
-def _time(raw: Any, fallback: datetime) -> datetime:
-    if not isinstance(raw, str):
-        return fallback
-    try:
-        parsed = parse_datetime(raw.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        return fallback
-    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
 
 
 def _object(container: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -184,7 +171,7 @@ def parse_response(data: dict[str, Any], *, received_at: datetime) -> Capture:
         answers["_hidden"] = hidden_values
     return Capture(
         channel="form",
-        occurred_at=_time(form.get("submitted_at"), received_at),
+        occurred_at=iso_time(form.get("submitted_at"), received_at),
         first_name=first,
         last_name=last,
         phones=phones,
