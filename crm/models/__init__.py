@@ -16,6 +16,7 @@ from crm.models.contacts import (
 from crm.models.leads import (
     CLOSED_STAGES,
     Enrollment,
+    ExceptionItem,
     Lead,
     LeadException,
     LeadTouch,
@@ -28,13 +29,14 @@ from crm.models.leads import (
 from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptImmutable
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
-from crm.models.team import ServiceArea, ServiceLine, TeamMember
+from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 
 __all__ = [
     "BLOCK_REASONS",
     "CLOSED_STAGES",
     "MESSAGE_STATUSES",
     "Appointment",
+    "Availability",
     "Business",
     "Call",
     "Channel",
@@ -46,6 +48,7 @@ __all__ = [
     "ContactPointKind",
     "Enrollment",
     "Estimate",
+    "ExceptionItem",
     "InboundEvent",
     "Invoice",
     "Job",

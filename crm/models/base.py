@@ -38,12 +38,27 @@ class Business(models.Model):
     consent_max_age_days = models.PositiveIntegerField(default=365)
     # A missed call may get one automated text-back only where the business says so.
     missed_call_text_back = models.BooleanField(default=False)
+    # Routing and SLA (issue 5). Business hours as {"mon": "08:00-18:00", ...};
+    # empty means the SLA clock runs round the clock.
+    business_hours = models.JSONField(default=dict, blank=True)
+    # On an SLA breach, hand the lead to the next eligible owner (else only alert).
+    sla_reassign_on_breach = models.BooleanField(default=False)
+    # ICP / fit scorer: [{"rule": "in_area", "points": 30}, ...]; empty uses the built-in rules.
+    fit_rules = models.JSONField(default=list, blank=True)
+    # Job-scope words per flag: {"emergency": [...], "commercial": [...]}; merged over built-ins.
+    scope_keywords = models.JSONField(default=dict, blank=True)
+    # Follow-up and reporting (issues 6 and 7).
+    estimate_follow_up_days = models.PositiveIntegerField(default=3)
+    brief_hour = models.PositiveSmallIntegerField(default=7, help_text="Local hour the daily brief is emailed")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name_plural = "businesses"
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(brief_hour__lte=23), name="crm_business_brief_hour_valid"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -119,6 +119,14 @@ class Call(models.Model):
     recording_url = models.URLField(max_length=1000, blank=True)
     transcript = models.TextField(blank=True)
     score = models.JSONField(default=dict, blank=True)
+    # Call scoring: explainable flags and the review queue ("", pending, reviewed).
+    flags = models.JSONField(default=list, blank=True)
+    review_status = models.CharField(max_length=16, blank=True)
+    # Outbound voice follow-up: what happened (connected, callback_task,
+    # opted_out, voicemail, no_answer, machine_skipped) and who answered.
+    outcome = models.CharField(max_length=32, blank=True)
+    answered_by = models.CharField(max_length=32, blank=True)
+    enrollment = models.ForeignKey("crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="calls")
     started_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
 

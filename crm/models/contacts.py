@@ -30,6 +30,8 @@ class Source(models.Model):
     secret = models.CharField(max_length=200, blank=True)
     # Provider settings: page_id, access_token, account_id, phone_number, forward_to…
     config = models.JSONField(default=dict, blank=True)
+    # This source's first-response standard; empty uses the business's.
+    first_response_minutes = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -67,6 +67,16 @@ class Lead(models.Model):
     # person first contacted the lead (speed to lead).
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     first_response_at = models.DateTimeField(null=True, blank=True)
+    # Speed to lead: first human contact minus arrival, kept for reporting.
+    speed_to_lead_seconds = models.PositiveIntegerField(null=True, blank=True)
+    sla_breached_at = models.DateTimeField(null=True, blank=True)
+    # Fit: the facts the qualifier gathered (postal code, flags, matched
+    # keywords), the fit score and the reason for each point.
+    facts = models.JSONField(default=dict, blank=True)
+    fit_score = models.IntegerField(null=True, blank=True)
+    fit_reasons = models.JSONField(default=list, blank=True)
+    # Why routing could not pick an owner (the manager queue shows it).
+    routing_reason = models.CharField(max_length=300, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -148,6 +158,7 @@ class Task(models.Model):
     title = models.CharField(max_length=300)
     due_at = models.DateTimeField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    outcome = models.CharField(max_length=300, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     completed_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -215,7 +226,11 @@ class Sequence(models.Model):
     trigger = models.CharField(max_length=32)
     # [{"after": "15m", "channel": "sms", "template": "nudge_sms"}, …]
     steps = models.JSONField(default=list)
+    # Lower runs first: a higher-priority path replaces a lower one for the
+    # contact; a lower one waits behind it.
     priority = models.PositiveIntegerField(default=100)
+    # Per-sequence goals: reaching one of these stages completes the path.
+    goal_stages = models.JSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
 
     class Meta:
@@ -241,6 +256,7 @@ class Enrollment(models.Model):
     stop_reason = models.CharField(max_length=64, blank=True)
     next_step_index = models.PositiveIntegerField(default=0)
     next_step_due_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -271,3 +287,40 @@ class MessageTemplate(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class ExceptionItem(models.Model):
+    """Something a person must look at (pipeline QA, routing, matching), with an
+    owner. At most one open item per kind and subject, so periodic checks that
+    find the same problem again do not pile up duplicates."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        RESOLVED = "resolved"
+
+    public_id = PublicIdField(prefix="exc")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="exception_items")
+    owner = models.ForeignKey(TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    kind = models.CharField(max_length=40)
+    # The public id of the record the item is about (lead, message, payment, …).
+    subject = models.CharField(max_length=64)
+    detail = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    detected_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-detected_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["business", "kind", "subject"],
+                condition=models.Q(status="open"),
+                name="crm_exceptionitem_one_open_per_subject",
+            ),
+        ]
+        indexes = [models.Index(fields=["business", "status", "kind"], name="crm_exceptionitem_queue_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.subject}"

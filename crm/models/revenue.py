@@ -9,7 +9,7 @@ from crm.ids import PublicIdField
 from crm.models.base import Business, Money
 from crm.models.contacts import Contact, InboundEvent
 from crm.models.leads import Lead
-from crm.models.team import TeamMember
+from crm.models.team import Availability, TeamMember
 
 
 def _nonnegative(model: str) -> models.CheckConstraint:
@@ -30,11 +30,20 @@ class Appointment(models.Model):
     assigned_to = models.ForeignKey(
         TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="appointments"
     )
+    availability = models.ForeignKey(
+        Availability, on_delete=models.PROTECT, null=True, blank=True, related_name="appointments"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
     location = models.CharField(max_length=300, blank=True)
     notes = models.TextField(blank=True)
+    # The technician brief: quoted from the record when the appointment is booked.
+    brief = models.TextField(blank=True)
+    rescheduled_from = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="rescheduled_to"
+    )
+    outcome_at = models.DateTimeField(null=True, blank=True)
     provider = models.CharField(max_length=16, blank=True)
     external_id = models.CharField(max_length=200, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -68,6 +77,7 @@ class Estimate(Money):
     description = models.TextField(blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -144,6 +154,9 @@ class Payment(Money):
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="payments")
     contact = models.ForeignKey(Contact, on_delete=models.PROTECT, null=True, blank=True, related_name="payments")
     invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, null=True, blank=True, related_name="payments")
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, null=True, blank=True, related_name="payments")
+    # Payment Matching's proposals when it could not link the payment itself.
+    match_candidates = models.JSONField(default=list, blank=True)
     inbound_event = models.ForeignKey(InboundEvent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     provider = models.CharField(max_length=16, default="manual")
     external_id = models.CharField(max_length=200, null=True, blank=True)

@@ -15,6 +15,9 @@ class ServiceLine(models.Model):
     keywords = models.JSONField(default=list, blank=True)
     high_value_amount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
     currency = models.CharField(max_length=3, default="USD")
+    # The offer matcher: the approved offer for this line and its template keys.
+    offer = models.CharField(max_length=300, blank=True)
+    offer_templates = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -69,6 +72,10 @@ class TeamMember(models.Model):
     # {"mon": "08:00-18:00", ...}; a missing day is a day off.
     hours = models.JSONField(default=dict, blank=True)
     out_of_office_until = models.DateTimeField(null=True, blank=True)
+    # Smooth weighted round robin: each pick adds every eligible member's
+    # weight to their score and takes the total from the one chosen. Read and
+    # written only under a row lock on the candidates (crm.services.routing).
+    rotation_score = models.IntegerField(default=0)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -81,3 +88,26 @@ class TeamMember(models.Model):
 
     def __str__(self) -> str:
         return self.display_name or self.user.get_username()
+
+
+class Availability(models.Model):
+    """Bookable slots for a team: the days, the local time windows, and how many
+    appointments one slot takes. Booking locks this row (agents.booking)."""
+
+    public_id = PublicIdField(prefix="avl")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="availability")
+    members = models.ManyToManyField(TeamMember, blank=True, related_name="availability")
+    service_lines = models.ManyToManyField(ServiceLine, blank=True, related_name="availability")
+    days = models.JSONField(default=list, help_text='["mon", "tue", ...]')
+    slots = models.JSONField(default=list, help_text='["09:00-11:00", ...] in the business time zone')
+    capacity = models.PositiveIntegerField(default=1)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name_plural = "availability"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(capacity__gte=1), name="crm_availability_capacity_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} ({', '.join(self.slots)})"
