@@ -13,14 +13,27 @@ class AgentsConfig(AppConfig):
         from crm.admin import EVENT_REPLAY
 
         EVENT_REPLAY[:] = [event_replay]
+        import agents.revenue.admin  # noqa: F401 - the money records' admin, whose forms call the revenue roles
 
         from agents.outbound import timers as outbound_timers
 
         outbound_timers.register()
 
-        from agents import decisions
+        from agents import decisions, orchestrator
 
         decisions.register()
+        orchestrator.register()
+        from agents.booking import services as booking
+
+        booking.register()  # reminders and the no-show deadline
+        from agents import followup
+
+        followup.register()  # sequence steps, estimate clocks, follow-up calls
+        import agents.reporting.call_scoring  # noqa: F401 - registers the recording hook's processing handler
+        from agents.reporting import alerts, brief
+
+        alerts.register()  # Slack alerts are timers, posted by the timer runner
+        brief.register()  # so are the daily briefs
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

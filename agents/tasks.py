@@ -12,6 +12,9 @@ from crm.services.timers import timers_run_due
 
 
 def run_timers() -> dict[str, int]:
+    from agents.reporting.alerts import alerts_scan
+
+    alerts = alerts_scan()  # queued as timers, so this same run posts them
     result = timers_run_due()
     swept = inbound_events_sweep()
     reconciled = messages_reconcile() if settings.SEND_MODE == "live" else {}
@@ -22,6 +25,7 @@ def run_timers() -> dict[str, int]:
         "failed": result.failed,
         "events_swept": swept,
         "approvals_expired": expired,
+        "alerts_queued": alerts,
         **reconciled,
     }
 
@@ -34,7 +38,21 @@ def message_dispatch(message_id: int) -> str:
     return _message_dispatch(message_id)
 
 
-def first_response(lead_id: int) -> str:
-    from agents.first_response.acknowledge import lead_first_response
+def orchestrate(timer_id: int) -> str:
+    from agents.orchestrator import orchestrate as _orchestrate
 
-    return lead_first_response(lead_id)
+    return _orchestrate(timer_id)
+
+
+def pipeline_qa() -> dict[str, object]:
+    from agents.reporting.pipeline_qa import pipeline_qa_run
+
+    return pipeline_qa_run().as_dict()
+
+
+def daily_brief() -> dict[str, int]:
+    from agents.reporting.brief import TIMER_KIND, briefs_schedule
+
+    scheduled = briefs_schedule()
+    sent = timers_run_due(kinds=[TIMER_KIND])  # send now rather than at the next minute
+    return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}

@@ -17,6 +17,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
+from agents.orchestrator import lead_event
 from approvals.services import approval_request_open
 from crm.models import (
     CLOSED_STAGES,
@@ -150,7 +151,7 @@ def capture_apply(
             Lead.objects.filter(pk=lead.pk).update(is_test=True)
             lead.is_test = True
         else:
-            _first_response_enqueue(lead)
+            lead_event(lead, "lead.new", key=lead.public_id, actor=ACTOR)
         touch = lead.touches.first()
     else:
         lead = existing_lead
@@ -167,6 +168,8 @@ def capture_apply(
             reason="same person and need: the open lead absorbs the touch",
             after={"channel": capture.channel, "source": source.key if source else None},
         )
+        if not lead.is_test:
+            lead_event(lead, "touch.added", key=touch.public_id, data={"channel": capture.channel}, actor=ACTOR)
     message = None
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
@@ -403,13 +406,4 @@ def _manager_task(lead: Lead, title: str) -> None:
         kind="exception",
         owner=lead.owner or business_manager(lead.business_id),
         reason="exception for a person",
-    )
-
-
-def _first_response_enqueue(lead: Lead) -> None:
-    from django_q.tasks import async_task
-
-    lead_id = lead.pk
-    transaction.on_commit(
-        lambda: async_task("agents.tasks.first_response", lead_id, q_options={"group": "first_response"})
     )

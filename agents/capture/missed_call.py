@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from agents.orchestrator import lead_event
 from crm.models import Call, Lead, Receipt, Task, TeamMember
 from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
@@ -173,6 +174,8 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
             "owner": _username(kept.owner if kept else None),
         },
     )
+    if lead is not None and not lead.is_test:
+        lead_event(lead, "missed_call", key=call.public_id, actor=ACTOR)
     if lead is not None and call.business.missed_call_text_back:
         _text_back(call, lead)
     return task

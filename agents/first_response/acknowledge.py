@@ -9,29 +9,27 @@ acknowledged; `first_response_at` stays for the first time a person reaches it.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 
-import requests
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
+from agents.routing.next_action import next_action_ensure
 from crm.models import Lead, Message
 from crm.selectors import business_manager
-from crm.services import lead_sync
 from crm.services.records import task_create
 
-log = logging.getLogger(__name__)
 ACTOR = "agent:first_response"
 ACKNOWLEDGED = (Message.Status.DRY_RUN, Message.Status.QUEUED, Message.Status.SENT, Message.Status.DELIVERED)
 
 
 @transaction.atomic
-def lead_first_response(lead_id: int, *, now: datetime | None = None) -> str:
+def lead_first_response(
+    lead_id: int, *, now: datetime | None = None, title: str = "", due_at: datetime | None = None
+) -> str:
     """Acknowledge and hand over a new lead; a no-op for test leads, closed
     leads and leads already acknowledged (task redeliveries)."""
     lead = (
@@ -61,30 +59,9 @@ def lead_first_response(lead_id: int, *, now: datetime | None = None) -> str:
         elif message.status == Message.Status.BLOCKED:
             task_create(lead=lead, title=f"Reach this lead yourself (automatic reply blocked: {message.block_reason})",
                         due_at=now, actor=ACTOR, kind="follow_up", owner=owner, reason=message.block_reason)  # fmt: skip
-    due = now + timedelta(minutes=lead.business.first_response_minutes)
+    due = due_at or now + timedelta(minutes=lead.business.first_response_minutes)
     name = lead.contact.name or "the lead"
-    if not lead.next_action:
-        lead_sync.lead_set_next_action(lead, f"First contact: reach {name}", due, actor=ACTOR, reason="new lead")
-    task_create(
-        lead=lead, title=f"First contact: reach {name}", due_at=due, actor=ACTOR, owner=owner, reason="new lead"
-    )
-    if owner is not None:
-        recipient = owner.email or owner.user.email
-        text = f"New lead {lead.public_id}: {name} — first contact due by {due:%H:%M} UTC. Acknowledgement: {outcome}."
-        transaction.on_commit(lambda: _notify(recipient, text))
+    next_action_ensure(lead, title or f"First contact: reach {name}", due, actor=ACTOR, reason="new lead", owner=owner)
+    text = f"New lead {lead.public_id}: {name} — first contact due by {due:%H:%M} UTC. Acknowledgement: {outcome}."
+    member_notify(owner, "New lead", text)
     return outcome
-
-
-def _notify(email: str, text: str) -> None:
-    # After commit and outside any transaction: a slow mail or Slack server
-    # never holds the lead, and a failure here never undoes the handover.
-    if email:
-        try:
-            send_mail("New lead", text, None, [email])
-        except OSError as exc:
-            log.warning("lead notice by email failed: %s", exc)
-    if settings.SLACK_WEBHOOK_URL:
-        try:
-            requests.post(settings.SLACK_WEBHOOK_URL, json={"text": text}, timeout=(3.05, 5))
-        except requests.RequestException as exc:
-            log.warning("lead notice to Slack failed: %s", exc)

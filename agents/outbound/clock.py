@@ -1,6 +1,6 @@
-"""Quiet hours: when a recipient may be contacted, in their own local time.
+"""Quiet hours and business hours, in the right local time.
 
-The one module for this math. The window is the business's (08:00–21:00 by
+The one module for this math. Quiet hours: when a recipient may be contacted. The window is the business's (08:00–21:00 by
 default), narrowed by stricter state rules (Florida 08:00–20:00 built in, more
 per business). The time zone comes from the number (phonenumbers' timezone
 data), else the business's.
@@ -92,3 +92,42 @@ def next_allowed(now: datetime, window: Window) -> datetime | None:
     day = local.date() if local.time() < window.start else local.date() + timedelta(days=1)
     opens = datetime.combine(day, window.start, tzinfo=window.zone)
     return opens.astimezone(now.tzinfo)
+
+
+# Business hours and working hours: {"mon": "08:00-18:00", ...}; a missing day
+# is a day off; an empty dict means round the clock.
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def hours_open(hours: dict[str, str], zone: ZoneInfo, at: datetime) -> bool:
+    """Whether `at` falls inside the hours (always, when there are none)."""
+    if not hours:
+        return True
+    local = at.astimezone(zone)
+    window = hours.get(DAYS[local.weekday()])
+    if not window:
+        return False
+    start, end = parse_window(window)
+    return start <= local.time() < end
+
+
+def business_minutes_after(start: datetime, minutes: int, hours: dict[str, str], zone: ZoneInfo) -> datetime:
+    """`minutes` of open time after `start`: a lead arriving at night is due
+    shortly after the next opening, not at 3 a.m."""
+    if not hours:
+        return start + timedelta(minutes=minutes)
+    remaining = timedelta(minutes=minutes)
+    cursor = start.astimezone(zone)
+    for _ in range(8 * 7):  # at most eight weeks of day-hopping; hours are validated on load
+        window = hours.get(DAYS[cursor.weekday()])
+        if window:
+            open_t, close_t = parse_window(window)
+            opens = datetime.combine(cursor.date(), open_t, tzinfo=zone)
+            closes = datetime.combine(cursor.date(), close_t, tzinfo=zone)
+            begin = max(cursor, opens)
+            if begin < closes:
+                if begin + remaining <= closes:
+                    return (begin + remaining).astimezone(start.tzinfo)
+                remaining -= closes - begin
+        cursor = datetime.combine(cursor.date() + timedelta(days=1), time(0, 0), tzinfo=zone)
+    raise ValueError("business hours have no open time")

@@ -4,6 +4,8 @@ import crm.ids
 import django.db.models.deletion
 from django.db import migrations, models
 
+from crm.db_triggers import public_id_trigger, public_id_trigger_drop
+
 
 class Migration(migrations.Migration):
 
@@ -244,4 +246,6 @@ class Migration(migrations.Migration):
             model_name='exceptionitem',
             constraint=models.UniqueConstraint(condition=models.Q(('status', 'open')), fields=('business', 'kind', 'subject'), name='crm_exceptionitem_one_open_per_subject'),
         ),
+        migrations.RunSQL(public_id_trigger("crm_availability"), public_id_trigger_drop("crm_availability")),
+        migrations.RunSQL(public_id_trigger("crm_exceptionitem"), public_id_trigger_drop("crm_exceptionitem")),
     ]

@@ -17,9 +17,12 @@
   the file does not mention (a source, a team member, the whole `policy`)
   are left as they are, never deleted or reset.
 
-`availability` is validated (members on the team, days, slots, capacity) but
-not stored: no model holds it yet, and it arrives with the follow-up issue
-(CONTRACT). The result reports how many rules were validated.
+`availability` rules (members on the team, days, slots, capacity, optional
+service lines) are stored as `Availability` rows. A rule is known by its
+members, days and slots; its capacity and lines are updated in place. When
+the file has an `availability` section it is authoritative for the
+business's rules: a rule no longer listed is switched off (`is_active`),
+never deleted, because booked appointments point at it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from django.core.validators import validate_email, validate_slug
 from django.db import connection, models, transaction
 
 from crm.models import (
+    Availability,
     Business,
     MessageTemplate,
     Provider,
@@ -51,6 +55,7 @@ from crm.models import (
     ServiceArea,
     ServiceLine,
     Source,
+    Stage,
     TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
@@ -60,6 +65,7 @@ DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TEMPLATE_CHANNELS = ("sms", "email", "voice")
 STEP_CHANNELS = ("sms", "email", "voice", "task")
 SEQUENCE_TRIGGERS = ("no_reply", "no_show", "open_estimate", "appointment")
+STEP_CLOCKS = ("absolute", "business")
 # Source settings that hold phone numbers: checked and stored as E.164.
 SOURCE_PHONE_KEYS = ("phone_number", "forward_to")
 
@@ -367,6 +373,11 @@ class AvailabilityRule:
     days: list[str]
     slots: list[tuple[time, time]]
     capacity: int
+    service_lines: list[Ref] = field(default_factory=list)
+
+    @property
+    def slot_texts(self) -> list[str]:
+        return [f"{start:%H:%M}-{end:%H:%M}" for start, end in self.slots]
 
 
 @dataclass
@@ -384,6 +395,8 @@ class BusinessSpec:
     sequences: list[SequenceRow] = field(default_factory=list)
     team: list[MemberRow] = field(default_factory=list)
     availability: list[AvailabilityRule] = field(default_factory=list)
+    # An `availability` section (even an empty one) replaces the business's rules.
+    availability_given: bool = False
 
 
 _SECTIONS = (
@@ -421,6 +434,7 @@ def _parse(text: str, path: str) -> BusinessSpec:
     spec.sequences = _unique(doc, "sequences", "sequence", _parse_sequence)
     spec.team = _unique(doc, "team", "team member", lambda m: _parse_member(m, region))
     spec.availability = [_parse_availability(item, line) for item, line in doc.items("availability")]
+    spec.availability_given = doc.has("availability")
     return spec
 
 
@@ -610,16 +624,21 @@ def _parse_template(item: _ItemMap) -> Row:
 
 
 def _parse_sequence(item: _ItemMap) -> SequenceRow:
-    m = item.read(required=("key", "trigger", "steps"), optional=("priority", "active"))
+    m = item.read(required=("key", "trigger", "steps"), optional=("priority", "active", "goal_stages"))
     steps: list[dict[str, Any]] = []
     templates: list[tuple[Ref, str]] = []
     for step_value, line in m.items("steps", non_empty=True):
-        step = _Map(step_value, line, "sequence step", required=("after", "channel"), optional=("template", "title"))
+        step = _Map(
+            step_value, line, "sequence step", required=("after", "channel"), optional=("template", "title", "clock")
+        )
         after = step.text("after")
         if not _AFTER.match(after):
             raise step.error("after", f"bad 'after' {after!r} in sequence step (like 15m, 2h or 1d)")
         channel = step.choice("channel", STEP_CHANNELS, "channel")
         stored: dict[str, Any] = {"after": after, "channel": channel}
+        # absolute (the default): plain time; business: only the business's open hours and days count.
+        if step.has("clock"):
+            stored["clock"] = step.choice("clock", STEP_CLOCKS, "clock")
         if channel == "task":
             stored["title"] = step.text("title")
             if not stored["title"]:
@@ -638,8 +657,18 @@ def _parse_sequence(item: _ItemMap) -> SequenceRow:
         "steps": steps,
         "priority": m.integer("priority", _model_default(Sequence, "priority")),
         "is_active": m.boolean("active", True),
+        "goal_stages": _goal_stages(m),
     }
     return SequenceRow(line=m.line, key=m.slug("key"), fields=fields, templates=templates)
+
+
+def _goal_stages(m: _Map) -> list[str]:
+    stages = []
+    for ref in m.texts("goal_stages"):
+        if ref.name not in Stage.values:
+            raise BusinessFileError(ref.line, f"bad stage {ref.name!r} in goal_stages (one of {', '.join(Stage.values)})")
+        stages.append(ref.name)
+    return stages
 
 
 def _parse_member(item: _ItemMap, region: str) -> MemberRow:
@@ -688,7 +717,9 @@ def _parse_hours(member: _Map) -> dict[str, str]:
 
 
 def _parse_availability(value: Any, line: int) -> AvailabilityRule:
-    m = _Map(value, line, "availability rule", required=("members", "days", "slots"), optional=("capacity",))
+    m = _Map(
+        value, line, "availability rule", required=("members", "days", "slots"), optional=("capacity", "service_lines")
+    )
     days = []
     for ref in m.texts("days", non_empty=True):
         if ref.name not in DAYS:
@@ -698,8 +729,9 @@ def _parse_availability(value: Any, line: int) -> AvailabilityRule:
     capacity = m.integer("capacity", 1, minimum=1)
     assert capacity is not None
     return AvailabilityRule(
-        line=m.line, members=m.texts("members", non_empty=True), days=days, slots=slots, capacity=capacity
-    )
+        line=m.line, members=m.texts("members", non_empty=True), days=days, slots=slots, capacity=capacity,
+        service_lines=m.texts("service_lines"),
+    )  # fmt: skip
 
 
 # --- applying it ------------------------------------------------------------
@@ -749,7 +781,7 @@ class BusinessLoadResult:
                     lines.append(
                         f"{slug}: {label} " + ", ".join(_plural(n, kind) for kind, n in sorted(counts.items()))
                     )
-        lines.append(f"availability: {self.availability_rules} rules validated (stored with the follow-up issue)")
+        lines.append(f"availability: {self.availability_rules} rules in the file")
         return lines
 
 
@@ -825,11 +857,8 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
 
     _apply_team(result, business, spec.team)
 
-    usernames = set(TeamMember.objects.filter(business=business).values_list("user__username", flat=True))
-    for rule in spec.availability:
-        for ref in rule.members:
-            if ref.name not in usernames:
-                raise BusinessFileError(ref.line, f"unknown team member {ref.name!r} in availability rule")
+    if spec.availability_given:
+        _apply_availability(result, business, spec.availability)
     result.availability_rules = len(spec.availability)
 
     if result.changed:
@@ -921,3 +950,64 @@ def _resolve(known: dict[str, Any], ref: Ref, what: str, member: str) -> Any:
     if ref.name not in known:
         raise BusinessFileError(ref.line, f"unknown {what} {ref.name!r} in team member {member!r}")
     return known[ref.name]
+
+
+def _apply_availability(result: BusinessLoadResult, business: Business, rules: list[AvailabilityRule]) -> None:
+    """Make the business's active rules the file's: match each by members,
+    days and slots; update capacity and lines; switch off the rest."""
+    members = {m.user.get_username(): m for m in TeamMember.objects.filter(business=business).select_related("user")}
+    lines = {line.slug: line for line in ServiceLine.objects.filter(business=business)}
+    existing = list(
+        Availability.objects.filter(business=business).prefetch_related("members__user", "service_lines").order_by("pk")
+    )
+
+    def identity(usernames: list[str], days: list[str], slots: list[str]) -> tuple[Any, ...]:
+        return frozenset(usernames), tuple(days), tuple(slots)
+
+    kept: set[int] = set()
+    for rule in rules:
+        for ref in rule.members:
+            if ref.name not in members:
+                raise BusinessFileError(ref.line, f"unknown team member {ref.name!r} in availability rule")
+        for ref in rule.service_lines:
+            if ref.name not in lines:
+                raise BusinessFileError(ref.line, f"unknown service line {ref.name!r} in availability rule")
+        wanted = identity([r.name for r in rule.members], rule.days, rule.slot_texts)
+        wanted_lines = {lines[r.name] for r in rule.service_lines}
+        label = f"{'+'.join(sorted(wanted[0]))} {','.join(rule.days)} {','.join(rule.slot_texts)}"
+        row = next(
+            (
+                a for a in existing
+                if a.pk not in kept
+                and identity([m.user.get_username() for m in a.members.all()], a.days, a.slots) == wanted
+            ),
+            None,
+        )  # fmt: skip
+        if row is None:
+            row = Availability(business=business, days=rule.days, slots=rule.slot_texts, capacity=rule.capacity)
+            _clean(row, rule.line)
+            row.save()
+            row.members.set([members[r.name] for r in rule.members])
+            row.service_lines.set(wanted_lines)
+            result.record("availability rule", label, created=True, fields=[])
+        else:
+            changed = []
+            if row.capacity != rule.capacity:
+                row.capacity = rule.capacity
+                changed.append("capacity")
+            if not row.is_active:
+                row.is_active = True
+                changed.append("is_active")
+            if changed:
+                _clean(row, rule.line)
+                row.save(update_fields=changed)
+            if set(row.service_lines.all()) != wanted_lines:
+                row.service_lines.set(wanted_lines)
+                changed.append("service_lines")
+            result.record("availability rule", label, created=False, fields=changed)
+        kept.add(row.pk)
+    for row in existing:
+        if row.pk not in kept and row.is_active:
+            row.is_active = False
+            row.save(update_fields=["is_active"])
+            result.record("availability rule", row.public_id, created=False, fields=["is_active"])

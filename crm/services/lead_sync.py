@@ -190,3 +190,67 @@ def lead_flag_exception(lead: Lead, flag: str, *, actor: str, reason: str, prese
     saved = _save(current, {"exceptions": sorted(flags)}, actor=actor, action="lead.exceptions_changed", reason=reason)
     lead.refresh_from_db()
     return saved
+
+
+@transaction.atomic
+def lead_record_fit(
+    lead: Lead, *, facts: dict[str, Any], fit_score: int, fit_reasons: list[dict[str, Any]],
+    service_line: Any = None, actor: str, reason: str,
+) -> Lead:  # fmt: skip
+    """Store what the qualifier found; a service line is set only when the lead has none."""
+    current = _locked(lead)
+    changes: dict[str, Any] = {"facts": facts, "fit_score": fit_score, "fit_reasons": fit_reasons}
+    if service_line is not None and current.service_line_id is None:
+        clash = (
+            Lead.objects.filter(contact_id=current.contact_id, service_line=service_line)
+            .exclude(pk=current.pk)
+            .exclude(stage__in=CLOSED_STAGES)
+            .exists()
+        )
+        # Another open lead already holds that need: leave the line for a person.
+        if not clash:
+            changes["service_line"] = service_line
+    saved = _save(current, changes, actor=actor, action="lead.fit_recorded", reason=reason)
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_set_sla(lead: Lead, due_at: datetime | None, *, actor: str, reason: str) -> Lead:
+    current = _locked(lead)
+    saved = _save(current, {"sla_due_at": due_at}, actor=actor, action="lead.sla_set", reason=reason)
+    lead.refresh_from_db()
+    return saved
+
+
+@transaction.atomic
+def lead_set_routing_reason(lead: Lead, routing_reason: str, *, actor: str) -> Lead:
+    current = _locked(lead)
+    if current.routing_reason == routing_reason:
+        return current
+    saved = _save(
+        current, {"routing_reason": routing_reason}, actor=actor, action="lead.routing_reason_set",
+        reason=routing_reason or "routed",
+    )  # fmt: skip
+    lead.refresh_from_db()
+    return saved
+
+
+def lead_record_first_contact(lead: Lead, at: datetime, *, actor: str, how: str) -> bool:
+    """Speed to lead: the first time a person reached the lead, once.
+
+    The conditional update is the guard: a later contact, or two racing,
+    never moves the first one.
+    """
+    seconds = max(0, int((at - lead.created_at).total_seconds()))
+    with transaction.atomic():
+        updated = Lead.objects.filter(pk=lead.pk, first_response_at__isnull=True).update(
+            first_response_at=at, speed_to_lead_seconds=seconds
+        )
+        if updated:
+            receipt_write(
+                business=lead.business, lead=lead, subject=lead.public_id, actor=actor, action="lead.first_contact",
+                reason=how, before={"first_response_at": None},
+                after={"first_response_at": at, "speed_to_lead_seconds": seconds},
+            )  # fmt: skip
+    return bool(updated)

@@ -19,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
+from crm.services.receipts import receipt_write
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +55,18 @@ class TimerRun:
     failed: int = 0
 
 
-def _claim(now: datetime, batch: int) -> list[Timer]:
+def _claim(now: datetime, batch: int, kinds: list[str] | None = None) -> list[Timer]:
     # SKIP LOCKED lets overlapping runs (the schedule and a manual run_timers)
     # take disjoint batches instead of waiting or double-running.
     with transaction.atomic():
-        due = list(
+        due_rows = (
             Timer.objects.select_for_update(skip_locked=True)
             .filter(Q(status=Timer.Status.PENDING) | Q(status=Timer.Status.RUNNING, claimed_at__lt=now - STALE_CLAIM))
             .filter(due_at__lte=now)
-            .order_by("due_at")[:batch]
         )
+        if kinds is not None:
+            due_rows = due_rows.filter(kind__in=kinds)
+        due = list(due_rows.order_by("due_at")[:batch])
         Timer.objects.filter(pk__in=[t.pk for t in due]).update(
             status=Timer.Status.RUNNING, claimed_at=now, attempts=F("attempts") + 1
         )
@@ -72,33 +75,67 @@ def _claim(now: datetime, batch: int) -> list[Timer]:
     return due
 
 
-def timers_run_due(*, now: datetime | None = None, batch: int = 500) -> TimerRun:
+def _run_claimed(timer: Timer, result: TimerRun) -> None:
+    handler = _HANDLERS.get(timer.kind)
+    try:
+        if handler is None:
+            raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
+        handler(timer)
+    except Exception as exc:  # a failed timer stays visible with its error
+        log.exception("timer %s failed", timer.public_id)
+        Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
+            status=Timer.Status.FAILED, error=f"{type(exc).__name__}: {exc}"
+        )
+        result.failed += 1
+    else:
+        Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(status=Timer.Status.DONE, error="")
+        result.done += 1
+
+
+def timers_run_due(*, now: datetime | None = None, batch: int = 500, kinds: list[str] | None = None) -> TimerRun:
     """Run every timer due at `now`, batch by batch, until none is left.
 
     Each timer is claimed once; its handler runs outside the claim transaction
     and the outcome (done, or failed with the error) is written on the row.
+    `kinds` limits the run to some timer kinds (tests, targeted backstops).
     """
     now = now or timezone.now()
     result = TimerRun()
     while True:
-        claimed = _claim(now, batch)
+        claimed = _claim(now, batch, kinds)
         if not claimed:
             return result
         result.claimed += len(claimed)
         for timer in claimed:
-            handler = _HANDLERS.get(timer.kind)
-            try:
-                if handler is None:
-                    raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
-                handler(timer)
-            except Exception as exc:  # a failed timer stays visible with its error
-                log.exception("timer %s failed", timer.public_id)
-                Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
-                    status=Timer.Status.FAILED, error=f"{type(exc).__name__}: {exc}"
-                )
-                result.failed += 1
-            else:
-                Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
-                    status=Timer.Status.DONE, error=""
-                )
-                result.done += 1
+            _run_claimed(timer, result)
+
+
+def timer_run(timer_id: int, *, now: datetime | None = None) -> str:
+    """Run one timer now if it is still pending (a task queue's fast path).
+
+    The conditional update is the claim: a redelivered task, or a
+    `run_timers` that got there first, finds nothing to claim and stops.
+    """
+    now = now or timezone.now()
+    claimed = Timer.objects.filter(pk=timer_id, status=Timer.Status.PENDING).update(
+        status=Timer.Status.RUNNING, claimed_at=now, attempts=F("attempts") + 1
+    )
+    if not claimed:
+        return "already claimed"
+    result = TimerRun(claimed=1)
+    _run_claimed(Timer.objects.get(pk=timer_id), result)
+    return "done" if result.done else "failed"
+
+
+@transaction.atomic
+def timer_retry(timer: Timer, *, actor: str) -> bool:
+    """Put a failed timer back to pending so the next run picks it up."""
+    retried = Timer.objects.filter(pk=timer.pk, status=Timer.Status.FAILED).update(
+        status=Timer.Status.PENDING, due_at=timezone.now(), claimed_at=None
+    )
+    if retried:
+        receipt_write(
+            business=timer.business, lead=timer.lead, subject=timer.public_id, actor=actor,
+            action="timer.retried", before={"status": "failed", "error": timer.error}, after={"status": "pending"},
+        )  # fmt: skip
+    return bool(retried)

@@ -1,0 +1,1 @@
+"""Fit and qualification: territory, job scope, fit score, offer, exception path."""

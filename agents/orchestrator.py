@@ -1,0 +1,169 @@
+"""The Lead Orchestrator: one table of event -> next step.
+
+Every role that notices something about a lead (capture, a reply, a booking,
+a payment…) calls `lead_event`. The event is stored as a Timer row due now,
+keyed by (event, key), so the same event noticed twice is one row; a django-q2
+task runs its step after commit, and `run_timers` runs any the queue lost. The
+timer's conditional claim makes each step run once however the task is
+redelivered.
+
+A step decides and delegates: stage and owner change only through CRM Sync
+(`crm.services.lead_sync`), messages only through the send gate. When the
+record lacks what a step needs, the step stops and hands a person an exception
+task instead of guessing (`exception_task`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from crm.models import Lead, Task, Timer
+from crm.selectors import business_manager
+from crm.services.receipts import receipt_write
+from crm.services.records import task_create
+from crm.services.timers import timer_handler_register, timer_run, timer_schedule, timers_run_due
+
+log = logging.getLogger(__name__)
+
+ACTOR = "agent:orchestrator"
+TIMER_KIND = "orchestrate"
+
+Step = Callable[[Lead, dict[str, Any]], str]
+
+
+class MissingInformation(Exception):  # noqa: N818 - reads as the stop reason it is
+    """Raised by a step that cannot go on without something a person must supply."""
+
+    def __init__(self, title: str, reason: str) -> None:
+        super().__init__(reason)
+        self.title, self.reason = title, reason
+
+
+def exception_task(lead: Lead, title: str, reason: str, *, actor: str = ACTOR) -> Task:
+    """One open exception task per lead and title, owned by the lead's owner or the manager."""
+    existing = lead.tasks.filter(kind="exception", status=Task.Status.OPEN, title=title).first()
+    if existing is not None:
+        return existing
+    owner = lead.owner if lead.owner_id and lead.owner and lead.owner.is_active else None
+    return task_create(
+        lead=lead, title=title, due_at=timezone.now(), actor=actor, kind="exception",
+        owner=owner or business_manager(lead.business_id), reason=reason,
+    )  # fmt: skip
+
+
+def _steps() -> dict[str, Step]:
+    # Imported here: the step modules import this one for `exception_task`.
+    from agents.revenue import jobs as revenue_jobs
+    from agents.revenue import payments as revenue_payments
+    from agents.booking import no_show
+    from agents.booking import services as booking
+    from agents.followup import estimates, replies, sequences
+    from agents.routing import steps as routing
+
+    return {
+        "lead.new": routing.new_lead,
+        "touch.added": routing.touch_added,
+        "qualification.answered": routing.qualification_answered,
+        "missed_call": routing.missed_call,
+        "sla.due": routing.sla_due,
+        "reply": replies.reply_step,
+        "booking": booking.booking_step,
+        "cancellation": booking.cancellation_step,
+        "no_show": no_show.no_show_step,
+        "appointment.held": booking.held_step,
+        "estimate.sent": estimates.estimate_sent_step,
+        "estimate.accepted": estimates.estimate_accepted_step,
+        "estimate.declined": estimates.estimate_declined_step,
+        "job.completed": revenue_jobs.job_completed_step,
+        "payment": revenue_payments.payment_step,
+        "refund": revenue_payments.refund_step,
+        "opt_out": replies.opt_out_step,
+        "complaint": replies.complaint_step,
+        "hold.set": sequences.hold_set_step,
+        "hold.released": sequences.hold_released_step,
+    }
+
+
+def _not_built(event: str) -> Step:
+    def step(lead: Lead, data: dict[str, Any]) -> str:
+        raise MissingInformation(f"Decide the next step ({event})", f"no automated step for {event} yet")
+
+    return step
+
+
+STEPS: dict[str, Step] = {}
+
+
+def steps() -> dict[str, Step]:
+    if not STEPS:
+        STEPS.update(_steps())
+    return STEPS
+
+
+def lead_event(
+    lead: Lead, event: str, *, key: str, data: dict[str, Any] | None = None, actor: str = ACTOR,
+    due_at: datetime | None = None,
+) -> Timer:  # fmt: skip
+    """Record that `event` happened to `lead` (once per key) and run its step after commit."""
+    if event not in steps():
+        raise ValueError(f"unknown lead event {event!r}")
+    timer = timer_schedule(
+        business=lead.business, lead=lead, kind=TIMER_KIND, due_at=due_at or timezone.now(),
+        payload={"event": event, "data": data or {}, "actor": actor}, dedupe_key=f"evt:{event}:{key}"[:200],
+    )  # fmt: skip
+    if timer.status == Timer.Status.PENDING and due_at is None:
+        timer_id = timer.pk
+        transaction.on_commit(lambda: _enqueue(timer_id))
+    return timer
+
+
+def _enqueue(timer_id: int) -> None:
+    from django_q.tasks import async_task
+
+    async_task("agents.tasks.orchestrate", timer_id, q_options={"group": "orchestrator"})
+
+
+def orchestrate(timer_id: int) -> str:
+    """The django-q2 task body: run one event's step unless already claimed."""
+    return timer_run(timer_id)
+
+
+def orchestrate_pending(*, now: datetime | None = None) -> int:
+    """Run every pending event step now, in order (tests, and `run_timers`)."""
+    total = 0
+    while True:
+        run = timers_run_due(now=now, kinds=[TIMER_KIND])
+        total += run.claimed
+        if not run.claimed:
+            return total
+
+
+@transaction.atomic
+def _run_step(timer: Timer) -> None:
+    event = str(timer.payload["event"])
+    lead = Lead.objects.select_related("business", "contact", "owner__user").get(pk=timer.lead_id)
+    step = steps()[event]
+    try:
+        outcome = step(lead, dict(timer.payload.get("data") or {}))
+    except MissingInformation as stop:
+        task = exception_task(lead, stop.title, stop.reason)
+        outcome = f"stopped: {stop.reason}"
+        receipt_write(
+            business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.stopped",
+            reason=stop.reason, after={"event": event, "task": task.public_id},
+        )  # fmt: skip
+        return
+    receipt_write(
+        business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.step",
+        reason=event, after={"event": event, "outcome": outcome, "timer": timer.public_id},
+    )  # fmt: skip
+
+
+def register() -> None:
+    timer_handler_register(TIMER_KIND, _run_step)

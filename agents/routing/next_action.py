@@ -1,0 +1,109 @@
+"""Task Creator: every active lead has exactly one open next action, with an
+owner and a due time (invariant 3, backed by the partial unique constraint
+`crm_task_one_open_next_action`).
+
+Setting a new next action replaces the open one in the same transaction;
+completing one requires either the next one or a terminal outcome, so a lead
+never falls out of the list by being worked.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from crm.models import CLOSED_STAGES, Lead, Stage, Task, TeamMember
+from crm.services import lead_sync
+from crm.services.receipts import receipt_write
+from crm.services.records import task_create
+
+TERMINAL_STAGES = tuple(CLOSED_STAGES)
+
+
+class NextActionError(Exception):
+    """A completion the Task Creator refuses: nothing is written."""
+
+
+@transaction.atomic
+def next_action_set(
+    lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
+) -> Task:
+    """Make `title` the lead's one open next action (replacing any other)."""
+    lead = Lead.objects.select_for_update(of=("self",)).select_related("business", "owner__user").get(pk=lead.pk)
+    current = lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).first()
+    owner = owner or lead.owner
+    if current is not None and current.title == title and current.due_at == due_at and current.owner_id == (
+        owner.pk if owner else None
+    ):
+        return current
+    if current is not None:
+        Task.objects.filter(pk=current.pk).update(
+            status=Task.Status.CANCELED, outcome="replaced", completed_at=timezone.now(), completed_by=actor
+        )
+    task = task_create(lead=lead, title=title, due_at=due_at, actor=actor, owner=owner, reason=reason)
+    lead_sync.lead_set_next_action(lead, title, due_at, actor=actor, reason=reason)
+    return task
+
+
+def next_action_ensure(
+    lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
+) -> Task | None:
+    """Create a next action only where the open lead has none."""
+    if not lead.is_open or lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).exists():
+        return None
+    return next_action_set(lead, title, due_at, actor=actor, reason=reason, owner=owner)
+
+
+@transaction.atomic
+def task_complete(
+    task: Task, *, actor: str, outcome: str, next_title: str = "", next_due_at: datetime | None = None,
+    terminal_stage: str = "", lost_reason: str = "", reached: bool = False, now: datetime | None = None,
+) -> Task | None:  # fmt: skip
+    """Complete a task with its outcome.
+
+    For a lead's next action, the caller must name the next one (title and
+    due time) or a terminal stage; the new next action (if any) is returned.
+    `reached` records that a person got hold of the lead (speed to lead).
+    """
+    now = now or timezone.now()
+    task = Task.objects.select_for_update().select_related("lead__business", "lead__owner__user").get(pk=task.pk)
+    if task.status != Task.Status.OPEN:
+        raise NextActionError(f"{task.public_id} is already {task.status}")
+    if not outcome.strip():
+        raise NextActionError("say what happened (the outcome)")
+    lead = task.lead
+    needs_next = task.kind == "next_action" and lead is not None and lead.is_open
+    if needs_next and not terminal_stage and not (next_title.strip() and next_due_at):
+        raise NextActionError("set the next action and its due time, or close the lead with an outcome")
+    if terminal_stage and terminal_stage not in TERMINAL_STAGES:
+        raise NextActionError(f"{terminal_stage} is not a closing outcome")
+    if terminal_stage == Stage.LOST and not lost_reason.strip():
+        raise NextActionError("a lost lead needs the reason")
+    Task.objects.filter(pk=task.pk).update(
+        status=Task.Status.DONE, outcome=outcome[:300], completed_at=now, completed_by=actor
+    )
+    if lead is None:
+        return None
+    receipt_write(
+        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.completed",
+        reason=outcome, before={"status": "open"}, after={"status": "done", "outcome": outcome},
+    )  # fmt: skip
+    if reached:
+        lead_sync.lead_record_first_contact(lead, now, actor=actor, how=f"task {task.public_id}: {outcome}")
+        if lead.stage in (Stage.NEW, Stage.ASSIGNED):
+            lead_sync.lead_transition(lead, Stage.CONTACTED, actor=actor, reason=outcome)
+    if terminal_stage:
+        if lost_reason:
+            Lead.objects.filter(pk=lead.pk).update(lost_reason=lost_reason[:300])
+        if lead.stage != terminal_stage:
+            lead_sync.lead_transition(lead, terminal_stage, actor=actor, reason=lost_reason or outcome)
+        lead_sync.lead_set_next_action(lead, "", None, actor=actor, reason=f"closed: {terminal_stage}")
+        lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).update(
+            status=Task.Status.CANCELED, outcome=f"lead closed: {terminal_stage}", completed_at=now, completed_by=actor
+        )
+        return None
+    if next_title.strip() and next_due_at:
+        return next_action_set(lead, next_title.strip(), next_due_at, actor=actor, reason=outcome)
+    return None

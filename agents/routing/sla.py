@@ -1,0 +1,92 @@
+"""SLA timer: the first-response standard for each lead, and its breach.
+
+The standard is the source's `first_response_minutes` (else the business's),
+counted in business hours. The clock is an orchestrator event due at the
+deadline (`sla.due`, one per lead by its dedupe key) that `run_timers`
+claims; the breach itself is a compare-and-set on `sla_breached_at`, so it
+fires exactly once per lead however many timer runs overlap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.notify import member_notify
+from agents.outbound.clock import business_minutes_after
+from crm.models import Lead, LeadException
+from crm.selectors import business_manager
+from crm.services import lead_sync
+from crm.services.receipts import receipt_write
+
+ACTOR = "agent:sla_timer"
+
+
+def sla_minutes(lead: Lead) -> int:
+    first = lead.touches.select_related("source").order_by("received_at", "id").first()
+    if first is not None and first.source is not None and first.source.first_response_minutes:
+        return first.source.first_response_minutes
+    return lead.business.first_response_minutes
+
+
+def sla_deadline(lead: Lead, start: datetime) -> datetime:
+    business = lead.business
+    return business_minutes_after(start, sla_minutes(lead), business.business_hours or {}, ZoneInfo(business.timezone))
+
+
+def sla_start(lead: Lead, *, now: datetime | None = None) -> datetime:
+    """Set the lead's SLA due time and schedule its check (once per lead)."""
+    from agents.orchestrator import lead_event
+
+    due = sla_deadline(lead, lead.created_at or now or timezone.now())
+    if lead.sla_due_at != due:
+        lead_sync.lead_set_sla(lead, due, actor=ACTOR, reason=f"first response within {sla_minutes(lead)} business minutes")
+    lead_event(lead, "sla.due", key=lead.public_id, due_at=due, actor=ACTOR)
+    return due
+
+
+@transaction.atomic
+def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
+    """At the deadline: met, or breached (once) — receipt, alert, maybe reassign."""
+    now = now or timezone.now()
+    lead.refresh_from_db()
+    if not lead.is_open or lead.is_test:
+        return "closed"
+    if lead.first_response_at is not None and (lead.sla_due_at is None or lead.first_response_at <= lead.sla_due_at):
+        return "met"
+    claimed = Lead.objects.filter(pk=lead.pk, sla_breached_at__isnull=True).update(sla_breached_at=now)
+    if not claimed:
+        return "already breached"
+    lead.refresh_from_db()
+    owner = lead.owner.user.get_username() if lead.owner else None
+    receipt_write(
+        business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="sla.breached",
+        reason=f"no first contact by {lead.sla_due_at:%Y-%m-%d %H:%M} UTC" if lead.sla_due_at else "no first contact",
+        after={"sla_due_at": lead.sla_due_at, "owner": owner},
+    )  # fmt: skip
+    lead_sync.lead_flag_exception(lead, LeadException.SLA_BREACHED, actor=ACTOR, reason="first response missed")
+    manager = business_manager(lead.business_id)
+    member_notify(
+        manager, f"SLA breached: {lead.public_id}",
+        f"{lead.contact.name or lead.public_id} has not been reached (owner: {owner or 'nobody'}).",
+    )  # fmt: skip
+    if lead.business.sla_reassign_on_breach and lead.owner_id:
+        from agents.routing.assign import RULE, lead_route
+
+        routed = lead_route(
+            lead, urgent=bool(lead.facts.get("urgent")), areas=tuple(lead.facts.get("areas") or ()), now=now,
+            exclude=(lead.owner_id,), reason="SLA breached: reassigned",
+        )  # fmt: skip
+        if routed.rule == RULE:
+            from agents.routing.next_action import next_action_set
+
+            lead.refresh_from_db()
+            next_action_set(
+                lead, lead.next_action or "First contact (reassigned after an SLA breach)", now, actor=ACTOR,
+                reason="SLA breached: the new owner takes the next action",
+            )  # fmt: skip
+        return "breached, reassigned" if routed.rule == RULE else "breached, manager queue"
+    return "breached"

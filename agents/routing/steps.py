@@ -1,0 +1,126 @@
+"""The orchestrator's steps for arrival and ownership: new lead, another
+touch, answered qualification questions, a missed call, the SLA deadline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
+from agents.orchestrator import MissingInformation
+from agents.routing.assign import lead_route
+from agents.routing.next_action import next_action_ensure
+from agents.routing.sla import sla_check, sla_deadline, sla_start
+from approvals.models import ApprovalRequest
+from approvals.services import approval_request_open
+from crm.models import Lead
+from crm.services import lead_sync
+
+ACTOR = "agent:orchestrator"
+FIT_ACTOR = "agent:fit"
+
+
+def _apply_fit(lead: Lead, reason: str) -> Fit:
+    fit = lead_fit(lead)
+    lead_sync.lead_record_fit(
+        lead, facts={**lead.facts, **fit.facts()}, fit_score=fit.score, fit_reasons=fit.reasons,
+        service_line=fit.service_line, actor=FIT_ACTOR, reason=reason,
+    )  # fmt: skip
+    for flag in fit.flags:
+        if flag not in lead.exceptions:
+            lead_sync.lead_flag_exception(lead, flag, actor=FIT_ACTOR, reason=", ".join(fit.matched.get(flag, [])) or flag)
+    if "out_of_area" in lead.exceptions and fit.territory.status == "in_area":
+        lead_sync.lead_flag_exception(lead, "out_of_area", actor=FIT_ACTOR, reason="postal code now in area", present=False)
+    _exception_path(lead, fit)
+    return fit
+
+
+def _exception_path(lead: Lead, fit: Fit) -> None:
+    """Out-of-area, emergency, commercial and warranty leads: a person decides before any booking."""
+    flags = [f for f in fit.flags if f in EXCEPTION_PATH]
+    if not flags:
+        return
+    if ApprovalRequest.objects.filter(lead=lead, kind="exception", status="pending").exists():
+        return
+    approval_request_open(
+        business=lead.business, lead=lead, kind="exception",
+        summary=f"Decide before booking: {', '.join(flags)} ({lead.contact.name or lead.public_id})",
+        proposed_by=FIT_ACTOR, payload={"flags": flags, "matched": {f: fit.matched.get(f, []) for f in flags}},
+    )  # fmt: skip
+
+
+def _route(lead: Lead, fit: Fit, reason: str) -> str:
+    if lead.owner_id is not None and "no_eligible_owner" not in lead.exceptions:
+        return "owned"
+    routed = lead_route(lead, urgent=fit.urgent, areas=fit.territory.areas, reason=reason)
+    return routed.rule
+
+
+def _first_contact_title(lead: Lead, fit: Fit) -> str:
+    name = lead.contact.name or "the lead"
+    if fit.territory.status == "unknown":
+        return f"First contact: reach {name} and ask for their postal code"
+    return f"First contact: reach {name}"
+
+
+def new_lead(lead: Lead, data: dict[str, Any]) -> str:
+    """Fit, owner, first response, next action and SLA clock for a new lead."""
+    if lead.is_test or not lead.is_open:
+        return "skipped"
+    fit = _apply_fit(lead, "new lead")
+    rule = _route(lead, fit, "new lead")
+    lead.refresh_from_db()
+    if not lead.contact.points.filter(is_valid=True).exists():
+        # Nobody can be contacted: no acknowledgement, no clock; a person finds a way.
+        raise MissingInformation(
+            "Find a way to reach this lead (no valid phone, email or handle)", "missing contact details"
+        )
+    from agents.first_response.acknowledge import lead_first_response
+
+    ack = lead_first_response(lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at))
+    lead.refresh_from_db()
+    sla_start(lead)
+    return f"fit {fit.score}, {rule}, acknowledgement {ack}"
+
+
+def touch_added(lead: Lead, data: dict[str, Any]) -> str:
+    """The same person came back about the same need: keep the one lead owned and moving."""
+    if not lead.is_open or lead.is_test:
+        return "closed"
+    fit = _apply_fit(lead, "another touch")
+    rule = _route(lead, fit, "returning lead without an owner")
+    lead.refresh_from_db()
+    task = next_action_ensure(
+        lead, f"Follow up: {lead.contact.name or 'the lead'} came back ({data.get('channel', 'another source')})",
+        timezone.now() + timedelta(minutes=lead.business.first_response_minutes), actor=ACTOR, reason="touch added",
+    )  # fmt: skip
+    return f"{rule}, next action {'created' if task else 'kept'}"
+
+
+def qualification_answered(lead: Lead, data: dict[str, Any]) -> str:
+    """New facts from the person (postal code, service): qualify again."""
+    if not lead.is_open:
+        return "closed"
+    fit = _apply_fit(lead, "qualification answered")
+    rule = _route(lead, fit, "qualified")
+    return f"territory {fit.territory.status}, fit {fit.score}, {rule}"
+
+
+def missed_call(lead: Lead, data: dict[str, Any]) -> str:
+    """A missed call: the call-back task exists (missed-call detector); make sure someone owns it."""
+    if not lead.is_open or lead.is_test:
+        return "closed"
+    fit = lead_fit(lead)
+    rule = _route(lead, fit, "missed call")
+    lead.refresh_from_db()
+    next_action_ensure(
+        lead, f"Call back {lead.contact.name or 'the caller'}", timezone.now() + timedelta(
+            minutes=lead.business.first_response_minutes), actor=ACTOR, reason="missed call",
+    )  # fmt: skip
+    return rule
+
+
+def sla_due(lead: Lead, data: dict[str, Any]) -> str:
+    return sla_check(lead)

@@ -1,0 +1,120 @@
+"""SLA timer: business-hours deadlines, a breach that fires once, reassignment."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core import mail
+from django.db import connection
+from django.utils import timezone
+
+from agents.orchestrator import orchestrate_pending
+from agents.outbound.clock import business_minutes_after
+from agents.routing.sla import sla_start
+from crm.models import Lead, Receipt, Role, Source, Timer
+from crm.services import lead_sync
+from crm.services.records import touch_add
+from crm.services.timers import timers_run_due
+from tests.factories import BusinessFactory, lead_create, member_create
+
+CHICAGO = ZoneInfo("America/Chicago")
+HOURS = {d: "08:00-18:00" for d in ("mon", "tue", "wed", "thu", "fri")}
+
+
+def test_a_deadline_counts_only_open_business_minutes() -> None:
+    friday_evening = datetime(2026, 12, 4, 17, 58, tzinfo=CHICAGO)
+    assert business_minutes_after(friday_evening, 5, HOURS, CHICAGO) == datetime(2026, 12, 7, 8, 3, tzinfo=CHICAGO)
+    tuesday_night = datetime(2026, 12, 1, 23, 0, tzinfo=CHICAGO)
+    assert business_minutes_after(tuesday_night, 5, HOURS, CHICAGO) == datetime(2026, 12, 2, 8, 5, tzinfo=CHICAGO)
+    assert business_minutes_after(tuesday_night, 5, {}, CHICAGO) == tuesday_night + timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+def test_a_source_standard_overrides_the_business_one(business) -> None:
+    source = Source.objects.create(business=business, key="gads", provider="google_ads", first_response_minutes=2)
+    lead = lead_create(business)
+    touch_add(lead=lead, source=source, channel="form", received_at=lead.created_at - timedelta(seconds=1))
+    due = sla_start(lead)
+    lead.refresh_from_db()
+    assert due == lead.created_at + timedelta(minutes=2) == lead.sla_due_at
+    timer = Timer.objects.get(lead=lead, kind="orchestrate")
+    assert timer.payload["event"] == "sla.due" and timer.due_at == due
+    sla_start(lead)
+    assert Timer.objects.filter(lead=lead, kind="orchestrate").count() == 1, "one clock per lead"
+
+
+def _breachable(business, n: int) -> list[Lead]:
+    leads = [lead_create(business, first_name=f"S{i}", phone=f"+1212555{i:04d}") for i in range(n)]
+    past = timezone.now() - timedelta(days=2)
+    Lead.objects.filter(pk__in=[lead.pk for lead in leads]).update(created_at=past)
+    for lead in leads:
+        lead.refresh_from_db()
+        sla_start(lead)
+    return leads
+
+
+def test_a_breach_fires_exactly_once_however_many_runs_overlap(transactional_db: None) -> None:
+    business = BusinessFactory.create(slug="sla", timezone="America/Chicago")
+    member_create(business, Role.MANAGER, username="boss", email="boss@example.com")
+    leads = _breachable(business, 30)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            timers_run_due(batch=5)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    timers_run_due()
+    assert errors == []
+    for lead in leads:
+        assert Receipt.objects.filter(lead=lead, action="sla.breached").count() == 1
+        lead.refresh_from_db()
+        assert lead.sla_breached_at is not None and "sla_breached" in lead.exceptions
+    assert Timer.objects.filter(kind="orchestrate", status="done").count() == 30
+
+
+@pytest.mark.django_db
+def test_a_lead_reached_in_time_is_not_breached(business) -> None:
+    lead = _breachable(business, 1)[0]
+    lead_sync.lead_record_first_contact(lead, lead.created_at + timedelta(minutes=2), actor="sam", how="call")
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.sla_breached_at is None and lead.speed_to_lead_seconds == 120
+    assert Receipt.objects.filter(lead=lead, action="orchestrator.step", after__outcome="met").exists()
+
+
+@pytest.mark.django_db
+def test_a_breach_alerts_the_manager_and_reassigns_where_the_business_chooses(
+    business, manager, django_capture_on_commit_callbacks
+) -> None:
+    business.sla_reassign_on_breach = True
+    business.save()
+    slow = member_create(business, Role.SETTER, username="slow")
+    fast = member_create(business, Role.SETTER, username="fast")
+    lead = _breachable(business, 1)[0]
+    lead_sync.lead_assign(lead, slow, actor="test", reason="first owner")
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.owner == fast
+    assert lead.tasks.get(kind="next_action", status="open").owner == fast
+    assert any("SLA breached" in m.subject and manager.user.email in m.to for m in mail.outbox)
+    decided = Receipt.objects.filter(lead=lead, action="routing.decided").latest("id")
+    assert decided.after["owner"] == "fast"
+    assert decided.after["candidates"][0] == {
+        "member": "slow", "weight": 1, "open_leads": 1, "on_shift": True, "skipped": ["excluded (current owner)"],
+    }  # fmt: skip
