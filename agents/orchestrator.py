@@ -97,6 +97,11 @@ def _not_built(event: str) -> Step:
     return step
 
 
+EVENTS = (
+    "lead.new", "touch.added", "qualification.answered", "missed_call", "sla.due", "reply", "booking",
+    "cancellation", "no_show", "appointment.held", "estimate.sent", "estimate.accepted", "estimate.declined",
+    "job.completed", "payment", "refund", "opt_out", "complaint", "hold.set", "hold.released",
+)  # fmt: skip
 STEPS: dict[str, Step] = {}
 
 

@@ -1,0 +1,147 @@
+"""The Lead Orchestrator's table, row by row (the rows of routing and SLA;
+follow-up, booking and revenue rows are tested beside their roles)."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.orchestrator import EVENTS, lead_event, orchestrate, orchestrate_pending, steps
+from approvals.models import ApprovalRequest
+from crm.models import Lead, Message, MessageTemplate, Receipt, Role, ServiceArea, Task, Timer
+from crm.services.records import contact_create, lead_open
+from tests.factories import lead_create, member_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def team(business):
+    business.quiet_hours_start, business.quiet_hours_end = time(0, 0), time(23, 59, 59)
+    business.save()
+    MessageTemplate.objects.create(
+        business=business, key="ack_sms", channel="sms", approved=True,
+        body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.",
+    )  # fmt: skip
+    ServiceArea.objects.create(business=business, name="Metro", postal_codes=["606*"])
+    return member_create(business, Role.SETTER, username="sam"), member_create(business, Role.MANAGER, username="mia")
+
+
+def _step_receipt(lead: Lead, event: str) -> Receipt:
+    return Receipt.objects.get(lead=lead, action__in=["orchestrator.step", "orchestrator.stopped"], after__event=event)
+
+
+def test_the_table_has_one_step_for_every_event() -> None:
+    assert set(steps()) == set(EVENTS)
+    with pytest.raises(ValueError, match="unknown lead event"):
+        lead_event(Lead(), "lead.teleported", key="x")
+
+
+def test_new_lead_gets_fit_owner_next_action_and_an_sla_clock(business, team) -> None:
+    sam, _ = team
+    lead = lead_create(business, first_name="Rosa")
+    lead.contact.postal_code = "60614"
+    lead.contact.save()
+    lead_event(lead, "lead.new", key=lead.public_id)
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.owner == sam and lead.stage == "assigned"
+    assert lead.facts["territory"] == "in_area" and lead.fit_score is not None and lead.fit_reasons
+    task = Task.objects.get(lead=lead, kind="next_action", status="open")
+    assert task.owner == sam and task.title == "First contact: reach Rosa Doe" and task.due_at == lead.sla_due_at
+    assert lead.next_action == task.title
+    sla = Timer.objects.get(lead=lead, kind="orchestrate", payload__event="sla.due")
+    assert sla.status == "pending" and sla.due_at == lead.sla_due_at
+    assert Message.objects.filter(lead=lead, idempotency_key=f"ack:{lead.public_id}").exists()
+    assert "fit" in _step_receipt(lead, "lead.new").after["outcome"]
+
+
+def test_a_lead_without_a_postal_code_is_asked_for_one(business, team) -> None:
+    lead = lead_create(business, first_name="Noel")
+    lead_event(lead, "lead.new", key=lead.public_id)
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.next_action == "First contact: reach Noel Doe and ask for their postal code"
+    assert lead.facts["territory"] == "unknown" and "out_of_area" not in lead.exceptions
+
+
+def test_new_lead_stops_for_a_person_when_nobody_can_be_contacted(business, team) -> None:
+    _, mia = team
+    contact = contact_create(business=business, actor="t", first_name="Ghost")
+    lead = lead_open(contact=contact, actor="t", touch={"channel": "form"})
+    lead_event(lead, "lead.new", key=lead.public_id)
+    orchestrate_pending()
+    lead.refresh_from_db()
+    stopped = _step_receipt(lead, "lead.new")
+    assert stopped.action == "orchestrator.stopped" and stopped.reason == "missing contact details"
+    task = Task.objects.get(lead=lead, kind="exception")
+    assert task.title.startswith("Find a way to reach this lead") and task.owner is not None
+    assert not Message.objects.filter(lead=lead).exists(), "no acknowledgement to nobody"
+    assert not Timer.objects.filter(lead=lead, payload__event="sla.due").exists()
+
+
+def test_an_event_is_recorded_once_and_its_step_runs_once(business, team) -> None:
+    lead = lead_create(business)
+    first = lead_event(lead, "lead.new", key=lead.public_id)
+    again = lead_event(lead, "lead.new", key=lead.public_id)
+    assert first.pk == again.pk
+    assert orchestrate(first.pk) == "done"
+    assert orchestrate(first.pk) == "already claimed", "a redelivered task does nothing"
+    assert Receipt.objects.filter(lead=lead, action="orchestrator.step", after__event="lead.new").count() == 1
+
+
+def test_touch_added_keeps_the_returning_lead_owned_and_moving(business, team) -> None:
+    sam, _ = team
+    lead = lead_create(business, first_name="Ivy")
+    lead_event(lead, "touch.added", key="tch_1", data={"channel": "call"})
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.owner == sam
+    assert lead.next_action == "Follow up: Ivy Doe came back (call)"
+
+
+def test_an_answered_postal_code_outside_the_area_takes_the_exception_path(business, team) -> None:
+    lead = lead_create(business)
+    lead.contact.postal_code = "99501"
+    lead.contact.save()
+    lead_event(lead, "qualification.answered", key="q1", data={"postal_code": "99501"})
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert "out_of_area" in lead.exceptions and lead.facts["territory"] == "out_of_area"
+    approval = ApprovalRequest.objects.get(lead=lead, kind="exception")
+    assert approval.status == "pending" and approval.payload["flags"] == ["out_of_area"]
+    assert approval.proposed_by == "agent:fit"
+
+
+def test_an_emergency_goes_only_to_someone_on_shift(business, team) -> None:
+    sam, mia = team
+    sam.hours = {"sun": "00:00-00:01"}
+    sam.save()
+    lead = lead_create(business)
+    lead.request_text = "Emergency! water flooding the basement"
+    lead.save()
+    lead_event(lead, "lead.new", key=lead.public_id)
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert "emergency" in lead.exceptions and "no_eligible_owner" in lead.exceptions
+    assert lead.owner == mia and "off shift and the lead is urgent" in lead.routing_reason
+
+
+def test_missed_call_routes_an_unowned_lead_and_asks_for_a_call_back(business, team) -> None:
+    sam, _ = team
+    lead = lead_create(business, first_name="Cy")
+    lead_event(lead, "missed_call", key="call_1")
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.owner == sam and lead.next_action == "Call back Cy Doe"
+
+
+def test_sla_due_on_a_closed_lead_does_nothing(business, team) -> None:
+    lead = lead_create(business)
+    lead_event(lead, "sla.due", key=lead.public_id, due_at=timezone.now() - timedelta(minutes=1))
+    Lead.objects.filter(pk=lead.pk).update(stage="lost")
+    orchestrate_pending()
+    assert _step_receipt(lead, "sla.due").after["outcome"] == "closed"
+    assert not Receipt.objects.filter(lead=lead, action="sla.breached").exists()
