@@ -2,15 +2,26 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from leadops import copilot, views
+from leadops import copilot, reports, revenue, views, work
+from leadops.reports_api import LeadTraceView
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz/", views.healthz, name="healthz"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("admin/leads/<str:public_id>/copilot/", copilot.lead_copilot, name="lead-copilot"),
+    path("admin/my/next-actions/", work.my_next_actions, name="my-next-actions"),
+    path("admin/my/tasks/<str:public_id>/complete/", work.task_complete_view, name="task-complete"),
+    path("admin/revenue/", revenue.revenue_page, name="revenue"),
+    path("admin/reports/brief/", reports.brief_page, name="report-brief"),
+    path("admin/reports/exceptions/", reports.exceptions_page, name="report-exceptions"),
+    path("admin/reports/funnel/", reports.funnel_page, name="report-funnel"),
+    path("admin/reports/leaks/", reports.leaks_page, name="report-leaks"),
+    path("admin/leads/<str:public_id>/trace/", reports.trace_page, name="lead-trace"),
     path("admin/", admin.site.urls),
     path("", include("agents.urls")),
+    # Before the crm API: the trace is agents code, which crm may not import.
+    path("api/v1/leads/<str:id>/trace/", LeadTraceView.as_view(), name="lead-trace-api"),
     path("api/v1/", include("crm.api_urls")),
     path("api/v1/", include("approvals.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -68,7 +68,9 @@ def task_complete(
     `reached` records that a person got hold of the lead (speed to lead).
     """
     now = now or timezone.now()
-    task = Task.objects.select_for_update().select_related("lead__business", "lead__owner__user").get(pk=task.pk)
+    task = (
+        Task.objects.select_for_update(of=("self",)).select_related("lead__business", "lead__owner__user").get(pk=task.pk)
+    )
     if task.status != Task.Status.OPEN:
         raise NextActionError(f"{task.public_id} is already {task.status}")
     if not outcome.strip():

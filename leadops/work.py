@@ -1,0 +1,86 @@
+"""A setter's "My next actions": their open tasks by due time, overdue first,
+each completed with its outcome and either the next action or a closing
+outcome (the Task Creator's rule, enforced in agents.routing.next_action)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+
+from agents.routing.next_action import NextActionError, task_complete
+from crm.models import Task
+
+CLOSE_CHOICES = [("", "— keep the lead open —"), ("won", "won"), ("lost", "lost"),
+                 ("disqualified", "disqualified"), ("unresponsive", "unresponsive")]  # fmt: skip
+
+
+class CompleteForm(forms.Form):
+    outcome = forms.CharField(max_length=300, help_text="What happened")
+    reached = forms.BooleanField(required=False, label="I reached the lead (counts for speed to lead)")
+    next_title = forms.CharField(max_length=300, required=False, label="Next action")
+    next_due = forms.DateTimeField(
+        required=False, label="Next action due (local time)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
+    )  # fmt: skip
+    close_as = forms.ChoiceField(choices=CLOSE_CHOICES, required=False, label="Or close the lead as")
+    lost_reason = forms.CharField(max_length=300, required=False)
+
+
+def _my_tasks(request: HttpRequest) -> QuerySet[Task]:
+    now = timezone.now()
+    return (
+        Task.objects.filter(owner__user=request.user, owner__is_active=True, status=Task.Status.OPEN)
+        .select_related("lead__contact", "lead__business", "business")
+        .annotate(overdue=Case(When(due_at__lt=now, then=Value(0)), default=Value(1), output_field=IntegerField()))
+        .order_by("overdue", "due_at", "pk")
+    )
+
+
+@staff_member_required
+def my_next_actions(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    tasks = list(_my_tasks(request))
+    counts = {
+        "open": len(tasks),
+        "overdue": sum(1 for t in tasks if t.due_at < now),
+        "today": sum(1 for t in tasks if now <= t.due_at and t.due_at.date() == now.date()),
+    }
+    return render(request, "leadops/next_actions.html", {"tasks": tasks, "counts": counts, "now": now,
+                                                          "title": "My next actions"})  # fmt: skip
+
+
+@staff_member_required
+def task_complete_view(request: HttpRequest, public_id: str) -> HttpResponse:
+    task = _my_tasks(request).filter(public_id=public_id).first()
+    if task is None:
+        raise Http404("no such open task of yours")
+    zone = ZoneInfo(task.business.timezone)
+    form = CompleteForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        due: datetime | None = data["next_due"]
+        if due is not None:
+            # The form speaks the business's local time; storage is UTC.
+            due = due.replace(tzinfo=zone) if timezone.is_naive(due) else due
+        try:
+            task_complete(
+                task, actor=request.user.get_username(), outcome=data["outcome"], next_title=data["next_title"],
+                next_due_at=due, terminal_stage=data["close_as"], lost_reason=data["lost_reason"],
+                reached=data["reached"],
+            )  # fmt: skip
+        except NextActionError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Done: {task.title}")
+            return redirect("my-next-actions")
+    return render(request, "leadops/task_complete.html", {"task": task, "form": form, "zone": zone,
+                                                          "title": f"Complete: {task.title}"})  # fmt: skip
