@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -35,8 +36,10 @@ def test_setting_a_next_action_replaces_the_open_one(owned, setter) -> None:
 
 def test_the_database_refuses_a_second_open_next_action(owned) -> None:
     next_action_set(owned, "Call", timezone.now(), actor="t", reason="t")
-    with pytest.raises(IntegrityError), transaction.atomic():
+    with pytest.raises(ValidationError, match="crm_task_one_open_next_action"):
         task_create(lead=owned, title="Another", due_at=timezone.now(), actor="t")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Task.objects.create(business=owned.business, lead=owned, title="Raw", due_at=timezone.now())
 
 
 def test_completing_a_next_action_requires_the_next_or_a_closing_outcome(owned) -> None:
