@@ -495,6 +495,9 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
             "max_texts_per_day",
             "consent_max_age_days",
             "missed_call_text_back",
+            "sla_reassign_on_breach",
+            "estimate_follow_up_days",
+            "brief_hour",
         )
     }
     if not doc.has("policy"):
@@ -505,6 +508,8 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         optional=(
             "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
             "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
+            "business_hours", "sla_reassign_on_breach", "fit_rules", "scope_keywords",
+            "estimate_follow_up_days", "brief_hour",
         ),
     )  # fmt: skip
     fields = {
@@ -516,11 +521,48 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         "consent_max_age_days": m.integer("consent_max_age_days", defaults["consent_max_age_days"], minimum=1),
         "missed_call_text_back": m.boolean("missed_call_text_back", defaults["missed_call_text_back"]),
         "quiet_hours_by_state": _state_windows(m),
+        "business_hours": _parse_hours(m, "business_hours"),
+        "sla_reassign_on_breach": m.boolean("sla_reassign_on_breach", defaults["sla_reassign_on_breach"]),
+        "fit_rules": _fit_rules(m),
+        "scope_keywords": _scope_keywords(m),
+        "estimate_follow_up_days": m.integer("estimate_follow_up_days", defaults["estimate_follow_up_days"], minimum=1),
+        "brief_hour": m.integer("brief_hour", defaults["brief_hour"]),
     }
+    if not 0 <= fields["brief_hour"] <= 23:
+        raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
     if m.has("quiet_hours"):
         # May wrap midnight, so only an empty range is refused.
         fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range("quiet_hours", ordered=False)
     return fields
+
+
+# The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.
+FIT_RULES = (
+    "in_area", "out_of_area", "service_matched", "has_phone", "has_email", "sms_consent", "paid_click",
+    "emergency", "commercial", "warranty",
+)  # fmt: skip
+SCOPE_FLAGS = ("emergency", "commercial", "warranty", "licensed_diagnosis")
+
+
+def _fit_rules(m: _Map) -> list[dict[str, Any]]:
+    """[{rule: in_area, points: 30}, ...]: the business's own scoring; empty keeps the built-in one."""
+    rules = []
+    for raw, line in m.items("fit_rules"):
+        rule = _Map(raw, line, "fit rule", required=("rule", "points"))
+        name = rule.choice("rule", FIT_RULES, "fit rule")
+        points = rule.raw("points")
+        if isinstance(points, bool) or not isinstance(points, int):
+            raise rule.error("points", f"points of fit rule {name} must be a whole number, not {_kind(points)}")
+        rules.append({"rule": name, "points": points})
+    return rules
+
+
+def _scope_keywords(m: _Map) -> dict[str, list[str]]:
+    """{emergency: [...], commercial: [...]}: words added to the built-in scope words."""
+    if not m.has("scope_keywords"):
+        return {}
+    words = _Map(m.raw("scope_keywords"), m.line_of("scope_keywords"), "scope_keywords", optional=SCOPE_FLAGS)
+    return {flag: [ref.name for ref in words.texts(flag)] for flag in SCOPE_FLAGS if words.has(flag)}
 
 
 def _state_windows(m: _Map) -> dict[str, str]:
@@ -544,7 +586,7 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
     m = item.read(required=("key", "provider"), any_other=True)
     config: dict[str, Any] = {}
     for key in m.data:
-        if key in ("key", "provider", "secret"):
+        if key in ("key", "provider", "secret", "first_response_minutes"):
             continue
         value = m.raw(key)
         if value is _MISSING:
@@ -558,6 +600,8 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
         "provider": m.choice("provider", Provider.values, "provider"),
         "secret": m.text("secret"),
         "config": config,
+        # This source's own first-response standard; none: the business's.
+        "first_response_minutes": m.integer("first_response_minutes", None, minimum=1),
     }
     return Row(line=m.line, key=m.slug("key"), fields=fields)
 
@@ -576,7 +620,7 @@ def _check_jsonable(value: Any, line: int, what: str) -> None:
 
 
 def _parse_service_line(item: _ItemMap, spec: BusinessSpec) -> Row:
-    m = item.read(required=("slug", "name"), optional=("keywords", "high_value", "currency"))
+    m = item.read(required=("slug", "name"), optional=("keywords", "high_value", "currency", "offer", "offer_templates"))
     high_value: Decimal | None = None
     if m.has("high_value"):
         raw = m.raw("high_value")
@@ -598,6 +642,8 @@ def _parse_service_line(item: _ItemMap, spec: BusinessSpec) -> Row:
         "keywords": [ref.name for ref in m.texts("keywords")],
         "high_value_amount": high_value,
         "currency": currency,
+        "offer": m.text("offer"),
+        "offer_templates": [ref.name for ref in m.texts("offer_templates")],
     }
     return Row(line=m.line, key=m.slug("slug"), fields=fields)
 
@@ -704,10 +750,10 @@ def _parse_member(item: _ItemMap, region: str) -> MemberRow:
     )  # fmt: skip
 
 
-def _parse_hours(member: _Map) -> dict[str, str]:
-    if not member.has("hours"):
+def _parse_hours(member: _Map, key: str = "hours") -> dict[str, str]:
+    if not member.has(key):
         return {}
-    m = _Map(member.raw("hours"), member.line_of("hours"), "hours", optional=DAYS)
+    m = _Map(member.raw(key), member.line_of(key), key, optional=DAYS)
     hours = {}
     for day in DAYS:
         if m.has(day):
