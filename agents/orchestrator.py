@@ -57,6 +57,13 @@ def exception_task(lead: Lead, title: str, reason: str, *, actor: str = ACTOR) -
     )  # fmt: skip
 
 
+def next_action_ensure(lead: Lead, title: str, due_at: datetime, **kwargs: Any) -> Task | None:
+    from agents.routing.next_action import next_action_ensure as ensure
+
+    lead.refresh_from_db()
+    return ensure(lead, title, due_at, **kwargs)
+
+
 def _steps() -> dict[str, Step]:
     # Imported here: the step modules import this one for `exception_task`.
     from agents.revenue import jobs as revenue_jobs
@@ -158,6 +165,8 @@ def _run_step(timer: Timer) -> None:
         outcome = step(lead, dict(timer.payload.get("data") or {}))
     except MissingInformation as stop:
         task = exception_task(lead, stop.title, stop.reason)
+        # Invariant 3 holds on the stop path too: the person's decision is the next action.
+        next_action_ensure(lead, stop.title, timezone.now(), actor=ACTOR, reason=stop.reason, owner=task.owner)
         outcome = f"stopped: {stop.reason}"
         receipt_write(
             business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.stopped",

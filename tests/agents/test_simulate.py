@@ -25,6 +25,7 @@ from twilio.request_validator import RequestValidator
 
 from agents.capture.meta_graph import GraphError, lead_fetch
 from agents.capture.processing import event_process
+from agents.orchestrator import orchestrate_pending
 from agents.capture.providers.meta import signature_valid
 from agents.capture.providers.typeform import typeform_signature
 from agents.simulate import (
@@ -59,7 +60,7 @@ from agents.simulate import (
     summary_lines,
     unexpected,
 )
-from crm.models import Business, Call, Contact, ContactPoint, InboundEvent, Message
+from crm.models import CLOSED_STAGES, Business, Call, Contact, ContactPoint, InboundEvent, Lead, Message
 from crm.phones import phone_to_e164
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,6 +321,18 @@ def test_a_simulated_day_is_stored_once_per_delivery_and_makes_one_contact_per_p
     assert Call.objects.filter(business=acme, direction="in", status="no-answer").count() == 2
     texts = [r for r in results if r.post.path == "/hooks/twilio/sms/" and r.post.stores == STORES_NEW]
     assert Message.objects.filter(direction="in", channel="sms").count() == len(texts)
+
+    # Every simulated lead has an owner or sits in the manager queue with the
+    # reason, and every active lead has exactly one open next action.
+    assert orchestrate_pending() > 0
+    active = Lead.objects.filter(business=acme, is_test=False).exclude(stage__in=CLOSED_STAGES)
+    assert active.exists()
+    for lead in active:
+        assert lead.owner_id is not None, lead.public_id
+        if "no_eligible_owner" in lead.exceptions:
+            assert lead.routing_reason, lead.public_id
+        assert lead.tasks.filter(kind="next_action", status="open").count() == 1, lead.public_id
+        assert lead.next_action and lead.next_action_due_at is not None
 
 
 def test_the_command_posts_the_selected_providers_and_reports_what_was_meant_to_fail(acme, live_server):
