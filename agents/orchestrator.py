@@ -37,7 +37,7 @@ TIMER_KIND = "orchestrate"
 Step = Callable[[Lead, dict[str, Any]], str]
 
 
-class MissingInformation(Exception):  # noqa: N818 - reads as the stop reason it is
+class MissingInformation(Exception):
     """Raised by a step that cannot go on without something a person must supply."""
 
     def __init__(self, title: str, reason: str) -> None:
@@ -66,11 +66,11 @@ def next_action_ensure(lead: Lead, title: str, due_at: datetime, **kwargs: Any) 
 
 def _steps() -> dict[str, Step]:
     # Imported here: the step modules import this one for `exception_task`.
-    from agents.revenue import jobs as revenue_jobs
-    from agents.revenue import payments as revenue_payments
     from agents.booking import no_show
     from agents.booking import services as booking
     from agents.followup import estimates, replies, sequences
+    from agents.revenue import jobs as revenue_jobs
+    from agents.revenue import payments as revenue_payments
     from agents.routing import steps as routing
 
     return {
@@ -159,6 +159,8 @@ def orchestrate_pending(*, now: datetime | None = None) -> int:
 @transaction.atomic
 def _run_step(timer: Timer) -> None:
     event = str(timer.payload["event"])
+    if timer.lead_id is None:
+        raise LookupError(f"{timer.public_id}: an orchestrator event without a lead")
     lead = Lead.objects.select_related("business", "contact", "owner__user").get(pk=timer.lead_id)
     step = steps()[event]
     try:

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from agents.routing.next_action import NextActionError, task_complete
 from crm.models import Task
+from crm.selectors import scope_for
 
 CLOSE_CHOICES = [("", "— keep the lead open —"), ("won", "won"), ("lost", "lost"),
                  ("disqualified", "disqualified"), ("unresponsive", "unresponsive")]  # fmt: skip
@@ -38,7 +39,7 @@ class CompleteForm(forms.Form):
 def _my_tasks(request: HttpRequest) -> QuerySet[Task]:
     now = timezone.now()
     return (
-        Task.objects.filter(owner__user=request.user, owner__is_active=True, status=Task.Status.OPEN)
+        Task.objects.filter(owner_id__in=scope_for(request.user).member_ids, status=Task.Status.OPEN)
         .select_related("lead__contact", "lead__business", "business")
         .annotate(overdue=Case(When(due_at__lt=now, then=Value(0)), default=Value(1), output_field=IntegerField()))
         .order_by("overdue", "due_at", "pk")

@@ -98,4 +98,3 @@ def setters_of(business_id: int) -> QuerySet[TeamMember]:
         .prefetch_related("service_lines", "service_areas")
         .order_by("pk")
     )
-

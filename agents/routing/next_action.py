@@ -34,8 +34,11 @@ def next_action_set(
     lead = Lead.objects.select_for_update(of=("self",)).select_related("business", "owner__user").get(pk=lead.pk)
     current = lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).first()
     owner = owner or lead.owner
-    if current is not None and current.title == title and current.due_at == due_at and current.owner_id == (
-        owner.pk if owner else None
+    if (
+        current is not None
+        and current.title == title
+        and current.due_at == due_at
+        and current.owner_id == (owner.pk if owner else None)
     ):
         return current
     if current is not None:
@@ -69,7 +72,9 @@ def task_complete(
     """
     now = now or timezone.now()
     task = (
-        Task.objects.select_for_update(of=("self",)).select_related("lead__business", "lead__owner__user").get(pk=task.pk)
+        Task.objects.select_for_update(of=("self",))
+        .select_related("lead__business", "lead__owner__user")
+        .get(pk=task.pk)
     )
     if task.status != Task.Status.OPEN:
         raise NextActionError(f"{task.public_id} is already {task.status}")

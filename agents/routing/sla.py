@@ -43,7 +43,9 @@ def sla_start(lead: Lead, *, now: datetime | None = None) -> datetime:
 
     due = sla_deadline(lead, lead.created_at or now or timezone.now())
     if lead.sla_due_at != due:
-        lead_sync.lead_set_sla(lead, due, actor=ACTOR, reason=f"first response within {sla_minutes(lead)} business minutes")
+        lead_sync.lead_set_sla(
+            lead, due, actor=ACTOR, reason=f"first response within {sla_minutes(lead)} business minutes"
+        )
     lead_event(lead, "sla.due", key=lead.public_id, due_at=due, actor=ACTOR)
     return due
 

@@ -30,9 +30,13 @@ def _apply_fit(lead: Lead, reason: str) -> Fit:
     )  # fmt: skip
     for flag in fit.flags:
         if flag not in lead.exceptions:
-            lead_sync.lead_flag_exception(lead, flag, actor=FIT_ACTOR, reason=", ".join(fit.matched.get(flag, [])) or flag)
+            lead_sync.lead_flag_exception(
+                lead, flag, actor=FIT_ACTOR, reason=", ".join(fit.matched.get(flag, [])) or flag
+            )
     if "out_of_area" in lead.exceptions and fit.territory.status == "in_area":
-        lead_sync.lead_flag_exception(lead, "out_of_area", actor=FIT_ACTOR, reason="postal code now in area", present=False)
+        lead_sync.lead_flag_exception(
+            lead, "out_of_area", actor=FIT_ACTOR, reason="postal code now in area", present=False
+        )
     _exception_path(lead, fit)
     return fit
 
@@ -79,7 +83,9 @@ def new_lead(lead: Lead, data: dict[str, Any]) -> str:
         )
     from agents.first_response.acknowledge import lead_first_response
 
-    ack = lead_first_response(lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at))
+    ack = lead_first_response(
+        lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at)
+    )
     lead.refresh_from_db()
     sla_start(lead)
     return f"fit {fit.score}, {rule}, acknowledgement {ack}"

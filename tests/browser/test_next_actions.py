@@ -22,8 +22,12 @@ def test_a_setter_completes_a_task_and_sets_the_next_one(live_server, browser_co
     other = member_create(business, Role.SETTER, username="ola")
     now = timezone.now()
     late = lead_sync.lead_assign(lead_create(business, first_name="Late"), sam, actor="t", reason="t")
-    soon = lead_sync.lead_assign(lead_create(business, first_name="Soon", phone="+12125550148"), sam, actor="t", reason="t")
-    theirs = lead_sync.lead_assign(lead_create(business, first_name="Theirs", phone="+12125550149"), other, actor="t", reason="t")
+    soon = lead_sync.lead_assign(
+        lead_create(business, first_name="Soon", phone="+12125550148"), sam, actor="t", reason="t"
+    )
+    theirs = lead_sync.lead_assign(
+        lead_create(business, first_name="Theirs", phone="+12125550149"), other, actor="t", reason="t"
+    )
     next_action_set(soon, "Send the quote", now + timedelta(hours=2), actor="t", reason="t")
     overdue = next_action_set(late, "First contact: reach Late Doe", now - timedelta(hours=1), actor="t", reason="t")
     next_action_set(theirs, "Not mine", now - timedelta(hours=3), actor="t", reason="t")

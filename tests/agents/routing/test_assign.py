@@ -23,9 +23,8 @@ def _leads(business, n: int) -> list[Lead]:
 
 def test_two_hundred_concurrent_arrivals_split_by_weight(transactional_db: None) -> None:
     business = BusinessFactory.create(slug="rr", timezone="America/Chicago")
-    ana = member_create(business, Role.SETTER, username="ana", weight=2)
-    ben = member_create(business, Role.SETTER, username="ben", weight=1)
-    cal = member_create(business, Role.SETTER, username="cal", weight=1)
+    for username, weight in (("ana", 2), ("ben", 1), ("cal", 1)):
+        member_create(business, Role.SETTER, username=username, weight=weight)
     leads = _leads(business, 200)
     chunks = [leads[i::8] for i in range(8)]
     errors: list[BaseException] = []
@@ -36,7 +35,7 @@ def test_two_hundred_concurrent_arrivals_split_by_weight(transactional_db: None)
             start.wait()
             for lead in chunk:
                 lead_route(lead, now=MONDAY_10_CHICAGO)
-        except BaseException as exc:  # surfaced below
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assert below
             errors.append(exc)
         finally:
             connection.close()
@@ -57,7 +56,9 @@ def test_two_hundred_concurrent_arrivals_split_by_weight(transactional_db: None)
 def test_capped_off_shift_and_out_of_office_setters_receive_none(business) -> None:
     capped = member_create(business, Role.SETTER, username="capped", max_open_leads=1)
     off = member_create(business, Role.SETTER, username="night", hours={"sat": "08:00-09:00"})
-    away = member_create(business, Role.SETTER, username="away", out_of_office_until=MONDAY_10_CHICAGO + timedelta(days=2))
+    away = member_create(
+        business, Role.SETTER, username="away", out_of_office_until=MONDAY_10_CHICAGO + timedelta(days=2)
+    )
     on = member_create(business, Role.SETTER, username="on", hours={"mon": "08:00-18:00"})
     first = lead_create(business, phone="+12125550999")
     from crm.services import lead_sync
@@ -124,7 +125,9 @@ def test_no_eligible_owner_sends_the_lead_to_the_manager_queue(business, manager
 
 @pytest.mark.django_db
 def test_routing_again_once_someone_is_back_clears_the_queue_flag(business, manager) -> None:
-    away = member_create(business, Role.SETTER, username="away", out_of_office_until=MONDAY_10_CHICAGO + timedelta(hours=3))
+    away = member_create(
+        business, Role.SETTER, username="away", out_of_office_until=MONDAY_10_CHICAGO + timedelta(hours=3)
+    )
     lead = lead_create(business)
     lead_route(lead, now=MONDAY_10_CHICAGO)
     routed = lead_route(lead, now=MONDAY_10_CHICAGO + timedelta(hours=4))

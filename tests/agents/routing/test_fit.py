@@ -93,7 +93,11 @@ def test_the_offer_matcher_lists_only_approved_templates(business, lines) -> Non
     MessageTemplate.objects.create(business=business, key="hvac_offer", channel="sms", body="x", approved=True)
     MessageTemplate.objects.create(business=business, key="draft_only", channel="sms", body="y", approved=False)
     fit = lead_fit(_lead(business, "air conditioner", postal="60601"))
-    assert fit.offer == {"service_line": "hvac", "offer": "Free second opinion on replacements", "templates": ["hvac_offer"]}
+    assert fit.offer == {
+        "service_line": "hvac",
+        "offer": "Free second opinion on replacements",
+        "templates": ["hvac_offer"],
+    }
 
 
 def test_a_business_without_service_areas_is_unrestricted(business) -> None:

@@ -52,7 +52,9 @@ def test_completing_a_next_action_requires_the_next_or_a_closing_outcome(owned) 
         task_complete(task, actor="sam", outcome="called", terminal_stage="booked")
     task.refresh_from_db()
     assert task.status == "open", "a refused completion writes nothing"
-    assert task_complete(task, actor="sam", outcome="went elsewhere", terminal_stage="lost", lost_reason="price") is None
+    assert (
+        task_complete(task, actor="sam", outcome="went elsewhere", terminal_stage="lost", lost_reason="price") is None
+    )
     owned.refresh_from_db()
     assert (owned.stage, owned.lost_reason, owned.next_action) == ("lost", "price", "")
     assert not Task.objects.filter(lead=owned, status="open").exists()

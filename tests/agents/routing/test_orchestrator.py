@@ -68,7 +68,6 @@ def test_a_lead_without_a_postal_code_is_asked_for_one(business, team) -> None:
 
 
 def test_new_lead_stops_for_a_person_when_nobody_can_be_contacted(business, team) -> None:
-    _, mia = team
     contact = contact_create(business=business, actor="t", first_name="Ghost")
     lead = lead_open(contact=contact, actor="t", touch={"channel": "form"})
     lead_event(lead, "lead.new", key=lead.public_id)
