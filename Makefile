@@ -23,7 +23,9 @@ demo: migrate
 DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	META_VERIFY_TOKEN=$${META_VERIFY_TOKEN:-demo-meta-verify-token} \
 	META_GRAPH_URL=$${META_GRAPH_URL:-http://127.0.0.1:8765} \
-	TWILIO_AUTH_TOKEN=$${TWILIO_AUTH_TOKEN:-demo-twilio-auth-token}
+	TWILIO_AUTH_TOKEN=$${TWILIO_AUTH_TOKEN:-demo-twilio-auth-token} \
+	STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_demo_stripe_webhook_secret} \
+	CALENDLY_SIGNING_KEY=$${CALENDLY_SIGNING_KEY:-demo-calendly-signing-key}
 
 # The web server and the task cluster together; Ctrl-C stops both.
 run: demo

@@ -10,10 +10,12 @@ class AgentsConfig(AppConfig):
 
         import agents.capture.providers  # noqa: F401 - registers every provider's processing handler
         from agents.capture.processing import event_replay
+        from agents.revenue import (
+            admin as revenue_admin,  # noqa: F401 - the money records' admin (its forms call the revenue roles)
+        )
         from crm.admin import EVENT_REPLAY
 
         EVENT_REPLAY[:] = [event_replay]
-        import agents.revenue.admin  # noqa: F401 - the money records' admin, whose forms call the revenue roles
 
         from agents.outbound import timers as outbound_timers
 
@@ -29,9 +31,9 @@ class AgentsConfig(AppConfig):
         from agents import followup
 
         followup.register()  # sequence steps, estimate clocks, follow-up calls
-        import agents.reporting.call_scoring  # noqa: F401 - registers the recording hook's processing handler
-        from agents.reporting import alerts, brief
+        from agents.reporting import alerts, brief, call_scoring
 
+        call_scoring.register()  # processing of Twilio's recording callbacks
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         brief.register()  # so are the daily briefs
         from agents.schedules import schedules_ensure_on_migrate

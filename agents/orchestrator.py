@@ -97,13 +97,6 @@ def _steps() -> dict[str, Step]:
     }
 
 
-def _not_built(event: str) -> Step:
-    def step(lead: Lead, data: dict[str, Any]) -> str:
-        raise MissingInformation(f"Decide the next step ({event})", f"no automated step for {event} yet")
-
-    return step
-
-
 EVENTS = (
     "lead.new", "touch.added", "qualification.answered", "missed_call", "sla.due", "reply", "booking",
     "cancellation", "no_show", "appointment.held", "estimate.sent", "estimate.accepted", "estimate.declined",

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEDULES = [
+SCHEDULES: list[dict[str, Any]] = [
     {
         "name": "leadops.run_timers",
         "func": "agents.tasks.run_timers",
         "schedule_type": "I",  # minutes
         "minutes": 1,
+    },
+    {
+        "name": "leadops.pipeline_qa",
+        "func": "agents.tasks.pipeline_qa",
+        "schedule_type": "I",
+        "minutes": 15,
+    },
+    {
+        # Hourly: each business's brief goes out on the first run at or after
+        # its local `brief_hour`, once per member and day (agents.reporting.brief).
+        "name": "leadops.daily_brief",
+        "func": "agents.tasks.daily_brief",
+        "schedule_type": "H",
     },
 ]
 

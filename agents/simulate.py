@@ -34,7 +34,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -122,6 +122,8 @@ class SimContext:
     meta_app_secret: str = ""
     twilio_auth_token: str = ""
     twilio_account_sid: str = ""
+    # Stripe payments and refunds are posted only when the server can verify them.
+    stripe_webhook_secret: str = ""
     # Twilio signs the URL it was configured with: PUBLIC_BASE_URL + path.
     public_base_url: str = "http://127.0.0.1:8000"
     # The business's own numbers (its lines, its team): never a simulated person.
@@ -161,6 +163,7 @@ def context_load(business_slug: str | None = None, *, public_base_url: str | Non
         meta_app_secret=settings.META_APP_SECRET,
         twilio_auth_token=settings.TWILIO_AUTH_TOKEN,
         twilio_account_sid=settings.TWILIO_ACCOUNT_SID,
+        stripe_webhook_secret=settings.STRIPE_WEBHOOK_SECRET,
         public_base_url=(public_base_url or settings.PUBLIC_BASE_URL).rstrip("/"),
         reserved_phones=frozenset(p for p in reserved if p),
     )
@@ -348,6 +351,9 @@ class Post:
     csrf: bool = True
     # Re-send the previous post of the same job byte for byte (a double submit).
     repeat_previous: bool = False
+    # Builds (body, headers) when sent, from what exists by then (a payment
+    # names the lead the server created from the person's earlier posts).
+    prepare: Callable[[], tuple[bytes, dict[str, str]]] | None = None
 
 
 @dataclass
@@ -942,7 +948,7 @@ def plan_build(
     """`leads` people reaching the business through the selected builders,
     and what else real traffic holds (see the module docstring)."""
     selected = set(BUILDER_NAMES if only is None else only)
-    unknown = selected - set(BUILDER_NAMES)
+    unknown = selected - set(BUILDER_NAMES) - {"stripe", "calendly"}
     if unknown:
         raise SimulationError(
             f"unknown provider(s) {', '.join(sorted(unknown))}; choose from {', '.join(BUILDER_NAMES)}"
@@ -1005,7 +1011,38 @@ def plan_build(
             plan.jobs.extend(builders["twilio"].reply(person, at + 30 * minute, REPLY_PHASE))
     if noise:
         _noise(rng, plan, builders, strangers, now)
+    if only is None or "stripe" in selected:
+        _payments(ctx, plan, seed, now, asked=only is not None)
+    if only is None or "calendly" in selected:
+        _bookings(ctx, plan, seed, now, asked=only is not None)
     return plan
+
+
+def _payments(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: bool) -> None:
+    """Signed Stripe payments and refunds for some of the people (their own
+    random stream, so adding them changes no other delivery of a seed)."""
+    from agents.revenue.simulated_payments import payment_jobs
+
+    if not ctx.stripe_webhook_secret:
+        if asked:
+            plan.skipped["stripe"] = "STRIPE_WEBHOOK_SECRET is not set (the server refuses every delivery without it)"
+        return
+    plan.jobs.extend(payment_jobs(ctx, random.Random(seed * 7919 + 1), plan.people, now))
+    plan.builders.append("stripe")
+
+
+def _bookings(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: bool) -> None:
+    """Signed Calendly bookings, cancellations and no-shows for some of the
+    people (their own random stream, so adding them changes no other delivery)."""
+    from agents.booking.simulated_bookings import booking_jobs, signing_key
+
+    if not ctx.sources.get("calendly") or not signing_key(ctx):
+        if asked:
+            why = "no active calendly source" if not ctx.sources.get("calendly") else "CALENDLY_SIGNING_KEY is not set"
+            plan.skipped["calendly"] = f"{why} (the server refuses every delivery without it)"
+        return
+    plan.jobs.extend(booking_jobs(ctx, random.Random(seed * 7927 + 2), plan.people, now))
+    plan.builders.append("calendly")
 
 
 def _primaries(rng: random.Random, people: list[Person], builders: dict[str, Builder]) -> list[str]:
@@ -1094,6 +1131,8 @@ def job_run(job: Job, base_url: str, timeout: tuple[float, float] = DEFAULT_TIME
             try:
                 if post.repeat_previous:
                     body, headers = previous
+                elif post.prepare is not None:
+                    body, headers = post.prepare()
                 elif post.form is not None:
                     body, headers = _hosted_body(session, base_url + post.path, post, timeout)
                 else:
@@ -1281,6 +1320,16 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
         f"replies {len(by_intent[REPLY])}, missed-call statuses {len(by_intent[CALL_STATUS])}, "
         f"repeated deliveries {len(by_intent[DUPLICATE])} ({_counts(r.status for r in by_intent[DUPLICATE])})"
     )
+    paid = [r for r in results if r.post.builder == "stripe" and r.post.intent in ("payment", "refund")]
+    if paid:
+        yield f"Stripe: {_counts(r.status for r in paid)} ({sum(r.post.intent == 'refund' for r in paid)} refunds)"
+    calendly = Counter(r.post.intent for r in results if r.post.builder == "calendly")
+    if calendly:
+        yield (
+            f"Calendly: {calendly['booking']} bookings, {calendly['cancellation']} cancellations, "
+            f"{calendly['no_show']} no-shows, {calendly['unmatched_booking']} from nobody known "
+            f"({_counts(r.status for r in results if r.post.builder == 'calendly')})"
+        )
     yield "Meant to fail (expected, not errors):"
     for intent, what in (
         (MALFORMED, "signed but malformed (stored failed, or refused)"),

@@ -442,7 +442,15 @@ _simple(
 _simple(m.ServiceLine, lead_path=None, read_only=False)
 _simple(m.ServiceArea, lead_path=None, read_only=False)
 _simple(m.MessageTemplate, lead_path=None, read_only=False, list_display=["key", "channel", "approved", "business"])
-_simple(m.Sequence, lead_path=None, read_only=False, list_display=["key", "trigger", "is_active", "business"])
+# Editable: steps as JSON ([{"after": "15m", "channel": "sms", "template": "nudge_sms"}, ...]); the
+# business file (`sequences`) is the checked way to change them.
+_simple(
+    m.Sequence,
+    lead_path=None,
+    read_only=False,
+    list_display=["key", "trigger", "priority", "goal_stages", "is_active", "business"],
+    list_filter=[BusinessFilter, "trigger", "is_active"],
+)
 _simple(m.ContactPoint, lead_path="contact__leads", search_fields=["public_id", "value"])
 _simple(
     m.ConsentEvent,
@@ -468,7 +476,16 @@ _simple(
     ],
     list_filter=[BusinessFilter, "direction", "status", "block_reason"],
 )
-_simple(m.Call, list_display=["public_id", "lead", "direction", "status", "duration_seconds", "started_at", "business"])
+# Call scoring's review queue: filter "review status: pending" (agents/reporting/call_scoring.py).
+_simple(
+    m.Call,
+    list_display=[
+        "public_id", "lead", "direction", "status", "duration_seconds", "review_status", "flags", "started_at",
+        "business",
+    ],
+    list_filter=[BusinessFilter, "review_status", "status", "direction"],
+    search_fields=["public_id", "provider_sid"],
+)  # fmt: skip
 _simple(
     m.Task,
     list_display=["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"],
@@ -482,32 +499,37 @@ _simple(
 _simple(
     m.Enrollment,
     list_display=["public_id", "lead", "sequence", "status", "stop_reason", "next_step_due_at", "business"],
+    list_filter=[BusinessFilter, "status", "stop_reason"],
 )
-_simple(m.Appointment, list_display=["public_id", "lead", "status", "starts_at", "ends_at", "assigned_to", "business"])
+
+
+@admin.register(m.Appointment)
+class AppointmentAdmin(ReadOnlyAdmin):
+    """Appointments with their technician brief (written by agents.booking)."""
+
+    list_display = ["public_id", "lead", "status", "starts_at", "ends_at", "assigned_to", "provider", "business"]
+    list_select_related = ["lead", "assigned_to__user", "business"]
+    list_filter = [BusinessFilter, "status", "provider"]
+    search_fields = ["public_id", "lead__public_id", "external_id"]
+    show_full_result_count = False
+    fields = (
+        "public_id", "lead_link", "status", "starts_at", "ends_at", "assigned_to", "availability", "location",
+        "notes", "rescheduled_from", "outcome_at", "provider", "external_id", "created_at", "technician_brief",
+    )  # fmt: skip
+    readonly_fields = fields
+
+    @admin.display(description="lead")
+    def lead_link(self, appointment: m.Appointment) -> str:
+        url = reverse("admin:crm_lead_change", args=[appointment.lead_id])
+        return format_html('<a href="{}">{}</a>', url, appointment.lead.public_id)
+
+    @admin.display(description="technician brief")
+    def technician_brief(self, appointment: m.Appointment) -> str:
+        return format_html('<pre id="technician-brief">{}</pre>', appointment.brief or "— (no brief yet)")
+
+
 _simple(m.Estimate, list_display=["public_id", "lead", "status", "amount", "currency", "sent_at", "business"])
-_simple(m.Job, list_display=["public_id", "lead", "status", "scheduled_for", "completed_at", "business"])
-_simple(
-    m.Invoice, list_display=["public_id", "lead", "number", "status", "amount", "currency", "issued_at", "business"]
-)
-_simple(
-    m.Payment,
-    list_display=[
-        "public_id",
-        "lead",
-        "amount",
-        "currency",
-        "provider",
-        "external_id",
-        "match_status",
-        "received_at",
-        "business",
-    ],
-)
-_simple(
-    m.Refund,
-    lead_path="payment__lead",
-    list_display=["public_id", "payment", "amount", "currency", "external_id", "refunded_at", "business"],
-)
+# Job, Invoice, Payment and Refund: agents/revenue/admin.py (their forms call the revenue roles).
 _simple(
     m.RejectedDelivery,
     lead_path=None,

@@ -25,6 +25,7 @@ from crm.models import (
     ConsentStatus,
     Contact,
     ContactPointKind,
+    Enrollment,
     InboundEvent,
     Lead,
     LeadException,
@@ -399,3 +400,46 @@ class TaskViewSet(ReadViewSet[Task]):
         if "status" in filters:
             queryset = queryset.filter(status=filters["status"])
         return queryset.order_by("due_at", "pk")
+
+
+class EnrollmentSerializer(serializers.ModelSerializer):
+    """A lead's place in a follow-up path (`sequence` is the path's public id,
+    `sequence_key` its key in the business file)."""
+
+    id = _public_id("public_id")
+    lead = _public_id("lead.public_id")
+    sequence = _public_id("sequence.public_id")
+    sequence_key = _public_id("sequence.key")
+    stop_reason = serializers.CharField(
+        read_only=True, help_text="Why the path ended: reply, booking, won, opt_out, complaint, hold, disqualified, "
+        "stage_left, goal, completed (or declined, expired, paid for an estimate's follow-up); empty while it runs",
+    )  # fmt: skip
+
+    class Meta:
+        model = Enrollment
+        fields = ["id", "lead", "sequence", "sequence_key", "status", "stop_reason", "next_step_due_at"]
+        read_only_fields = fields
+
+
+class EnrollmentFilterSerializer(serializers.Serializer):
+    lead = serializers.CharField(required=False, allow_blank=True, help_text="The lead's public id")
+
+
+@extend_schema_view(
+    list=_list_schema("Follow-up enrollments", EnrollmentSerializer, EnrollmentFilterSerializer),
+    retrieve=_detail_schema("One enrollment", EnrollmentSerializer),
+)
+class EnrollmentViewSet(ReadViewSet[Enrollment]):
+    """Which follow-up paths a lead is on, waiting for, or ended (and why)."""
+
+    queryset = Enrollment.objects.none()
+    serializer_class = EnrollmentSerializer
+    filter_serializer_class = EnrollmentFilterSerializer
+
+    def get_queryset(self) -> QuerySet[Enrollment]:
+        return scoped(Enrollment.objects.select_related("lead", "sequence"), self.request.user, lead_path="lead")
+
+    def filter_list(self, queryset: QuerySet[Enrollment], **filters: Any) -> QuerySet[Enrollment]:
+        if "lead" in filters:
+            queryset = queryset.filter(lead__public_id=filters["lead"])
+        return queryset.order_by("created_at", "pk")

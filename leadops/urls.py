@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from leadops import copilot, reports, revenue, views, work
+from leadops import booking_views, copilot, reports, revenue, views, work
 from leadops.reports_api import LeadTraceView
 
 urlpatterns = [
@@ -10,6 +10,7 @@ urlpatterns = [
     path("healthz/", views.healthz, name="healthz"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("admin/leads/<str:public_id>/copilot/", copilot.lead_copilot, name="lead-copilot"),
+    path("admin/leads/<str:public_id>/booking/", booking_views.lead_booking, name="lead-booking"),
     path("admin/my/next-actions/", work.my_next_actions, name="my-next-actions"),
     path("admin/my/tasks/<str:public_id>/complete/", work.task_complete_view, name="task-complete"),
     path("admin/revenue/", revenue.revenue_page, name="revenue"),

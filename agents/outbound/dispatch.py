@@ -25,6 +25,7 @@ import requests
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 from twilio.base.exceptions import TwilioException, TwilioRestException
 from twilio.http import HttpClient
@@ -101,19 +102,33 @@ def _twilio_send(message: Message, client: Client) -> Any:
 
 def _twilio_call(message: Message, client: Client) -> Any:
     """An outbound call that speaks the approved script. The Call row exists
-    before the provider answers, so its status callbacks have a row to update."""
-    twiml = VoiceResponse()
-    twiml.say(message.body)
-    call = client.calls.create(
-        to=message.to,
-        from_=message.from_number,
-        twiml=str(twiml),
-        status_callback=f"{settings.PUBLIC_BASE_URL}/hooks/twilio/voice/status/",
-        timeout=25,
-    )
-    Call.objects.create(
-        business=message.business, lead=message.lead, contact=message.contact, direction="out", status="queued",
-        from_number=message.from_number, to=message.to, provider_sid=call.sid, started_at=timezone.now(),
+    before the provider answers, so its status callbacks have a row to update.
+    A follow-up path's call (the message has an enrollment) is answered by our
+    TwiML instead (agents.followup.views: press 1 / press 9, voicemail only to
+    machines), so Twilio detects answering machines for it."""
+    params: dict[str, Any] = {
+        "to": message.to,
+        "from_": message.from_number,
+        "status_callback": f"{settings.PUBLIC_BASE_URL}/hooks/twilio/voice/status/",
+        "timeout": 25,
+    }
+    if message.enrollment_id:
+        answer = reverse("followup-voice-answer", args=[message.public_id])
+        params["url"] = settings.PUBLIC_BASE_URL.rstrip("/") + answer
+        params["machine_detection"] = "DetectMessageEnd"
+    else:
+        twiml = VoiceResponse()
+        twiml.say(message.body)
+        params["twiml"] = str(twiml)
+    call = client.calls.create(**params)
+    # get_or_create: Twilio's first TwiML request for the call may get here first.
+    Call.objects.get_or_create(
+        provider_sid=call.sid,
+        defaults={
+            "business": message.business, "lead": message.lead, "contact": message.contact, "direction": "out",
+            "status": "queued", "from_number": message.from_number, "to": message.to, "started_at": timezone.now(),
+            "enrollment_id": message.enrollment_id,
+        },
     )  # fmt: skip
     return call
 

@@ -74,6 +74,7 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
     member_notify(
         manager, f"SLA breached: {lead.public_id}",
         f"{lead.contact.name or lead.public_id} has not been reached (owner: {owner or 'nobody'}).",
+        slack=False,  # the Slack alert is agents.reporting.alerts' (deduplicated, retried)
     )  # fmt: skip
     if lead.business.sla_reassign_on_breach and lead.owner_id:
         from agents.routing.assign import RULE, lead_route

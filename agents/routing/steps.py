@@ -129,4 +129,13 @@ def missed_call(lead: Lead, data: dict[str, Any]) -> str:
 
 
 def sla_due(lead: Lead, data: dict[str, Any]) -> str:
-    return sla_check(lead)
+    """The first-response standard has passed: check the SLA, and if the person
+    has not written back, start the business's no-reply path."""
+    outcome = sla_check(lead)
+    if outcome == "closed":
+        return outcome
+    from agents.followup.no_reply import no_reply_start
+
+    lead.refresh_from_db()
+    enrollment = no_reply_start(lead)
+    return f"{outcome}; no-reply path {enrollment.public_id if enrollment else 'not started'}"

@@ -126,7 +126,9 @@ class Call(models.Model):
     # opted_out, voicemail, no_answer, machine_skipped) and who answered.
     outcome = models.CharField(max_length=32, blank=True)
     answered_by = models.CharField(max_length=32, blank=True)
-    enrollment = models.ForeignKey("crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="calls")
+    enrollment = models.ForeignKey(
+        "crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="calls"
+    )
     started_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
 

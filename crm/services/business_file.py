@@ -620,7 +620,9 @@ def _check_jsonable(value: Any, line: int, what: str) -> None:
 
 
 def _parse_service_line(item: _ItemMap, spec: BusinessSpec) -> Row:
-    m = item.read(required=("slug", "name"), optional=("keywords", "high_value", "currency", "offer", "offer_templates"))
+    m = item.read(
+        required=("slug", "name"), optional=("keywords", "high_value", "currency", "offer", "offer_templates")
+    )
     high_value: Decimal | None = None
     if m.has("high_value"):
         raw = m.raw("high_value")
@@ -712,7 +714,8 @@ def _goal_stages(m: _Map) -> list[str]:
     stages = []
     for ref in m.texts("goal_stages"):
         if ref.name not in Stage.values:
-            raise BusinessFileError(ref.line, f"bad stage {ref.name!r} in goal_stages (one of {', '.join(Stage.values)})")
+            known = ", ".join(Stage.values)
+            raise BusinessFileError(ref.line, f"bad stage {ref.name!r} in goal_stages (one of {known})")
         stages.append(ref.name)
     return stages
 

@@ -25,9 +25,9 @@ from twilio.request_validator import RequestValidator
 
 from agents.capture.meta_graph import GraphError, lead_fetch
 from agents.capture.processing import event_process
-from agents.orchestrator import orchestrate_pending
 from agents.capture.providers.meta import signature_valid
 from agents.capture.providers.typeform import typeform_signature
+from agents.orchestrator import orchestrate_pending
 from agents.simulate import (
     AREA_CODES,
     BAD_SIGNATURE,

@@ -180,8 +180,9 @@ def test_loading_a_file_creates_the_business_and_everything_it_lists(tmp_path: P
     assert (receipt.actor, receipt.action, receipt.subject) == ("load_business", "business.loaded", business.public_id)
     assert receipt.after["created"] == {
         "business": 1, "source": 3, "service line": 2, "service area": 1, "template": 3, "sequence": 1, "team member": 2,
+        "availability rule": 1,
     }  # fmt: skip
-    assert "availability: 1 rules validated (stored with the follow-up issue)" in output
+    assert "availability: 1 rules in the file" in output
 
 
 def test_loading_the_same_file_twice_changes_nothing(tmp_path: Path) -> None:
@@ -193,7 +194,7 @@ def test_loading_the_same_file_twice_changes_nothing(tmp_path: Path) -> None:
 
     assert snapshot("acme") == before
     assert "nothing changed" in output
-    assert "availability: 1 rules validated" in output
+    assert "availability: 1 rules in the file" in output
 
 
 def test_a_changed_file_updates_only_what_changed_and_writes_one_receipt(tmp_path: Path) -> None:

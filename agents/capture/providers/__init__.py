@@ -2,6 +2,6 @@
 processing handler (done at startup by AgentsConfig.ready, so the task
 cluster, which never loads the URLs, knows them too)."""
 
-from agents.capture.providers import google_ads, meta, twilio, typeform, website
+from agents.capture.providers import calendly, google_ads, meta, stripe, twilio, typeform, website
 
-PROVIDER_MODULES = (website, google_ads, meta, typeform, twilio)
+PROVIDER_MODULES = (website, google_ads, meta, typeform, twilio, stripe, calendly)

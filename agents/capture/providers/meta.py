@@ -51,6 +51,7 @@ from agents.capture.webhooks import (
     reject,
     remote_addr,
 )
+from agents.followup.replies import reply_log
 from crm.models import InboundEvent, Provider, Source
 
 LEADGEN = "leadgen"
@@ -463,9 +464,12 @@ def _process_dm(event: InboundEvent) -> str:
         return S.IGNORED
     source = _source_of(event, item)
     _source_stamp(event, source)
-    capture_apply(
+    applied = capture_apply(
         business=source.business, capture=dm_capture(item, received_at=event.received_at), source=source, event=event
     )
+    if applied.message is not None and not applied.created_lead:
+        # A DM on a lead we already had is a reply: automation for the person ends now.
+        reply_log(applied.message, lead=applied.lead)
     return S.PROCESSED
 
 

@@ -49,6 +49,7 @@ from agents.capture.missed_call import call_missed_record, call_status_record, s
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.consent.keywords import inbound_text_apply
+from agents.followup.replies import reply_log
 from agents.outbound.status import status_callback_process
 from crm.models import Call, InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
@@ -367,7 +368,12 @@ def _process_sms(event: InboundEvent) -> str:
     )
     applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
     if applied.message is not None:
-        inbound_text_apply(message=applied.message, lead=applied.lead, opt_out_type=params.get("OptOutType", ""))
+        reading = inbound_text_apply(
+            message=applied.message, lead=applied.lead, opt_out_type=params.get("OptOutType", "")
+        )
+        if not applied.created_lead:
+            # A text on a lead we already had is a reply: automation for the person ends now.
+            reply_log(applied.message, lead=applied.lead, reading=reading.kind)
     return InboundEvent.Status.PROCESSED
 
 

@@ -46,8 +46,10 @@ META_GRAPH_URL=http://127.0.0.1:<that port>; otherwise Meta leads are stored but
 fail to fetch, and stay failed and replayable. The command waits (at most
 --graph-wait seconds) for the cluster to fetch them.
 
-Replies are simulated (SMS and Instagram); bookings (Calendly) and payments
-(Stripe) arrive with later issues."""
+Replies are simulated (SMS and Instagram). Calendly bookings, cancellations
+and no-shows are posted when the business has a calendly source and the server
+can check them (the source's secret or CALENDLY_SIGNING_KEY); Stripe payments
+and refunds when STRIPE_WEBHOOK_SECRET is set."""
 
 
 class Command(BaseCommand):
@@ -66,7 +68,8 @@ class Command(BaseCommand):
         parser.add_argument("--business", help="the business slug (default: the only one there is)")
         parser.add_argument("--seed", type=int, help="the same seed posts the same people and ids (default: random)")
         parser.add_argument(
-            "--only", help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)} (default: every configured one)"
+            "--only",
+            help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)},stripe (default: every configured one)",
         )
         parser.add_argument("--graph-port", type=int, help="the Meta Graph stand-in's port (0: any free port)")
         parser.add_argument("--no-graph", action="store_true", help="do not serve Meta leads (they will fail)")

@@ -1,0 +1,71 @@
+"""Charts drawn on the server as inline SVG: no script, no outside asset, and
+readable without colour (each bar carries its number)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+BAR_HEIGHT = 22
+GAP = 8
+LABEL_WIDTH = 150
+CHART_WIDTH = 620
+
+
+def bar_chart(
+    bars: Sequence[tuple[str, float, str]], *, chart_id: str, title: str, unit: str = "", color: str = "#417690"
+) -> SafeString:
+    """Horizontal bars, one per (label, value, caption); the caption is printed
+    at the bar's end (e.g. "120 · 45%")."""
+    peak = max((value for _, value, _ in bars), default=0) or 1
+    plot = CHART_WIDTH - LABEL_WIDTH - 90
+    height = len(bars) * (BAR_HEIGHT + GAP) + GAP + 24
+    rows = []
+    for n, (label, value, caption) in enumerate(bars):
+        y = 24 + GAP + n * (BAR_HEIGHT + GAP)
+        width = max(1.0, plot * value / peak) if value else 0
+        rows.append(
+            format_html(
+                '<g class="bar" data-label="{}" data-value="{}">'
+                '<text x="{}" y="{}" text-anchor="end" class="bar-label">{}</text>'
+                '<rect x="{}" y="{}" width="{}" height="{}" fill="{}" rx="2"></rect>'
+                '<text x="{}" y="{}" class="bar-value">{}</text></g>',
+                label,
+                f"{value:g}",
+                LABEL_WIDTH - 8,
+                f"{y + BAR_HEIGHT * 0.7:.1f}",
+                label,
+                LABEL_WIDTH,
+                y,
+                f"{width:.1f}",
+                BAR_HEIGHT,
+                color,
+                f"{LABEL_WIDTH + width + 6:.1f}",
+                f"{y + BAR_HEIGHT * 0.7:.1f}",
+                caption or f"{value:g}{unit}",
+            )
+        )
+    body = mark_safe("".join(rows))  # noqa: S308 - every piece above is built by format_html
+    return format_html(
+        '<svg id="{}" class="chart" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg" '
+        'viewBox="0 0 {} {}" width="{}" height="{}"><title>{}</title>'
+        '<text x="0" y="16" class="chart-title">{}</text>{}</svg>',
+        chart_id, title, CHART_WIDTH, height, CHART_WIDTH, height, title, title, body,
+    )  # fmt: skip
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.0f}%"
+
+
+def seconds(value: float | None) -> str:
+    """A duration for people: 45 s, 12 min, 3.5 h."""
+    if value is None:
+        return "—"
+    if value < 90:
+        return f"{value:.0f} s"
+    if value < 5400:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"

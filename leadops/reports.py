@@ -1,0 +1,363 @@
+"""The reporting pages of the back office (issue 7): the daily brief, the
+manager exception report (with CSV), the funnel with its charts, the lead
+trace and the leak audit.
+
+Staff login; every page reads only what the user may see (`crm.selectors`):
+owners and managers their businesses, a setter their own leads. Thin views:
+parse the filters, call one reporting function, render.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any, cast
+from zoneinfo import ZoneInfo
+
+from django import forms
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.paginator import Paginator
+from django.db.models import Count, Max, QuerySet, Sum
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from agents.reporting.brief import BRIEF_ROLES, KINDS, brief_build, brief_text
+from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
+from agents.reporting.pipeline_qa import QA_KINDS
+from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit
+from approvals.models import ApprovalRequest
+from crm.models import Business, ExceptionItem, InboundEvent, Message, RejectedDelivery, TeamMember
+from crm.selectors import lead_list_visible, scope_for, scoped
+from leadops.charts import bar_chart, percent, seconds
+
+DEFAULT_DAYS = 90
+EXCEPTION_WINDOW = timedelta(days=7)
+APPROVAL_WAIT = timedelta(hours=24)
+PAGE_SIZE = 50
+# Public id prefix -> the admin list that finds it by `?q=<id>`.
+ID_ADMIN = {
+    "tch": "leadtouch", "evt": "inboundevent", "cev": "consentevent", "tm": "teammember", "task": "task",
+    "enr": "enrollment", "appt": "appointment", "est": "estimate", "job": "job", "inv": "invoice",
+    "pay": "payment", "rfnd": "refund", "msg": "message", "rcpt": "receipt", "call": "call",
+}  # fmt: skip
+
+
+def visible_businesses(user: Any) -> QuerySet[Business]:
+    scope = scope_for(user)
+    if scope.everything:
+        return Business.objects.order_by("name")
+    return Business.objects.filter(team__user_id=user.pk, team__is_active=True).distinct().order_by("name")
+
+
+class ReportForm(forms.Form):
+    business = forms.ChoiceField(required=False)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), help_text="exclusive")
+    period = forms.ChoiceField(choices=[(p, p) for p in PERIODS], required=False, initial="month")
+    by = forms.ChoiceField(choices=[(g, g) for g in GROUPS], required=False, initial="source")
+
+    def __init__(self, data: Any, businesses: list[Business]) -> None:
+        super().__init__(data)
+        self.businesses = {b.public_id: b for b in businesses}
+        self.fields["business"].choices = [("", "all my businesses")] + [(b.public_id, b.name) for b in businesses]  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("since") and data.get("until") and data["since"] >= data["until"]:
+            raise forms.ValidationError("'since' must be before 'until'")
+        return data
+
+
+@dataclass
+class Filters:
+    business: Business | None
+    tz: ZoneInfo
+    since: datetime
+    until: datetime
+    period: str
+    by: str
+
+
+def _filters(request: HttpRequest, businesses: list[Business]) -> tuple[ReportForm, Filters | None]:
+    form = ReportForm(request.GET, businesses)
+    if not form.is_valid():
+        return form, None
+    data = form.cleaned_data
+    business = form.businesses.get(data.get("business") or "")
+    tz = ZoneInfo(business.timezone if business else "UTC")
+    today = timezone.now().astimezone(tz).date()
+    since_day: date = data.get("since") or today - timedelta(days=DEFAULT_DAYS)
+    until_day: date = data.get("until") or today + timedelta(days=1)
+    return form, Filters(
+        business=business,
+        tz=tz,
+        since=datetime.combine(since_day, time.min, tzinfo=tz),
+        until=datetime.combine(until_day, time.min, tzinfo=tz),
+        period=data.get("period") or "month",
+        by=data.get("by") or "source",
+    )
+
+
+def _scoped_leads(request: HttpRequest, filters: Filters) -> Any:
+    leads = lead_list_visible(request.user)
+    return leads.filter(business=filters.business) if filters.business else leads
+
+
+def evidence_link(public_id: str) -> str:
+    prefix = public_id.split("_", 1)[0]
+    if prefix == "lead":
+        return reverse("lead-trace", args=[public_id])
+    model = ID_ADMIN.get(prefix)
+    if model is None:
+        return ""
+    try:
+        return reverse(f"admin:crm_{model}_changelist") + f"?q={public_id}"
+    except NoReverseMatch:
+        return ""
+
+
+# -------------------------------------------------------------------- brief
+
+
+@staff_member_required
+def brief_page(request: HttpRequest) -> HttpResponse:
+    """Today's brief for each of the user's memberships (the same as the email)."""
+    members = TeamMember.objects.filter(
+        user_id=cast(int, request.user.pk), is_active=True, role__in=BRIEF_ROLES
+    ).select_related("business", "user")
+    now = timezone.now()
+    briefs = [brief_build(m, now=now) for m in members]
+    return render(
+        request,
+        "leadops/reports/brief.html",
+        {
+            "title": "Daily brief",
+            "briefs": [{"brief": b, "text": brief_text(b), "kinds": KINDS} for b in briefs],
+        },
+    )
+
+
+# --------------------------------------------------------------- exceptions
+
+
+class ExceptionFilterForm(forms.Form):
+    business = forms.ChoiceField(required=False)
+    kind = forms.CharField(required=False)
+    status = forms.ChoiceField(
+        choices=[("open", "open"), ("resolved", "resolved"), ("all", "all")], required=False, initial="open"
+    )
+    owner = forms.CharField(required=False, help_text="a username, or 'none'")
+
+    def __init__(self, data: Any, businesses: list[Business]) -> None:
+        super().__init__(data)
+        self.fields["business"].choices = [("", "all my businesses")] + [(b.public_id, b.name) for b in businesses]  # type: ignore[attr-defined]
+
+
+def _exception_data(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    businesses = list(visible_businesses(user))
+    form = ExceptionFilterForm(request.GET, businesses)
+    form.is_valid()
+    data = form.cleaned_data if form.is_valid() else {}
+    now = timezone.now()
+    since = now - EXCEPTION_WINDOW
+    base = scoped(ExceptionItem.objects.all(), user, lead_path="lead")
+    business_id = data.get("business") or ""
+    if business_id:
+        base = base.filter(business__public_id=business_id)
+    status = data.get("status") or "open"
+    if status != "all":
+        base = base.filter(status=status)
+    owner = data.get("owner") or ""
+    if owner == "none":
+        base = base.filter(owner__isnull=True)
+    elif owner:
+        base = base.filter(owner__user__username=owner)
+    counts = list(base.values("kind").annotate(n=Count("pk")).order_by("-n", "kind"))
+    items = base.filter(kind=data["kind"]) if data.get("kind") else base
+    items = items.select_related("lead", "owner__user", "business").order_by("-detected_at", "-pk")
+
+    def in_business(qs: QuerySet[Any], field: str = "business__public_id") -> QuerySet[Any]:
+        return qs.filter(**{field: business_id}) if business_id else qs
+
+    blocked = list(
+        in_business(scoped(Message.objects.filter(status="blocked", created_at__gte=since), user, lead_path="lead"))
+        .values("block_reason")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "block_reason")
+    )
+    failed_events = in_business(scoped(InboundEvent.objects.filter(status="failed"), user)).defer("body", "headers")
+    rejections = list(
+        in_business(scoped(RejectedDelivery.objects.filter(day__gte=since.date()), user))
+        .values("provider", "source__key")
+        .annotate(n=Sum("count"), last=Max("last_at"))
+        .order_by("-n")
+    )
+    waiting = in_business(
+        scoped(
+            ApprovalRequest.objects.filter(status="pending", created_at__lt=now - APPROVAL_WAIT),
+            user,
+            lead_path="lead",
+        )
+    ).select_related("lead")
+    return {
+        "form": form,
+        "counts": counts,
+        "items": items,
+        "blocked": blocked,
+        "failed_events": failed_events.select_related("source").order_by("-received_at", "-pk"),
+        "rejections": rejections,
+        "waiting": waiting.order_by("created_at", "pk"),
+        "since": since,
+        "qa_kinds": QA_KINDS,
+    }
+
+
+def _exception_csv_rows(data: dict[str, Any]) -> Iterator[list[Any]]:
+    yield ["section", "kind", "subject", "lead", "owner", "detail", "at", "count", "status"]
+    for i in data["items"].iterator(chunk_size=2000):
+        yield [
+            "exception", i.kind, i.subject, i.lead.public_id if i.lead else "",
+            i.owner.user.get_username() if i.owner else "", i.detail, i.detected_at.isoformat(), 1, i.status,
+        ]  # fmt: skip
+    for row in data["blocked"]:
+        yield ["blocked_send", row["block_reason"], "", "", "", "", "", row["n"], ""]
+    for e in data["failed_events"].iterator(chunk_size=2000):
+        yield ["failed_event", f"{e.provider}:{e.kind}", e.public_id, "", "", e.error[:300], e.received_at.isoformat(), 1, e.status]  # fmt: skip
+    for row in data["rejections"]:
+        yield ["rejected_signature", row["provider"], row["source__key"] or "", "", "", "", row["last"].isoformat(), row["n"], ""]  # fmt: skip
+    for a in data["waiting"]:
+        yield ["approval_waiting", a.kind, a.public_id, a.lead.public_id if a.lead else "", "", a.summary, a.created_at.isoformat(), 1, a.status]  # fmt: skip
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@staff_member_required
+def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """The manager's exception queue: Pipeline QA and routing items, blocked
+    sends, failed inbound events, rejected signatures, approvals waiting."""
+    data = _exception_data(request)
+    if request.GET.get("format") == "csv":
+        writer = csv.writer(_Echo())
+        response = StreamingHttpResponse(
+            (writer.writerow(row) for row in _exception_csv_rows(data)), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="exceptions.csv"'
+        return response
+    page = Paginator(data["items"], PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query["format"] = "csv"
+    query.pop("page", None)
+    return render(
+        request,
+        "leadops/reports/exceptions.html",
+        {
+            **data,
+            "title": "Exception report",
+            "page": page,
+            "failed_total": data["failed_events"].count(),
+            "failed_events": list(data["failed_events"][:20]),
+            "waiting": list(data["waiting"][:50]),
+            "csv_query": query.urlencode(),
+            "total_open": sum(c["n"] for c in data["counts"]),
+        },
+    )
+
+
+# ------------------------------------------------------------------ funnel
+
+
+def _funnel_cells(row: Any) -> dict[str, Any]:
+    shares = dict(row.conversions)
+    return {
+        "key": row.key,
+        "cells": [(row.counts[key], percent(shares[key]) if key in shares else "") for key, _ in STAGES],
+        "close": percent(row.close_rate),
+    }
+
+
+@staff_member_required
+def funnel_page(request: HttpRequest) -> HttpResponse:
+    businesses = list(visible_businesses(request.user))
+    form, filters = _filters(request, businesses)
+    context: dict[str, Any] = {"title": "Funnel", "form": form, "stages": STAGES}
+    if filters is None:
+        return render(request, "leadops/reports/funnel.html", context, status=400)
+    funnel = funnel_report(
+        _scoped_leads(request, filters), since=filters.since, until=filters.until, period=filters.period,
+        by=filters.by, tz=filters.tz,
+    )  # fmt: skip
+    total = funnel.total
+    conversions = dict(total.conversions)
+    bars = [
+        (label, float(total.counts[key]), f"{total.counts[key]}" + (f" · {percent(conversions[key])}" if key in conversions else ""))
+        for key, label in STAGES
+    ]  # fmt: skip
+    speed = [(row.key, row.median_seconds or 0.0, f"{seconds(row.median_seconds)} (p90 {seconds(row.p90_seconds)})") for row in funnel.speed_by_source]  # fmt: skip
+    context.update(
+        funnel=funnel,
+        filters=filters,
+        chart=bar_chart(bars, chart_id="funnel-chart", title="Leads reaching each stage"),
+        speed_chart=bar_chart(speed, chart_id="speed-chart", title="Median speed to lead by source", color="#79aec8")
+        if speed
+        else None,
+        rates={
+            "show": percent(funnel.rates.show_rate),
+            "close": percent(total.close_rate),
+            "recovery": percent(funnel.rates.recovery_rate),
+        },
+        table=[_funnel_cells(row) for row in [*funnel.by_key, total]],
+    )
+    return render(request, "leadops/reports/funnel.html", context)
+
+
+# ------------------------------------------------------------------- trace
+
+
+@staff_member_required
+def trace_page(request: HttpRequest, public_id: str) -> HttpResponse:
+    lead = lead_for_trace(lead_list_visible(request.user), public_id)
+    if lead is None:
+        raise Http404("no such lead")
+    trace = lead_trace(lead)
+    answers = [
+        {"a": a, "links": [(e, evidence_link(e)) for e in a.evidence], "is_break": a.key == trace.first_break}
+        for a in trace.questions
+    ]
+    return render(
+        request,
+        "leadops/reports/trace.html",
+        {"title": f"Trace — {lead.public_id}", "lead": lead, "trace": trace, "answers": answers},
+    )
+
+
+# -------------------------------------------------------------- leak audit
+
+
+@staff_member_required
+def leaks_page(request: HttpRequest) -> HttpResponse:
+    businesses = list(visible_businesses(request.user))
+    form, filters = _filters(request, businesses)
+    context: dict[str, Any] = {"title": "Leak audit", "form": form, "questions": QUESTIONS}
+    if filters is None:
+        return render(request, "leadops/reports/leaks.html", context, status=400)
+    audit = leak_audit(
+        _scoped_leads(request, filters), since=filters.since, until=filters.until, period=filters.period, tz=filters.tz
+    )
+    bars = [(key, float(audit.totals[key]), str(audit.totals[key])) for key in KEYS]
+    bars.append(("no break", float(audit.totals[""]), str(audit.totals[""])))
+    context.update(
+        audit=audit,
+        filters=filters,
+        keys=KEYS,
+        rows=[{"row": r, "cells": [r.breaks.get(k, 0) for k in KEYS]} for r in audit.rows],
+        chart=bar_chart(bars, chart_id="leak-chart", title="First break, all leads", color="#ba2121"),
+    )
+    return render(request, "leadops/reports/leaks.html", context)

@@ -1,0 +1,48 @@
+"""The revenue page: the revenue report (crm.reports) for people, with a CSV
+export. Staff login; a user reads the revenue of the businesses they own or
+manage. A thin view: the same validation and report as the API endpoint."""
+
+from __future__ import annotations
+
+import csv
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from crm.api_money import report_businesses, revenue_for
+from crm.reports import BY_CHOICES, TOUCH_CHOICES, revenue_csv_rows
+
+
+@staff_member_required
+def revenue_page(request: HttpRequest) -> HttpResponse:
+    params = request.GET.dict()
+    params.pop("format", None)
+    context = {
+        "businesses": report_businesses(request.user),
+        "by_choices": BY_CHOICES,
+        "touch_choices": TOUCH_CHOICES,
+        "params": params,
+    }
+    try:
+        report, businesses = revenue_for(request.user, params)
+    except PermissionDenied as exc:
+        return render(request, "leadops/revenue.html", {**context, "error": str(exc.detail)}, status=403)
+    except ValidationError as exc:
+        detail = exc.detail if isinstance(exc.detail, dict) else {"query": exc.detail}
+        error = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in detail.items())
+        return render(request, "leadops/revenue.html", {**context, "error": error}, status=400)
+    if request.GET.get("format") == "csv":
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        name = "-".join(b.slug for b in businesses)[:80]
+        response["Content-Disposition"] = f'attachment; filename="revenue-{name}-{report.by}-{report.touch}.csv"'
+        csv.writer(response).writerows(revenue_csv_rows(report))
+        return response
+    query = request.GET.copy()
+    query["format"] = "csv"
+    return render(
+        request,
+        "leadops/revenue.html",
+        {**context, "report": report, "selected": businesses, "csv_query": query.urlencode()},
+    )
