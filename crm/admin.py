@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from crm import models as m
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
+from crm.services.timers import timer_retry
 
 
 def actor_of(request: HttpRequest) -> str:
@@ -491,10 +492,19 @@ _simple(
     list_display=["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"],
     list_filter=[BusinessFilter, "status", "kind"],
 )
+
+
+@admin.action(description="Retry the selected failed timers")
+def timers_retry(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> None:
+    retried = sum(timer_retry(timer, actor=actor_of(request)) for timer in queryset.filter(status="failed"))
+    modeladmin.message_user(request, f"{retried} timer(s) back in line for the next run.", messages.SUCCESS)
+
+
 _simple(
     m.Timer,
-    list_display=["public_id", "kind", "lead", "due_at", "status", "attempts", "business"],
+    list_display=["public_id", "kind", "lead", "due_at", "status", "attempts", "error", "business"],
     list_filter=[BusinessFilter, "status", "kind"],
+    actions=[timers_retry],
 )
 _simple(
     m.Enrollment,

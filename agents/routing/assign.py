@@ -99,7 +99,7 @@ def _manager_queue(lead: Lead, candidates: list[Candidate], *, reason: str) -> t
     lead_sync.lead_flag_exception(lead, LeadException.NO_ELIGIBLE_OWNER, actor=ACTOR, reason=queue_reason)
     if lead.owner_id is None and manager is not None:
         # Invariant 3: the exception has an owner too.
-        lead_sync.lead_assign(lead, manager, actor=ACTOR, reason=f"{MANAGER_QUEUE}: {queue_reason}")
+        lead_sync.lead_assign(lead, manager, actor=ACTOR, reason=f"{MANAGER_QUEUE}: {queue_reason}", advance=False)
     if not lead.tasks.filter(kind="exception", status="open", title__startswith="Find an owner").exists():
         task_create(
             lead=lead, title="Find an owner for this lead", due_at=timezone.now(), actor=ACTOR, kind="exception",

@@ -26,13 +26,20 @@ from crm.models import (
     Invoice,
     Job,
     Lead,
+    LeadException,
     Message,
     MessageTemplate,
     Stage,
     TeamMember,
 )
 from crm.services.business_file import BusinessLoadResult, business_file_load
-from crm.services.lead_sync import lead_assign, lead_set_next_action, lead_transition
+from crm.services.lead_sync import (
+    lead_assign,
+    lead_flag_exception,
+    lead_set_next_action,
+    lead_set_routing_reason,
+    lead_transition,
+)
 from crm.services.records import (
     appointment_record,
     contact_create,
@@ -273,6 +280,12 @@ class _Builder:
         )
         if person.setter:
             lead_assign(lead, self.team[person.setter], actor=ACTOR, reason="demo: round-robin between the setters")
+        else:
+            # The manager queue: never an unowned lead (invariant 3), the reason on the lead.
+            why = "demo: no setter covered this lead when it arrived"
+            lead_set_routing_reason(lead, why, actor=ACTOR)
+            lead_flag_exception(lead, LeadException.NO_ELIGIBLE_OWNER, actor=ACTOR, reason=why)
+            lead_assign(lead, self.team["mia"], actor=ACTOR, reason=f"manager_queue: {why}", advance=False)
         for stage in PATHS[person.stage]:
             self.before_stage(lead, person, stage)
             lead_transition(lead, stage, actor=person.setter or ACTOR, reason=REASONS[stage])

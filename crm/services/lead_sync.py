@@ -77,6 +77,8 @@ def _snapshot(lead: Lead, fields: tuple[str, ...]) -> dict[str, Any]:
         value = getattr(lead, field)
         if field == "owner":
             value = str(value.user.get_username()) if value else None
+        elif hasattr(value, "public_id"):  # a related record: its stable id
+            value = value.public_id
         values[field] = value
     return values
 
@@ -125,10 +127,12 @@ def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Le
 
 
 @transaction.atomic
-def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str) -> Lead:
+def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str, advance: bool = True) -> Lead:
     """Give the lead one human owner from its own business.
 
-    A new lead moves to `assigned` in the same step.
+    A new lead moves to `assigned` in the same step, unless `advance` is off:
+    the manager holding a lead nobody could take (the manager queue) keeps it
+    `new` until a setter has it.
     """
     current = _locked(lead)
     if owner.business_id != current.business_id:
@@ -138,7 +142,7 @@ def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str) -> Le
     if current.owner_id == owner.pk:
         raise LeadSyncError(f"{current.public_id} is already owned by {owner}")
     changes: dict[str, Any] = {"owner": owner}
-    if current.stage == Stage.NEW:
+    if current.stage == Stage.NEW and advance:
         changes["stage"] = Stage.ASSIGNED
     saved = _save(current, changes, actor=actor, action="lead.owner_changed", reason=reason)
     lead.refresh_from_db()

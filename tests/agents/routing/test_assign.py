@@ -113,6 +113,7 @@ def test_no_eligible_owner_sends_the_lead_to_the_manager_queue(business, manager
     lead.refresh_from_db()
     assert routed.rule == MANAGER_QUEUE
     assert lead.owner == manager, "never left unowned: the manager holds it"
+    assert lead.stage == "new", "held by the manager, not yet with a setter"
     assert "no_eligible_owner" in lead.exceptions
     assert lead.routing_reason.startswith("no eligible owner — away: out of office until")
     task = Task.objects.get(lead=lead, kind="exception")
@@ -132,5 +133,5 @@ def test_routing_again_once_someone_is_back_clears_the_queue_flag(business, mana
     lead_route(lead, now=MONDAY_10_CHICAGO)
     routed = lead_route(lead, now=MONDAY_10_CHICAGO + timedelta(hours=4))
     lead.refresh_from_db()
-    assert routed.owner == away and lead.owner == away
+    assert routed.owner == away and lead.owner == away and lead.stage == "assigned"
     assert "no_eligible_owner" not in lead.exceptions and lead.routing_reason == ""

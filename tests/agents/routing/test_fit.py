@@ -103,3 +103,20 @@ def test_the_offer_matcher_lists_only_approved_templates(business, lines) -> Non
 def test_a_business_without_service_areas_is_unrestricted(business) -> None:
     fit = lead_fit(_lead(business, "anything", postal="99999"))
     assert fit.territory.status == "unrestricted" and "out_of_area" not in fit.flags
+
+
+def test_recording_the_fit_sets_the_line_and_names_it_in_the_receipt(business, lines) -> None:
+    from crm.models import Receipt
+    from crm.services import lead_sync
+
+    hvac, _ = lines
+    lead = _lead(business, "furnace", postal="60601")
+    fit = lead_fit(lead)
+    lead_sync.lead_record_fit(
+        lead, facts=fit.facts(), fit_score=fit.score, fit_reasons=fit.reasons, service_line=fit.service_line,
+        actor="agent:fit", reason="new lead",
+    )  # fmt: skip
+    lead.refresh_from_db()
+    assert lead.service_line == hvac and lead.fit_score == fit.score
+    receipt = Receipt.objects.get(lead=lead, action="lead.fit_recorded")
+    assert receipt.before["service_line"] is None and receipt.after["service_line"] == hvac.public_id
