@@ -116,8 +116,9 @@ def _stop_rules(audit: Audit, business: Business) -> None:
         .select_related("enrollment", "lead")
     )  # fmt: skip
     for message in automated:
+        started = message.enrollment.created_at if message.enrollment else message.created_at
         for what, at in stops.get(message.contact_id or 0, []):
-            if message.enrollment.created_at < at < message.created_at:
+            if started < at < message.created_at:
                 subject = message.lead.public_id if message.lead else message.public_id
                 audit.fail("stop_rule", subject, f"{message.public_id} went out after the {what} at {at.isoformat()}")
                 break
