@@ -25,6 +25,9 @@ class AgentsConfig(AppConfig):
 
         decisions.register()
         orchestrator.register()
+        from agents.fit import exceptions as fit_exceptions
+
+        fit_exceptions.register()
         from agents.booking import services as booking
 
         booking.register()  # reminders and the no-show deadline

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from agents.booking.brief import brief_email, brief_store
 from agents.booking.slots import HOLDING, BookingError, NotASlot, members_free, slot_window, when_label
+from agents.fit.exceptions import booking_refusal
 from agents.followup.sequences import enrollments_stop
 from agents.notify import member_notify
 from agents.orchestrator import MissingInformation, lead_event
@@ -215,6 +216,9 @@ def appointment_book(
     AlreadyBooked, LeadNotBookable) and writes nothing when refused.
     """
     now = now or timezone.now()
+    refusal = booking_refusal(lead)
+    if refusal:
+        raise LeadNotBookable(refusal)
     rule = _locked_rule(availability, lead)
     starts, ends = _slot_claim(rule, lead, starts_at, now)
     current = lead.appointments.filter(status__in=HOLDING).order_by("starts_at").first()
