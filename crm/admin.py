@@ -173,8 +173,9 @@ class LeadAdmin(ScopedAdmin):
     fields = (
         "public_id", "business", "contact_link", "first_touch", "latest_touch", "service_line", "stage", "owner",
         "next_action",
-        "next_action_due_at", "sla_due_at", "hold", "hold_reason", "exceptions", "request_text",
-        "lost_reason", "is_test", "first_response_at", "closed_at", "created_at", "updated_at",
+        "next_action_due_at", "sla_due_at", "sla_breached_at", "hold", "hold_reason", "exceptions", "routing_reason",
+        "fit_score", "fit_explained", "facts", "request_text", "lost_reason", "is_test", "first_response_at",
+        "speed_to_lead_seconds", "closed_at", "created_at", "updated_at",
     )  # fmt: skip
     readonly_fields = fields
 
@@ -196,6 +197,11 @@ class LeadAdmin(ScopedAdmin):
         if not search_term.strip():
             return queryset, False
         return queryset.filter(lead_search_q(search_term)), False
+
+    @admin.display(description="Why this fit score")
+    def fit_explained(self, lead: m.Lead) -> str:
+        reasons = [f"{r.get('points', 0):+d} {r.get('rule', '')}: {r.get('why', '')}" for r in lead.fit_reasons]
+        return format_html("<br>".join(["{}"] * len(reasons)), *reasons) if reasons else "—"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # leads arrive through capture (or the demo), never a blank form

@@ -144,3 +144,19 @@ def test_sla_due_on_a_closed_lead_does_nothing(business, team) -> None:
     orchestrate_pending()
     assert _step_receipt(lead, "sla.due").after["outcome"] == "closed"
     assert not Receipt.objects.filter(lead=lead, action="sla.breached").exists()
+
+
+def test_the_lead_page_explains_the_fit_and_the_routing(business, team) -> None:
+    from django.test import Client
+
+    _, mia = team
+    lead = lead_create(business, first_name="Ana")
+    lead.contact.postal_code = "60601"
+    lead.contact.save()
+    lead_event(lead, "lead.new", key=lead.public_id)
+    orchestrate_pending()
+    client = Client()
+    client.force_login(mia.user)
+    page = client.get(f"/admin/crm/lead/{lead.pk}/change/").content.decode()
+    assert "+30 in_area: postal code 60601 in Metro" in page
+    assert "+15 has_phone: a valid phone number" in page
