@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, F, Min, Sum
 
 from agents.outbound.gate import COUNTED_STATUSES
 from agents.reporting.trace import REPLY_DOES_NOT_STOP, lead_trace
@@ -122,6 +122,13 @@ def _stop_rules(audit: Audit, business: Business) -> None:
                 subject = message.lead.public_id if message.lead else message.public_id
                 audit.fail("stop_rule", subject, f"{message.public_id} went out after the {what} at {at.isoformat()}")
                 break
+    # The acknowledgement answers the arrival: once the lead is booked, it is too late for it.
+    acks = Message.objects.filter(
+        business=business, direction="out", automated=True, idempotency_key__startswith="ack:",
+        status__in=COUNTED_STATUSES, lead__appointments__created_at__lt=F("created_at"),
+    ).distinct()  # fmt: skip
+    for public_id, lead_id in acks.values_list("public_id", "lead__public_id"):
+        audit.fail("stop_rule", lead_id, f"the acknowledgement {public_id} went out after the lead was booked")
     events = ConsentEvent.objects.filter(business=business).order_by("at", "pk")
     for event in events.filter(action="revoke"):
         # A later grant on the same point and channel re-opens it.

@@ -97,8 +97,11 @@ class ApprovalViewSet(ReadViewSet[ApprovalRequest]):
     def approve(self, request: Request, id: str | None = None) -> Response:
         data = self._decision_data(ApprovalApproveSerializer)
         target = self.get_object()
+        # A form post without `payload` parses as an empty dict: that is "no
+        # edit", never "approve an empty payload".
+        edited = data.get("payload") or None
         return self._decide(
-            lambda: approval_approve(target, user=request.user, note=data["note"], edited_payload=data.get("payload"))
+            lambda: approval_approve(target, user=request.user, note=data["note"], edited_payload=edited)
         )
 
     @extend_schema(

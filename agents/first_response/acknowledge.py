@@ -18,7 +18,7 @@ from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
 from agents.routing.next_action import next_action_ensure
-from crm.models import Lead, Message
+from crm.models import Lead, Message, Stage
 from crm.selectors import business_manager
 from crm.services.records import task_create
 
@@ -42,10 +42,13 @@ def lead_first_response(
     if Message.objects.filter(idempotency_key=f"ack:{lead.public_id}").exists():
         return "skipped"
     now = now or timezone.now()
-    draft = draft_acknowledgement(lead)
     owner = lead.owner or business_manager(lead.business_id)
     outcome = "task"
-    if draft.needs_person:
+    if lead.stage not in (Stage.NEW, Stage.ASSIGNED) or lead.appointments.exists():
+        # The lead moved on (a reply, a booking) before this step ran — the
+        # queue can lag a fast person: an acknowledgement now would talk over them.
+        outcome = f"not sent: the lead is already {lead.stage}"
+    elif (draft := draft_acknowledgement(lead)).needs_person:
         task_create(lead=lead, title="Acknowledge this lead yourself", due_at=now, actor=ACTOR, kind="follow_up",
                     owner=owner, reason=draft.reason)  # fmt: skip
     else:

@@ -83,3 +83,17 @@ def test_an_automated_text_after_an_opt_out_is_a_violation(business, worked) -> 
         status="sent", automated=True, idempotency_key="after-stop",
     )  # fmt: skip
     assert _checks(business) == {"stop_rule"}
+
+
+def test_an_acknowledgement_after_a_booking_is_a_violation(business, worked) -> None:
+    from crm.services.records import appointment_record
+
+    now = timezone.now()
+    appointment_record(
+        lead=worked, starts_at=now + timedelta(days=1), ends_at=now + timedelta(days=1, hours=1), actor="t"
+    )
+    Message.objects.create(
+        business=business, lead=worked, contact=worked.contact, direction="out", channel="sms", status="dry_run",
+        automated=True, idempotency_key=f"ack:{worked.public_id}", created_at=now + timedelta(seconds=5),
+    )  # fmt: skip
+    assert _checks(business) == {"stop_rule"}

@@ -108,3 +108,17 @@ def test_the_owner_notice_also_goes_to_slack_when_configured(
     finally:
         server.shutdown()
     assert len(received) == 1 and lead.public_id in received[0]["text"]
+
+
+def test_a_lead_booked_before_its_first_response_gets_no_acknowledgement(business, playbook, boss):
+    from datetime import timedelta
+
+    from crm.services.records import appointment_record
+
+    lead = with_consent(lead_create(business, first_name="Quick"))
+    appointment_record(lead=lead, starts_at=NOON_NY + timedelta(days=1), ends_at=NOON_NY + timedelta(days=1, hours=1),
+                       actor="sam")  # fmt: skip
+    assert lead_first_response(lead.pk, now=NOON_NY) == "not sent: the lead is already new"
+    assert not Message.objects.filter(lead=lead, direction="out").exists()
+    lead.refresh_from_db()
+    assert lead.next_action == "First contact: reach Quick Doe", "the person still owns a next action"

@@ -216,6 +216,16 @@ def test_an_approval_with_an_empty_body_approves_as_proposed(business: Business,
     assert (request.status, request.payload, request.decision_note) == ("approved", DRAFT, "")
 
 
+def test_a_form_post_with_only_a_note_approves_as_proposed(business: Business, manager: TeamMember) -> None:
+    request = proposal(business)
+
+    response = client_for(manager).post(url(request, "approve"), {"note": "fine"})
+
+    assert response.status_code == 200, response.content
+    request.refresh_from_db()
+    assert (request.status, request.payload, request.decision_note) == ("approved", DRAFT, "fine")
+
+
 def test_a_payload_that_is_not_an_object_is_a_400(business: Business, manager: TeamMember) -> None:
     request = proposal(business)
 
