@@ -36,9 +36,13 @@ run: demo
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000 & \
 	wait
 
-# Post realistic, signed webhooks for every demo source to the running `make run`.
+# Post realistic, signed webhooks for every demo source to the running `make run`,
+# and estimates through the API with the demo owner's token (made once, then reused).
+DEMO_OWNER ?= olivia
 simulate: $(STAMP)
-	export $(DEMO_ENV); $(PY) manage.py simulate --url http://127.0.0.1:8000 --leads $${LEADS:-50}
+	export $(DEMO_ENV); \
+	token="$${SIMULATE_API_TOKEN:-$$($(PY) manage.py drf_create_token $(DEMO_OWNER) | awk '{print $$3}')}"; \
+	SIMULATE_API_TOKEN="$$token" $(PY) manage.py simulate --url http://127.0.0.1:8000 --leads $${LEADS:-50}
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -128,13 +128,18 @@ class SimContext:
     public_base_url: str = "http://127.0.0.1:8000"
     # The business's own numbers (its lines, its team): never a simulated person.
     reserved_phones: frozenset[str] = frozenset()
+    # A team member's API token: estimates (which have no webhook) are written
+    # through the API as a person's tool would, only when one is given.
+    api_token: str = ""
 
 
 class SimulationError(Exception):
     """Something the operator must fix before simulating (unknown business…)."""
 
 
-def context_load(business_slug: str | None = None, *, public_base_url: str | None = None) -> SimContext:
+def context_load(
+    business_slug: str | None = None, *, public_base_url: str | None = None, api_token: str = ""
+) -> SimContext:
     """Read the business's active sources and the settings the server uses."""
     from crm.models import Business, Source, TeamMember
 
@@ -166,6 +171,7 @@ def context_load(business_slug: str | None = None, *, public_base_url: str | Non
         stripe_webhook_secret=settings.STRIPE_WEBHOOK_SECRET,
         public_base_url=(public_base_url or settings.PUBLIC_BASE_URL).rstrip("/"),
         reserved_phones=frozenset(p for p in reserved if p),
+        api_token=api_token,
     )
 
 
@@ -354,6 +360,9 @@ class Post:
     # Builds (body, headers) when sent, from what exists by then (a payment
     # names the lead the server created from the person's earlier posts).
     prepare: Callable[[], tuple[bytes, dict[str, str]]] | None = None
+    # Builds the path when sent (given the server's base URL), for an id
+    # known only then (an estimate's, read from the server's API).
+    route: Callable[[str], str] | None = None
 
 
 @dataclass
@@ -944,11 +953,12 @@ def plan_build(
     only: Iterable[str] | None = None,
     now: datetime | None = None,
     noise: bool = True,
+    api_wait: float | None = None,
 ) -> Plan:
     """`leads` people reaching the business through the selected builders,
     and what else real traffic holds (see the module docstring)."""
     selected = set(BUILDER_NAMES if only is None else only)
-    unknown = selected - set(BUILDER_NAMES) - {"stripe", "calendly"}
+    unknown = selected - set(BUILDER_NAMES) - {"stripe", "calendly", "estimates"}
     if unknown:
         raise SimulationError(
             f"unknown provider(s) {', '.join(sorted(unknown))}; choose from {', '.join(BUILDER_NAMES)}"
@@ -1015,6 +1025,8 @@ def plan_build(
         _payments(ctx, plan, seed, now, asked=only is not None)
     if only is None or "calendly" in selected:
         _bookings(ctx, plan, seed, now, asked=only is not None)
+    if only is None or "estimates" in selected:
+        _estimates(ctx, plan, seed, now, asked=only is not None, wait=api_wait)
     return plan
 
 
@@ -1043,6 +1055,28 @@ def _bookings(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: b
         return
     plan.jobs.extend(booking_jobs(ctx, random.Random(seed * 7927 + 2), plan.people, now))
     plan.builders.append("calendly")
+
+
+def _estimates(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: bool, wait: float | None) -> None:
+    """Visits held and estimates sent, accepted and declined, written through
+    the API with a team member's token (their own random stream, so adding
+    them changes no other delivery). The visits are booked through Calendly."""
+    from agents.booking.simulated_bookings import signing_key
+    from agents.followup.simulated_estimates import WAIT_SECONDS, estimate_jobs
+
+    why = ""
+    if not ctx.api_token:
+        why = "no API token (pass --token or set SIMULATE_API_TOKEN)"
+    elif not ctx.sources.get("calendly") or not signing_key(ctx):
+        why = "the visits are booked through Calendly: no active calendly source or CALENDLY_SIGNING_KEY"
+    if why:
+        if asked:
+            plan.skipped["estimates"] = why
+        return
+    jobs = estimate_jobs(ctx, random.Random(seed * 7933 + 3), plan, now, wait=WAIT_SECONDS if wait is None else wait)
+    if jobs:
+        plan.jobs.extend(jobs)
+        plan.builders.append("estimates")
 
 
 def _primaries(rng: random.Random, people: list[Person], builders: dict[str, Builder]) -> list[str]:
@@ -1129,6 +1163,8 @@ def job_run(job: Job, base_url: str, timeout: tuple[float, float] = DEFAULT_TIME
         for post in job.posts:
             started = time.perf_counter()
             try:
+                # The path first: finding an id there may complete the body too.
+                url = base_url + (post.route(base_url) if post.route is not None else post.path)
                 if post.repeat_previous:
                     body, headers = previous
                 elif post.prepare is not None:
@@ -1138,13 +1174,12 @@ def job_run(job: Job, base_url: str, timeout: tuple[float, float] = DEFAULT_TIME
                 else:
                     body, headers = post.body, post.headers
                 previous = (body, headers)
-                url = base_url + post.path
                 if post.csrf:
                     response = session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
                 else:  # a forged cross-site post carries none of the page's cookies
                     response = requests.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
                 status, detail = response.status_code, response.text[:300]
-            except (requests.RequestException, _PageError) as exc:
+            except (requests.RequestException, _PageError, PostNotReady) as exc:
                 status, detail, body = getattr(exc, "status", 0), f"{type(exc).__name__}: {exc}"[:300], b""
             results.append(Result(post, status, (time.perf_counter() - started) * 1000, body, detail))
     return results
@@ -1154,6 +1189,12 @@ class _PageError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class PostNotReady(Exception):
+    """What a post needs did not appear on the server in time (reported as no answer)."""
+
+    status = 0
 
 
 def _hosted_body(
@@ -1330,6 +1371,11 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
             f"{calendly['no_show']} no-shows, {calendly['unmatched_booking']} from nobody known "
             f"({_counts(r.status for r in results if r.post.builder == 'calendly')})"
         )
+    estimates = Counter(r.post.intent for r in results if r.post.builder == "estimates")
+    if estimates:
+        from agents.followup.simulated_estimates import summary
+
+        yield summary(estimates, [r for r in results if r.post.builder == "estimates"])
     yield "Meant to fail (expected, not errors):"
     for intent, what in (
         (MALFORMED, "signed but malformed (stored failed, or refused)"),

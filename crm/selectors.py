@@ -80,6 +80,17 @@ def business_manager(business_id: int) -> TeamMember | None:
     )
 
 
+def business_managers() -> QuerySet[TeamMember]:
+    """`business_manager` for every business at once, as rows of
+    (business_id, pk): for set-based writes that join it in SQL."""
+    return (
+        TeamMember.objects.filter(is_active=True, role__in=[Role.MANAGER, Role.OWNER])
+        .order_by("business_id", "role", "pk")
+        .distinct("business_id")
+        .values_list("business_id", "pk")
+    )
+
+
 def lead_list_visible(user: Any) -> QuerySet[Lead]:
     scope = scope_for(user)
     return Lead.objects.filter(lead_visibility_q(scope))

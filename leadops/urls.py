@@ -1,9 +1,14 @@
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
 
 from leadops import booking_views, copilot, reports, revenue, views, work
+from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.reports_api import LeadTraceView
+
+estimates_router = SimpleRouter()
+estimates_router.register("estimates", EstimateViewSet, basename="estimate")
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -23,6 +28,9 @@ urlpatterns = [
     path("", include("agents.urls")),
     # Before the crm API: the trace is agents code, which crm may not import.
     path("api/v1/leads/<str:id>/trace/", LeadTraceView.as_view(), name="lead-trace-api"),
+    # Before the crm API too: writing estimates and visit outcomes calls agents roles.
+    path("api/v1/appointments/<str:id>/held/", AppointmentHeldView.as_view(), name="appointment-held-api"),
+    path("api/v1/", include(estimates_router.urls)),
     path("api/v1/", include("crm.api_urls")),
     path("api/v1/", include("approvals.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

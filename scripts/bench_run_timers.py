@@ -14,7 +14,9 @@ step's timer, and the receipts. `--workers N` runs N overlapping runs at once
 chain is written one at a time, so one business is the worst case).
 
 Prints the setup time, then rows, seconds and rows per second for the run,
-and checks that every step ran exactly once.
+the statements sent per step (each a round trip to the database: queries and
+savepoints; each step's transaction adds its BEGIN and COMMIT), and checks that every step ran exactly once and that every
+business's receipt chain verifies.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
     return enrollment_ids
 
 
-def run(workers: int, batch: int) -> tuple[float, int, int]:
+def run(workers: int, batch: int) -> tuple[float, int, int, int]:
     from django.db import connection
 
     from agents.followup.sequences import STEP_TIMER
@@ -157,11 +159,20 @@ def run(workers: int, batch: int) -> tuple[float, int, int]:
     barrier = threading.Barrier(workers)
 
     def one() -> None:
+        statements = 0
+
+        def count(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+            nonlocal statements
+            statements += 1
+            return execute(sql, params, many, context)
+
         try:
             barrier.wait()
-            result = timers_run_due(now=DUE + timedelta(minutes=1), batch=batch, kinds=[STEP_TIMER])
+            with connection.execute_wrapper(count):
+                result = timers_run_due(now=DUE + timedelta(minutes=1), batch=batch, kinds=[STEP_TIMER])
             with lock:
                 totals.update({"claimed": result.claimed, "done": result.done, "failed": result.failed})
+                totals["statements"] += statements
         finally:
             connection.close()
 
@@ -171,7 +182,7 @@ def run(workers: int, batch: int) -> tuple[float, int, int]:
         thread.start()
     for thread in threads:
         thread.join()
-    return time.perf_counter() - started, totals["done"], totals["failed"]
+    return time.perf_counter() - started, totals["done"], totals["failed"], totals["statements"]
 
 
 def main(argv: list[str]) -> int:
@@ -190,11 +201,11 @@ def main(argv: list[str]) -> int:
         print(f"setup: {len(ids)} leads on a path, one due step timer each, in {time.perf_counter() - started:.1f} s")
         connection.close()
 
-        seconds, done, failed = run(args.workers, args.batch)
+        seconds, done, failed, statements = run(args.workers, args.batch)
         print(
             f"run_timers: {done} step timers run ({failed} failed) in {seconds:.2f} s "
             f"with {args.workers} worker(s), {args.businesses} business(es), channel {args.channel}: "
-            f"{done / seconds:.0f} rows/s"
+            f"{done / seconds:.0f} rows/s, {statements / max(done, 1):.1f} statements per step"
         )
         ran = Enrollment.objects.filter(pk__in=ids, next_step_index=1).count()
         made = (
@@ -205,7 +216,11 @@ def main(argv: list[str]) -> int:
         statuses = Counter(Message.objects.values_list("status", flat=True))
         print(f"check: {ran} enrollments advanced once, {made} {args.channel} steps made, messages {dict(statuses)}, "
               f"pending step timers left {Timer.objects.filter(status='pending', due_at__lte=DUE).count()}")  # fmt: skip
-        return 0 if ran == made == len(ids) and not failed else 1
+        from crm.services.receipts import receipts_verify
+
+        broken = receipts_verify()
+        print(f"receipts: {'every chain verifies' if broken is None else f'BROKEN: {broken}'}")
+        return 0 if ran == made == len(ids) and not failed and broken is None else 1
     finally:
         connection.close()
         if not args.keep:

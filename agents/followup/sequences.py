@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -537,34 +537,54 @@ def enrollment_resume_after_hold(lead: Lead, *, actor: str, now: datetime | None
 # --- running a step -------------------------------------------------------------------------
 
 
-def step_run(enrollment_id: int, index: int, *, now: datetime) -> str:
+def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | None = None) -> str:
     """Run step `index` of an enrollment if it is still the one due.
 
-    One transaction, under the lead, contact and enrollment row locks. The
+    One transaction (the caller's, when it has one: `run_timers` runs each
+    step with its timer's done mark), under the lead, contact and enrollment
+    row locks. `lead_id`, when the caller knows it (the step's timer row
+    does), saves reading it from the enrollment first. The
     shared exits are checked first; then the step acts (a message through the
     gate, a task for a person, or a call) and the next step is scheduled — or,
     past the last step, the path completes and a waiting path resumes.
     Returns what happened; "skipped" when the step already ran or the path
     ended (a redelivery, an overlapping run).
     """
-    row = Enrollment.objects.filter(pk=enrollment_id).values("lead_id", "contact_id").first()
-    if row is None:
-        return "skipped"
-    with transaction.atomic():
+    if lead_id is None:
+        lead_id = Enrollment.objects.filter(pk=enrollment_id).values_list("lead_id", flat=True).first()
+        if lead_id is None:
+            return "skipped"
+    # No savepoint inside a caller's transaction: a failing step fails it whole.
+    with transaction.atomic(savepoint=False):
         lead = (
             Lead.objects.select_for_update(of=("self",))
-            .select_related("business", "contact", "owner__user")
-            .get(pk=row["lead_id"])
+            .select_related("business", "owner__user")
+            .filter(pk=lead_id)
+            .first()
         )
-        _lock_contact(row["contact_id"])
-        enrollment = (
-            Enrollment.objects.select_for_update(of=("self",))
-            .select_related("sequence__business", "business", "lead")
-            .get(pk=enrollment_id)
+        # The enrollment's contact, read and locked in one statement (FOR
+        # UPDATE locks only the contact row, not the enrollment it looks up).
+        contact = (
+            Contact.objects.select_for_update()
+            .filter(pk=Subquery(Enrollment.objects.filter(pk=enrollment_id).values("contact_id")))
+            .first()
         )
+        if lead is None or contact is None:
+            return "skipped"
+        enrollment = Enrollment.objects.select_for_update(of=("self",)).select_related("sequence").get(pk=enrollment_id)
+        if enrollment.lead_id != lead.pk:
+            raise LookupError(f"timer for {enrollment.public_id} names lead {lead.public_id}, not the enrollment's")
         if enrollment.status != E.ACTIVE or enrollment.next_step_index != index:
             return "skipped"
-        enrollment.lead = lead
+        # One business row for all of them; the contact is the locked, current one.
+        if contact.pk == lead.contact_id:
+            lead.contact = contact
+        else:
+            lead.contact = Contact.objects.get(pk=lead.contact_id)
+        for holder in (lead.contact, enrollment, enrollment.sequence):
+            if holder.business_id == lead.business_id:
+                holder.business = lead.business
+        enrollment.lead, enrollment.contact = lead, contact
         reason = exit_reason(enrollment, lead, now)
         steps = sequence_steps(enrollment.sequence)
         if not reason and index >= len(steps):
@@ -617,6 +637,7 @@ def message_step(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) 
         lead=lead, channel=step.channel, body=rendered.body, subject=rendered.subject,
         actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR), idempotency_key=_step_key(enrollment, step.index),
         automated=True, template_key=rendered.template_key, enrollment=enrollment, now=now,
+        lead_locked=True,  # step_run holds the lead and contact locks and read them in this transaction
     )  # fmt: skip
     return f"{message.status} {message.public_id}" + (f" ({message.block_reason})" if message.block_reason else "")
 
@@ -635,7 +656,10 @@ def step_to_person(enrollment: Enrollment, lead: Lead, step: Step, now: datetime
 def _step_timer(timer: Timer) -> None:
     # `claimed_at` is the `now` the run was asked to act at: running timers
     # "at" a later time (tests, catch-up) acts as of that time.
-    step_run(int(timer.payload["enrollment"]), int(timer.payload["step"]), now=timer.claimed_at or timezone.now())
+    step_run(
+        int(timer.payload["enrollment"]), int(timer.payload["step"]), now=timer.claimed_at or timezone.now(),
+        lead_id=timer.lead_id,
+    )  # fmt: skip
 
 
 # --- dry-run preview -------------------------------------------------------------------------
@@ -754,4 +778,5 @@ def hold_released_step(lead: Lead, data: dict[str, Any]) -> str:
 
 
 def register() -> None:
-    timer_handler_register(STEP_TIMER, _step_timer)
+    # A step is one transaction: it commits with its timer's done mark.
+    timer_handler_register(STEP_TIMER, _step_timer, atomic=True)

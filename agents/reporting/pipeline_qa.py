@@ -8,7 +8,7 @@ itself on the next run.
 | `no_owner` | lead | open, not a test, older than the routing grace, no owner |
 | `no_next_action` | lead | open, owned, older than the grace, no next action |
 | `invalid_stage` | lead | the stage says something its records do not (booked without an appointment…) |
-| `stale_stage` | lead | open and unchanged longer than its stage allows (STALE_DAYS) |
+| `stale_stage` | lead | open, unchanged longer than its stage allows (STALE_DAYS), and nobody is on it: no next action, or one overdue by more than STALE_OVERDUE |
 | `sla_breached` | lead | open, SLA breached, and still no first human contact |
 | `stuck_enrollment` | enrollment | active, but its step is overdue by an hour, has no due time, or its lead is closed |
 | `undelivered_message` | message | outbound, undelivered/failed/unknown in the last week, on an open lead, not delivered since |
@@ -16,9 +16,12 @@ itself on the next run.
 | `appointment_no_outcome` | appointment | scheduled or confirmed, ended more than two hours ago |
 | `job_not_invoiced` | job | completed more than a day ago, with no (non-void) invoice |
 
-Every check is one set-based query; opening and resolving are bulk writes.
-The partial unique constraint `crm_exceptionitem_one_open_per_subject` (not
-luck) keeps one open item per kind and subject when two runs overlap.
+Every check is one set-based query, and each kind is synchronised in one SQL
+statement: its findings are inserted as items (INSERT … SELECT) and the open
+items they no longer contain are resolved (UPDATE), so no finding is loaded
+into Python however many there are. The partial unique constraint
+`crm_exceptionitem_one_open_per_subject` (not luck) keeps one open item per
+kind and subject when two runs overlap (the INSERT is ON CONFLICT DO NOTHING).
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db import connection
+from django.db.models import Case, CharField, Exists, F, Func, OuterRef, Q, QuerySet, Value, When
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
+from agents.reporting.sql import without_jit
+from crm.ids import _ALPHABET, new_public_id
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -45,9 +51,8 @@ from crm.models import (
     Message,
     Payment,
     Stage,
-    TeamMember,
 )
-from crm.selectors import business_manager
+from crm.selectors import business_managers
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:pipeline_qa"
@@ -64,40 +69,58 @@ STALE_DAYS = {
     Stage.APPOINTMENT_HELD: 7,
     Stage.ESTIMATE_SENT: 14,
 }
+# A lead past its stage's days is still being worked while its next action is
+# due in the future, or overdue by less than this: the owner's daily brief
+# already lists overdue tasks, and a nurture lead ("call back in three weeks")
+# is not a pipeline problem. Only past this does it reach the manager's queue.
+STALE_OVERDUE = timedelta(days=2)
 STUCK_AFTER = timedelta(hours=1)
 UNDELIVERED_WINDOW = timedelta(days=7)
 OUTCOME_GRACE = timedelta(hours=2)
 INVOICE_GRACE = timedelta(days=1)
 FAILED_SENDS = (Message.Status.UNDELIVERED, Message.Status.FAILED, Message.Status.UNKNOWN)
+DETAIL_MAX = 500
 
-# (business_id, subject) -> (lead_id, detail)
-Found = dict[tuple[int, str], tuple[int | None, str]]
+
+def _text(*parts: Any) -> Concat:
+    """SQL string concatenation; plain strings are literals."""
+    return Concat(*[Value(p) if isinstance(p, str) else p for p in parts], output_field=CharField())
+
+
+def _day(field: str) -> Func:
+    # The connection's time zone is UTC (USE_TZ), as the details always said.
+    return Func(F(field), Value("YYYY-MM-DD"), function="to_char", output_field=CharField())
+
+
+def _minute(field: str) -> Func:
+    return Func(F(field), Value("YYYY-MM-DD HH24:MI"), function="to_char", output_field=CharField())
+
+
+def _found(qs: QuerySet[Any], detail: Any, *, subject: str = "public_id", lead: str = "lead_id") -> QuerySet[Any]:
+    """A check's findings as rows of (business_id, subject, lead_id, detail)."""
+    return (
+        qs.annotate(qa_b=F("business_id"), qa_s=F(subject), qa_l=F(lead), qa_d=detail)
+        .values_list("qa_b", "qa_s", "qa_l", "qa_d")
+        .order_by()
+    )
 
 
 def _open_leads() -> QuerySet[Lead]:
     return Lead.objects.exclude(stage__in=CLOSED_STAGES).filter(is_test=False)
 
 
-def _leads(qs: QuerySet[Lead], detail: Callable[[dict[str, Any]], str], *fields: str) -> Found:
-    return {
-        (r["business_id"], r["public_id"]): (r["pk"], detail(r))
-        for r in qs.values("pk", "business_id", "public_id", *fields)
-    }
-
-
-def _no_owner(now: datetime) -> Found:
+def _no_owner(now: datetime) -> QuerySet[Any]:
     qs = _open_leads().filter(owner__isnull=True, created_at__lt=now - GRACE)
-    return _leads(
-        qs, lambda r: f"no owner{': ' + r['routing_reason'] if r['routing_reason'] else ''}", "routing_reason"
-    )
+    reason = Case(When(routing_reason="", then=Value("")), default=_text(": ", F("routing_reason")))
+    return _found(qs, _text("no owner", reason), lead="pk")
 
 
-def _no_next_action(now: datetime) -> Found:
+def _no_next_action(now: datetime) -> QuerySet[Any]:
     qs = _open_leads().filter(owner__isnull=False, next_action="", created_at__lt=now - GRACE)
-    return _leads(qs, lambda r: f"stage {r['stage']}, owned, but no next action", "stage")
+    return _found(qs, _text("stage ", F("stage"), ", owned, but no next action"), lead="pk")
 
 
-def _invalid_stage(now: datetime) -> Found:
+def _invalid_stage(now: datetime) -> QuerySet[Any]:
     lead = OuterRef("pk")
     appt = Appointment.objects.filter(lead_id=lead)
     upcoming = appt.filter(status__in=[Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED])
@@ -114,47 +137,47 @@ def _invalid_stage(now: datetime) -> Found:
         Stage.ESTIMATE_SENT: ("estimate sent, but no estimate was sent", ~Exists(sent)),
         Stage.WON: ("won, but no accepted estimate, job or payment", ~sold),
     }
-    found: Found = {}
-    for stage, (text, missing) in reasons.items():
-        qs = Lead.objects.filter(stage=stage, is_test=False).filter(missing)
-        found.update(
-            {(r["business_id"], r["public_id"]): (r["pk"], text) for r in qs.values("pk", "business_id", "public_id")}
-        )
-    return found
+    # One query: a UNION ALL of one simple branch per stage (an OR of the
+    # four would plan as correlated subplans per lead).
+    branches = [
+        _found(Lead.objects.filter(stage=stage, is_test=False).filter(missing), Value(text), lead="pk")
+        for stage, (text, missing) in reasons.items()
+    ]
+    return branches[0].union(*branches[1:], all=True)
 
 
-def _stale_stage(now: datetime) -> Found:
+def _stale_stage(now: datetime) -> QuerySet[Any]:
     stale = Q()
     for stage, days in STALE_DAYS.items():
         stale |= Q(stage=stage, updated_at__lt=now - timedelta(days=days))
-    qs = _open_leads().filter(stale)
-    return _leads(qs, lambda r: f"{r['stage']} and unchanged since {r['updated_at']:%Y-%m-%d}", "stage", "updated_at")
-
-
-def _sla_breached(now: datetime) -> Found:
-    qs = _open_leads().filter(sla_breached_at__isnull=False, first_response_at__isnull=True)
-    return _leads(
-        qs, lambda r: f"first response due was missed at {r['sla_breached_at']:%Y-%m-%d %H:%M} UTC", "sla_breached_at"
+    idle = Q(next_action_due_at__isnull=True) | Q(next_action_due_at__lt=now - STALE_OVERDUE)
+    qs = _open_leads().filter(stale & idle)
+    action = Case(
+        When(next_action_due_at__isnull=True, then=Value("no next action")),
+        default=_text("next action overdue since ", _day("next_action_due_at")),
     )
+    return _found(qs, _text(F("stage"), " and unchanged since ", _day("updated_at"), "; ", action), lead="pk")
 
 
-def _stuck_enrollment(now: datetime) -> Found:
+def _sla_breached(now: datetime) -> QuerySet[Any]:
+    qs = _open_leads().filter(sla_breached_at__isnull=False, first_response_at__isnull=True)
+    return _found(qs, _text("first response due was missed at ", _minute("sla_breached_at"), " UTC"), lead="pk")
+
+
+def _stuck_enrollment(now: datetime) -> QuerySet[Any]:
     qs = Enrollment.objects.filter(status=Enrollment.Status.ACTIVE).filter(
         Q(next_step_due_at__lt=now - STUCK_AFTER) | Q(next_step_due_at__isnull=True) | Q(lead__stage__in=CLOSED_STAGES)
     )
-    found: Found = {}
-    for r in qs.values("business_id", "public_id", "lead_id", "next_step_due_at", "lead__stage", "sequence__key"):
-        if r["lead__stage"] in CLOSED_STAGES:
-            why = f"still active on a {r['lead__stage']} lead"
-        elif r["next_step_due_at"] is None:
-            why = "active with no next step due"
-        else:
-            why = f"step overdue since {r['next_step_due_at']:%Y-%m-%d %H:%M} UTC"
-        found[(r["business_id"], r["public_id"])] = (r["lead_id"], f"{r['sequence__key']}: {why}")
-    return found
+    why = Case(
+        When(lead__stage__in=CLOSED_STAGES, then=_text("still active on a ", F("lead__stage"), " lead")),
+        When(next_step_due_at__isnull=True, then=Value("active with no next step due")),
+        default=_text("step overdue since ", _minute("next_step_due_at"), " UTC"),
+        output_field=CharField(),
+    )
+    return _found(qs, _text(F("sequence__key"), ": ", why))
 
 
-def _undelivered(now: datetime) -> Found:
+def _undelivered(now: datetime) -> QuerySet[Any]:
     delivered_since = Message.objects.filter(
         lead_id=OuterRef("lead_id"),
         channel=OuterRef("channel"),
@@ -168,48 +191,35 @@ def _undelivered(now: datetime) -> Found:
         .exclude(lead__stage__in=CLOSED_STAGES)
         .exclude(Exists(delivered_since))
     )
-    return {
-        (r["business_id"], r["public_id"]): (r["lead_id"], f"{r['channel']} {r['status']} {r['error_code']}".strip())
-        for r in qs.values("business_id", "public_id", "lead_id", "channel", "status", "error_code")
-    }
+    detail = Func(
+        _text(F("channel"), " ", F("status"), " ", F("error_code")), function="btrim", output_field=CharField()
+    )
+    return _found(qs, detail)
 
 
-def _unmatched_payment(now: datetime) -> Found:
+def _unmatched_payment(now: datetime) -> QuerySet[Any]:
     qs = Payment.objects.filter(match_status__in=[Payment.MatchStatus.UNMATCHED, Payment.MatchStatus.AMBIGUOUS])
-    return {
-        (r["business_id"], r["public_id"]): (
-            r["lead_id"],
-            f"{r['match_status']}: {r['amount']} {r['currency']} from {r['provider']} on {r['received_at']:%Y-%m-%d}",
-        )
-        for r in qs.values(
-            "business_id", "public_id", "lead_id", "match_status", "amount", "currency", "provider", "received_at"
-        )
-    }
+    detail = _text(
+        F("match_status"), ": ", Cast("amount", CharField()), " ", F("currency"), " from ", F("provider"), " on ",
+        _day("received_at"),
+    )  # fmt: skip
+    return _found(qs, detail)
 
 
-def _appointment_no_outcome(now: datetime) -> Found:
+def _appointment_no_outcome(now: datetime) -> QuerySet[Any]:
     qs = Appointment.objects.filter(
         status__in=[Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED], ends_at__lt=now - OUTCOME_GRACE
     )
-    return {
-        (r["business_id"], r["public_id"]): (
-            r["lead_id"],
-            f"ended {r['ends_at']:%Y-%m-%d %H:%M} UTC, still {r['status']}",
-        )
-        for r in qs.values("business_id", "public_id", "lead_id", "ends_at", "status")
-    }
+    return _found(qs, _text("ended ", _minute("ends_at"), " UTC, still ", F("status")))
 
 
-def _job_not_invoiced(now: datetime) -> Found:
+def _job_not_invoiced(now: datetime) -> QuerySet[Any]:
     invoiced = Invoice.objects.filter(job_id=OuterRef("pk")).exclude(status=Invoice.Status.VOID)
     qs = Job.objects.filter(status=Job.Status.COMPLETED, completed_at__lt=now - INVOICE_GRACE).exclude(Exists(invoiced))
-    return {
-        (r["business_id"], r["public_id"]): (r["lead_id"], f"completed {r['completed_at']:%Y-%m-%d}, no invoice")
-        for r in qs.values("business_id", "public_id", "lead_id", "completed_at")
-    }
+    return _found(qs, _text("completed ", _day("completed_at"), ", no invoice"))
 
 
-CHECKS: dict[str, Callable[[datetime], Found]] = {
+CHECKS: dict[str, Callable[[datetime], QuerySet[Any]]] = {
     "no_owner": _no_owner,
     "no_next_action": _no_next_action,
     "invalid_stage": _invalid_stage,
@@ -223,6 +233,46 @@ CHECKS: dict[str, Callable[[datetime], Found]] = {
 }
 QA_KINDS = list(CHECKS)
 
+# One statement per kind. `found` is the check (business, subject, lead,
+# detail); `manager` is crm.selectors.business_managers. New findings become
+# open items owned by the manager (a public id per row: this run's ULID time
+# part, then 16 random Crockford characters from gen_random_uuid's bytes);
+# open items of the kind that are no longer found are resolved. Both write
+# RETURNING business_id, counted per business for the receipts. `found` is
+# NOT MATERIALIZED so that each use is planned on its own: resolving probes
+# the check by the subject's unique public id (a nested loop over an unindexed
+# CTE would be quadratic while the new items are not yet analyzed).
+SYNC_SQL = """
+WITH found AS NOT MATERIALIZED ({found}),
+manager AS ({managers}),
+opened AS (
+    INSERT INTO crm_exceptionitem
+        (public_id, business_id, lead_id, owner_id, kind, subject, detail, status, detected_at, resolved_by)
+    SELECT
+        %s || (SELECT string_agg(substr(%s, get_byte(r.bytes, i) %% 32 + 1, 1), '' ORDER BY i)
+               FROM generate_series(0, 15) AS i),
+        f.qa_b, f.qa_l, manager.pk, %s, f.qa_s, left(f.qa_d, {detail_max}), 'open', %s, ''
+    FROM found f
+    CROSS JOIN LATERAL (SELECT uuid_send(gen_random_uuid()) AS bytes, f.qa_s) AS r
+    LEFT JOIN manager ON manager.business_id = f.qa_b
+    WHERE NOT EXISTS (
+        SELECT 1 FROM crm_exceptionitem e
+        WHERE e.status = 'open' AND e.kind = %s AND e.business_id = f.qa_b AND e.subject = f.qa_s
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING business_id
+),
+resolved AS (
+    UPDATE crm_exceptionitem e SET status = 'resolved', resolved_at = %s, resolved_by = %s
+    WHERE e.status = 'open' AND e.kind = %s
+      AND NOT EXISTS (SELECT 1 FROM found f WHERE f.qa_b = e.business_id AND f.qa_s = e.subject)
+    RETURNING business_id
+)
+SELECT 'opened', business_id, count(*) FROM opened GROUP BY business_id
+UNION ALL
+SELECT 'resolved', business_id, count(*) FROM resolved GROUP BY business_id
+"""
+
 
 @dataclass
 class QaRun:
@@ -234,6 +284,21 @@ class QaRun:
         return {"opened": self.opened, "resolved": self.resolved, "open": self.open_total}
 
 
+def _sync(kind: str, now: datetime) -> list[tuple[str, int, int]]:
+    """Open the kind's new findings and resolve its cleared items, in SQL."""
+    found_sql, found_params = CHECKS[kind](now).query.sql_with_params()
+    managers_sql, managers_params = business_managers().values("business_id", "pk").query.sql_with_params()
+    sql = SYNC_SQL.format(found=found_sql, managers=managers_sql, detail_max=DETAIL_MAX)
+    # The ULID time part: the first 10 characters after the prefix.
+    time_part = new_public_id("exc")[: len("exc_") + 10]
+    params = [
+        *found_params, *managers_params, time_part, _ALPHABET, kind, now, kind, now, ACTOR, kind,
+    ]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(what, business_id, n) for what, business_id, n in cursor.fetchall()]
+
+
 def pipeline_qa_run(*, now: datetime | None = None, kinds: list[str] | None = None) -> QaRun:
     """Run every check (or `kinds`): open an item for each new finding, resolve
     the open QA items whose condition has cleared. Safe to run concurrently:
@@ -241,50 +306,14 @@ def pipeline_qa_run(*, now: datetime | None = None, kinds: list[str] | None = No
     constraint, and a resolve is a conditional update from `open`."""
     now = now or timezone.now()
     run = QaRun()
-    managers: dict[int, TeamMember | None] = {}
     per_business: dict[int, dict[str, dict[str, int]]] = {}
     for kind in kinds or QA_KINDS:
-        found = CHECKS[kind](now)
-        open_rows = ExceptionItem.objects.filter(kind=kind, status=ExceptionItem.Status.OPEN).values_list(
-            "pk", "business_id", "subject"
-        )
-        already = {(b, s): pk for pk, b, s in open_rows}
-        new = [key for key in found if key not in already]
-        cleared_keys = [key for key in already if key not in found]
-        cleared = [already[key] for key in cleared_keys]
-        with transaction.atomic():
-            for business_id, _ in new:
-                if business_id not in managers:
-                    managers[business_id] = business_manager(business_id)
-            ExceptionItem.objects.bulk_create(
-                [
-                    ExceptionItem(
-                        business_id=b,
-                        lead_id=found[(b, s)][0],
-                        owner=managers[b],
-                        kind=kind,
-                        subject=s,
-                        detail=found[(b, s)][1][:500],
-                        detected_at=now,
-                    )
-                    for b, s in new
-                ],
-                batch_size=1000,
-                ignore_conflicts=True,
-            )
-            resolved = ExceptionItem.objects.filter(pk__in=cleared, status=ExceptionItem.Status.OPEN).update(
-                status=ExceptionItem.Status.RESOLVED, resolved_at=now, resolved_by=ACTOR
-            )
-        if new:
-            run.opened[kind] = len(new)
-        if resolved:
-            run.resolved[kind] = resolved
-        for b, _ in new:
-            per_business.setdefault(b, {}).setdefault("opened", {}).setdefault(kind, 0)
-            per_business[b]["opened"][kind] += 1
-        for b, _ in cleared_keys:
-            per_business.setdefault(b, {}).setdefault("resolved", {}).setdefault(kind, 0)
-            per_business[b]["resolved"][kind] += 1
+        with without_jit():
+            changes = _sync(kind, now)
+        for what, business_id, n in changes:
+            counts = run.opened if what == "opened" else run.resolved
+            counts[kind] = counts.get(kind, 0) + n
+            per_business.setdefault(business_id, {}).setdefault(what, {})[kind] = n
     _receipts(per_business)
     run.open_total = ExceptionItem.objects.filter(kind__in=QA_KINDS, status=ExceptionItem.Status.OPEN).count()
     return run

@@ -49,6 +49,7 @@ from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from agents.consent.policy import CONVERSATION_WINDOW, consent_decide
+from agents.reporting.sql import without_jit
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -497,7 +498,8 @@ def leak_audit(
     tz: Any = None,
     now: datetime | None = None,
 ) -> LeakAudit:
-    """First breaks counted by period (of arrival) and source, in one query."""
+    """First breaks counted by period (of arrival) and source, in one query
+    (and one to turn JIT off, see agents.reporting.sql)."""
     if since:
         leads = leads.filter(created_at__gte=since)
     if until:
@@ -514,7 +516,9 @@ def leak_audit(
     )
     table: dict[tuple[Any, str], dict[str, int]] = {}
     totals: dict[str, int] = dict.fromkeys([*KEYS, ""], 0)
-    for row in grouped:
+    with without_jit():
+        grouped_rows = list(grouped)
+    for row in grouped_rows:
         key = row["brk"] or ""
         cell = table.setdefault((row["period"], row["src"]), {})
         cell[key] = cell.get(key, 0) + row["n"]
@@ -528,4 +532,5 @@ def leak_audit(
 
 def lead_first_breaks(leads: QuerySet[Lead], *, now: datetime | None = None) -> dict[str, str | None]:
     """Each lead's first break, computed in SQL (for checks and the API of many)."""
-    return dict(leads.annotate(brk=trace_break_annotation(now)).values_list("public_id", "brk"))
+    with without_jit():
+        return dict(leads.annotate(brk=trace_break_annotation(now)).values_list("public_id", "brk"))

@@ -61,7 +61,9 @@ def receipt_write(
     commit or roll back together) and holds a transaction-scoped advisory lock
     per business, so concurrent writers extend the chain one at a time.
     """
-    with transaction.atomic():
+    # No savepoint of its own: a receipt that fails to write must fail the
+    # change it records, so the caller's transaction rolls back as a whole.
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CHAIN_LOCK_NAMESPACE, business.pk])
         last = Receipt.objects.filter(business=business).order_by("-seq").values("seq", "hash").first()

@@ -20,18 +20,31 @@ from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
 from crm.services.receipts import receipt_write
+from crm.services.rows import row_insert_once
 
 log = logging.getLogger(__name__)
 
 TimerHandler = Callable[[Timer], None]
 _HANDLERS: dict[str, TimerHandler] = {}
+# Kinds whose handler is one database transaction: it runs inside the
+# transaction that also marks its timer done (one commit per timer, and the
+# work and the done mark commit or roll back together).
+_ATOMIC_KINDS: set[str] = set()
 
 # A timer claimed longer ago than this by a process that died is claimable again.
 STALE_CLAIM = timedelta(minutes=10)
 
 
-def timer_handler_register(kind: str, handler: TimerHandler) -> None:
+def timer_handler_register(kind: str, handler: TimerHandler, *, atomic: bool = False) -> None:
+    """`atomic=True`: the handler's work is one transaction with no effect
+    outside the database before commit (on_commit hooks are fine), so the run
+    wraps it with its done mark in one transaction. Otherwise the handler runs
+    on its own and the mark is written after it returns."""
     _HANDLERS[kind] = handler
+    if atomic:
+        _ATOMIC_KINDS.add(kind)
+    else:
+        _ATOMIC_KINDS.discard(kind)
 
 
 def timer_schedule(
@@ -39,13 +52,15 @@ def timer_schedule(
     payload: dict[str, Any] | None = None, dedupe_key: str | None = None,
 ) -> Timer:  # fmt: skip
     """Create a timer; with a dedupe_key, an existing one is returned instead."""
-    if dedupe_key:
-        timer, _ = Timer.objects.get_or_create(
-            dedupe_key=dedupe_key,
-            defaults={"business": business, "lead": lead, "kind": kind, "due_at": due_at, "payload": payload or {}},
-        )
+    timer = Timer(business=business, lead=lead, kind=kind, due_at=due_at, payload=payload or {}, dedupe_key=dedupe_key)
+    if not dedupe_key:
+        timer.save(force_insert=True)
         return timer
-    return Timer.objects.create(business=business, lead=lead, kind=kind, due_at=due_at, payload=payload or {})
+    # One round trip (see crm.services.rows) where get_or_create takes four.
+    if row_insert_once(timer, key="dedupe_key"):
+        return timer
+    # The key was taken (now or by a concurrent writer that has committed).
+    return Timer.objects.get(dedupe_key=dedupe_key)
 
 
 @dataclass
@@ -75,12 +90,27 @@ def _claim(now: datetime, batch: int, kinds: list[str] | None = None) -> list[Ti
     return due
 
 
+def _mark_done(timer: Timer) -> None:
+    Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(status=Timer.Status.DONE, error="")
+
+
 def _run_claimed(timer: Timer, result: TimerRun) -> None:
+    # One transaction per timer, never one per batch: a step holds its lead's
+    # row lock and its business's receipt-chain lock until commit, and a batch
+    # transaction would hold them across many leads (blocking live writers of
+    # that chain, and taking lead locks after the chain lock, the reverse of
+    # every other writer's order). A failure rolls back only its own timer.
     handler = _HANDLERS.get(timer.kind)
     try:
         if handler is None:
             raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
-        handler(timer)
+        if timer.kind in _ATOMIC_KINDS:
+            with transaction.atomic():
+                handler(timer)
+                _mark_done(timer)
+        else:
+            handler(timer)
+            _mark_done(timer)
     except Exception as exc:  # a failed timer stays visible with its error
         log.exception("timer %s failed", timer.public_id)
         Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(
@@ -88,7 +118,6 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
         )
         result.failed += 1
     else:
-        Timer.objects.filter(pk=timer.pk, status=Timer.Status.RUNNING).update(status=Timer.Status.DONE, error="")
         result.done += 1
 
 

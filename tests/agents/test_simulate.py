@@ -344,7 +344,7 @@ def test_the_command_posts_the_selected_providers_and_reports_what_was_meant_to_
     assert "Simulating 6 people for acme-hvac" in report
     assert re.search(r"website\s+\d+ posts\s+200×\d+ 400×1 401×1", report)
     assert re.search(r"hosted_form\s+\d+ posts\s+200×\d+ 400×1 403×1", report)
-    assert "Unexpected statuses: none" in report and "bookings (Calendly) and payments" in report
+    assert "Unexpected statuses: none" in report and "Estimates: not simulated (no API token" in report
     assert InboundEvent.objects.filter(provider="website", status="failed").count() == 1
     stored = InboundEvent.objects.filter(provider__in=["website", "hosted_form"]).exclude(status="failed").count()
     assert stored == process_received()["processed"]

@@ -7,12 +7,13 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import Schedule
 
 from agents.schedules import schedules_ensure
-from crm.models import Business, Timer
+from crm.models import Business, Receipt, Timer
+from crm.services.receipts import receipt_write, receipts_verify
 from crm.services.timers import STALE_CLAIM, timer_handler_register, timer_schedule, timers_run_due
 from tests.factories import BusinessFactory
 
@@ -185,3 +186,76 @@ def test_the_run_timers_schedule_exists_once_after_migrations_and_stays_one() ->
 
     schedule = Schedule.objects.get(name="leadops.run_timers")
     assert (schedule.func, schedule.schedule_type, schedule.minutes) == ("agents.tasks.run_timers", "I", 1)
+
+
+def _note_then_fail(timer: Timer) -> None:
+    receipt_write(business=timer.business, actor="test", action="test.noted", subject=timer.public_id)
+    raise RuntimeError("failed after writing")
+
+
+def _note(timer: Timer) -> None:
+    receipt_write(business=timer.business, actor="test", action="test.noted", subject=timer.public_id)
+
+
+def test_an_atomic_handler_commits_with_its_done_mark_and_a_failing_one_leaves_nothing(business: Business) -> None:
+    timer_handler_register("test.atomic_fail", _note_then_fail, atomic=True)
+    timer_handler_register("test.atomic_note", _note, atomic=True)
+    now = timezone.now()
+    failing = timer_schedule(business=business, kind="test.atomic_fail", due_at=now - timedelta(minutes=1))
+    fine = timer_schedule(business=business, kind="test.atomic_note", due_at=now)
+
+    result = timers_run_due(now=now)
+
+    failing.refresh_from_db()
+    assert (result.claimed, result.done, result.failed) == (2, 1, 1)
+    assert (failing.status, failing.error) == (Timer.Status.FAILED, "RuntimeError: failed after writing")
+    assert Timer.objects.get(pk=fine.pk).status == Timer.Status.DONE
+    # The failing handler's write rolled back with it; the other's stayed, and the chain is whole.
+    assert list(Receipt.objects.filter(action="test.noted").values_list("subject", flat=True)) == [fine.public_id]
+    assert receipts_verify(business) is None
+
+
+def test_an_atomic_handler_killed_midway_leaves_its_timer_running_and_its_work_undone(business: Business) -> None:
+    def die_after_writing(timer: Timer) -> None:
+        _note(timer)
+        raise _ProcessDied
+
+    timer_handler_register("test.atomic_die", die_after_writing, atomic=True)
+    timer = timer_schedule(business=business, kind="test.atomic_die", due_at=timezone.now())
+
+    with pytest.raises(_ProcessDied):
+        timers_run_due()
+
+    assert Timer.objects.get(pk=timer.pk).status == Timer.Status.RUNNING  # claimable again once stale
+    assert not Receipt.objects.filter(action="test.noted").exists()
+
+
+def test_concurrent_schedules_of_one_key_make_one_timer(transactional_db: None) -> None:
+    business = BusinessFactory.create(slug="same-key")
+    due = timezone.now() + timedelta(minutes=5)
+    start = threading.Barrier(4)
+    got: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def schedule() -> None:
+        try:
+            start.wait(timeout=10)
+            with transaction.atomic():
+                timer = timer_schedule(business=business, kind="test.record", due_at=due, dedupe_key="sla:lead_x")
+                with lock:
+                    got.append(timer.pk)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=schedule) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert Timer.objects.filter(dedupe_key="sla:lead_x").count() == 1
+    assert got == [Timer.objects.get(dedupe_key="sla:lead_x").pk] * 4

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -8,6 +9,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agents.followup.simulated_estimates import WAIT_SECONDS
 from agents.simulate import (
     BUILDER_NAMES,
     DEFAULT_TIMEOUT,
@@ -49,7 +51,14 @@ fail to fetch, and stay failed and replayable. The command waits (at most
 Replies are simulated (SMS and Instagram). Calendly bookings, cancellations
 and no-shows are posted when the business has a calendly source and the server
 can check them (the source's secret or CALENDLY_SIGNING_KEY); Stripe payments
-and refunds when STRIPE_WEBHOOK_SECRET is set."""
+and refunds when STRIPE_WEBHOOK_SECRET is set.
+
+Estimates have no webhook: with a team member's API token (--token, or the
+SIMULATE_API_TOKEN environment variable; `make simulate` makes one for the
+demo owner) some people get a visit (booked through Calendly, begun hours ago)
+that is marked held, an estimate sent, and an acceptance or a decline, all
+through the API as a person's tool writes them. Each post waits (at most
+--api-wait seconds) for the records it names to appear on the server."""
 
 
 class Command(BaseCommand):
@@ -69,7 +78,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="the same seed posts the same people and ids (default: random)")
         parser.add_argument(
             "--only",
-            help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)},stripe (default: every configured one)",
+            help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)},calendly,stripe,estimates "
+            "(default: every configured one)",
         )
         parser.add_argument("--graph-port", type=int, help="the Meta Graph stand-in's port (0: any free port)")
         parser.add_argument("--no-graph", action="store_true", help="do not serve Meta leads (they will fail)")
@@ -81,6 +91,17 @@ class Command(BaseCommand):
         parser.add_argument("--public-base-url", help="the base URL Twilio signatures use (default PUBLIC_BASE_URL)")
         parser.add_argument(
             "--allow-remote", action="store_true", help="allow a --url that is not this machine (fake leads!)"
+        )
+        parser.add_argument(
+            "--token",
+            default=os.environ.get("SIMULATE_API_TOKEN", ""),
+            help="a team member's API token, for estimates (default: $SIMULATE_API_TOKEN)",
+        )
+        parser.add_argument(
+            "--api-wait",
+            type=float,
+            default=WAIT_SECONDS,
+            help="seconds an estimate post waits for its lead or visit on the server (default %(default)s)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -94,8 +115,10 @@ class Command(BaseCommand):
         only = [n.strip() for n in options["only"].split(",") if n.strip()] if options["only"] else None
         seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1, 1_000_000)
         try:
-            ctx = context_load(options["business"], public_base_url=options["public_base_url"])
-            plan = plan_build(ctx, leads=options["leads"], seed=seed, only=only)
+            ctx = context_load(
+                options["business"], public_base_url=options["public_base_url"], api_token=options["token"].strip()
+            )
+            plan = plan_build(ctx, leads=options["leads"], seed=seed, only=only, api_wait=options["api_wait"])
         except SimulationError as exc:
             raise CommandError(str(exc)) from exc
 
@@ -136,8 +159,8 @@ class Command(BaseCommand):
         finally:
             if graph is not None:
                 graph.close()
-        out("Replies: SMS and Instagram replies from earlier leads are included; bookings (Calendly) and payments")
-        out("(Stripe) are not simulated yet: they arrive with later issues.")
+        if "estimates" not in plan.builders and not ctx.api_token:
+            out("Estimates: not simulated (no API token: pass --token or set SIMULATE_API_TOKEN)")
         wrong = unexpected(results)
         if wrong:
             raise CommandError(f"{len(wrong)} unexpected status(es), listed above")

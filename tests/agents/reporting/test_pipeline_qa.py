@@ -85,6 +85,22 @@ def test_each_condition_becomes_one_open_item_owned_by_the_manager(pipeline, man
         assert items[0].owner == manager
         assert items[0].detail
     assert ExceptionItem.objects.filter(status="open").count() == len(QA_KINDS) - 1
+    # The details are written in SQL; they read as a person would write them.
+    details = {i.kind: i.detail for i in ExceptionItem.objects.filter(status="open")}
+    day = pipeline["_now"].strftime("%Y-%m-%d")
+    assert details["no_owner"] == "no owner"
+    assert details["no_next_action"] == "stage assigned, owned, but no next action"
+    assert details["invalid_stage"] == "booked, but no scheduled appointment"
+    assert details["sla_breached"].startswith(f"first response due was missed at {day} ")
+    assert details["stuck_enrollment"].startswith("no_reply: step overdue since ")
+    assert details["undelivered_message"] == "sms undelivered 30003"
+    assert details["unmatched_payment"].startswith("ambiguous: 99.00 USD from ") and details[
+        "unmatched_payment"
+    ].endswith(f" on {day}")
+    assert details["appointment_no_outcome"].endswith(" UTC, still scheduled")
+    assert details["job_not_invoiced"].startswith("completed ") and details["job_not_invoiced"].endswith(", no invoice")
+    assert len({i.public_id for i in ExceptionItem.objects.all()}) == ExceptionItem.objects.count()
+    assert all(i.public_id.startswith("exc_") and len(i.public_id) == 30 for i in ExceptionItem.objects.all())
 
 
 def test_items_resolve_themselves_when_the_condition_clears(pipeline, setter):
@@ -123,6 +139,30 @@ def test_a_stage_unchanged_too_long_is_stale(business, source, setter):
     assert _open("stale_stage") == []
     pipeline_qa_run(now=timezone.now() + timedelta(days=3), kinds=["stale_stage"])
     assert [i.subject for i in _open("stale_stage")] == [lead.public_id]
+    assert _open("stale_stage")[0].detail.endswith("; no next action")
+
+
+def test_a_lead_whose_next_action_is_being_worked_is_not_stale(business, source, setter):
+    """Past its stage's days, a lead is stale only when nobody is on it: its
+    next action is missing or overdue by more than STALE_OVERDUE (two days)."""
+    start = timezone.now()
+    lead = owned(sourced_lead(business, source), setter, due=start + timedelta(days=10))
+    # Assigned for 3 days (its stage allows 2), but the call back is due in a week.
+    pipeline_qa_run(now=start + timedelta(days=3), kinds=["stale_stage"])
+    assert _open("stale_stage") == []
+    # The call back is a day overdue: the owner's brief lists it, not the manager's queue.
+    pipeline_qa_run(now=start + timedelta(days=11), kinds=["stale_stage"])
+    assert _open("stale_stage") == []
+    # Three days overdue: nobody is working it.
+    pipeline_qa_run(now=start + timedelta(days=13), kinds=["stale_stage"])
+    (item,) = _open("stale_stage")
+    assert item.subject == lead.public_id
+    due = (start + timedelta(days=10)).strftime("%Y-%m-%d")
+    assert item.detail == f"assigned and unchanged since {start:%Y-%m-%d}; next action overdue since {due}"
+    # A new next action clears it on the next run.
+    lead_sync.lead_set_next_action(lead, "Call again", start + timedelta(days=14), actor="t", reason="t")
+    pipeline_qa_run(now=start + timedelta(days=13), kinds=["stale_stage"])
+    assert _open("stale_stage") == []
 
 
 def test_closed_and_test_leads_are_not_pipeline_problems(business, setter):
