@@ -24,6 +24,7 @@ from django.db import transaction
 from agents.orchestrator import lead_event
 from crm.models import Call, Lead, Receipt, Task, TeamMember
 from crm.selectors import business_manager
+from crm.services import lead_sync
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 
@@ -123,6 +124,10 @@ def call_status_record(call: Call, update: CallStatusUpdate, *, at: datetime) ->
         return None
     reason = missed_reason(update, has_recording=bool(call.recording_url))
     if not reason:
+        if update.from_dial and update.status == "completed" and (update.duration or 0) > 0 and call.lead_id:
+            # The forwarded call was answered: a person spoke with the lead (speed to lead).
+            lead = Lead.objects.select_related("business").get(pk=call.lead_id)
+            lead_sync.lead_record_first_contact(lead, at, actor=ACTOR, how=f"answered call {call.public_id}")
         return None
     return call_missed_record(call, reason=reason, at=at)
 

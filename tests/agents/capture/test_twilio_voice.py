@@ -283,6 +283,10 @@ def test_a_completed_forty_second_call_is_not_missed(twilio_source, manager, dja
     call = Call.objects.get()
     assert (call.status, call.duration_seconds) == ("completed", 40)
     assert twiml_of(answer).find("Say") is None
+    # Someone answered the forwarded call: the lead's first human contact (speed to lead).
+    lead = Lead.objects.get()
+    assert lead.first_response_at is not None and lead.speed_to_lead_seconds is not None
+    assert Receipt.objects.get(lead=lead, action="lead.first_contact").reason == f"answered call {call.public_id}"
 
 
 def test_a_completed_two_second_call_is_missed(twilio_source, manager, django_capture_on_commit_callbacks):
