@@ -80,7 +80,7 @@ def business_manager(business_id: int) -> TeamMember | None:
     )
 
 
-def business_managers() -> QuerySet[TeamMember]:
+def business_managers() -> QuerySet[TeamMember, tuple[int, int]]:
     """`business_manager` for every business at once, as rows of
     (business_id, pk): for set-based writes that join it in SQL."""
     return (

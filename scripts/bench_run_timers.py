@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # Noon in New York, a Tuesday: inside quiet hours' open window for 212 numbers.
@@ -161,7 +162,7 @@ def run(workers: int, batch: int) -> tuple[float, int, int, int]:
     def one() -> None:
         statements = 0
 
-        def count(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        def count(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
             nonlocal statements
             statements += 1
             return execute(sql, params, many, context)

@@ -6,6 +6,9 @@ itself on the next run.
 | kind | subject | condition |
 |---|---|---|
 | `no_owner` | lead | open, not a test, older than the routing grace, no owner |
+| `manager_queue` | lead | open and flagged `no_eligible_owner`: routing found nobody, the manager holds it (with the reason) |
+| `missing_identity` | lead | open and flagged `missing_identity` |
+| `out_of_area` | lead | open and flagged `out_of_area` (the exception path: a person decides before booking) |
 | `no_next_action` | lead | open, owned, older than the grace, no next action |
 | `invalid_stage` | lead | the stage says something its records do not (booked without an appointment…) |
 | `stale_stage` | lead | open, unchanged longer than its stage allows (STALE_DAYS), and nobody is on it: no next action, or one overdue by more than STALE_OVERDUE |
@@ -26,6 +29,7 @@ kind and subject when two runs overlap (the INSERT is ON CONFLICT DO NOTHING).
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -80,6 +84,8 @@ OUTCOME_GRACE = timedelta(hours=2)
 INVOICE_GRACE = timedelta(days=1)
 FAILED_SENDS = (Message.Status.UNDELIVERED, Message.Status.FAILED, Message.Status.UNKNOWN)
 DETAIL_MAX = 500
+BASE64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "+/"
+ANALYZE_AFTER = 1000
 
 
 def _text(*parts: Any) -> Concat:
@@ -113,6 +119,19 @@ def _no_owner(now: datetime) -> QuerySet[Any]:
     qs = _open_leads().filter(owner__isnull=True, created_at__lt=now - GRACE)
     reason = Case(When(routing_reason="", then=Value("")), default=_text(": ", F("routing_reason")))
     return _found(qs, _text("no owner", reason), lead="pk")
+
+
+def _flagged(flag: str, text: str) -> Callable[[datetime], QuerySet[Any]]:
+    """Open leads carrying an exception flag a person must clear (routing's
+    manager queue, missing identity, out of area)."""
+
+    def check(now: datetime) -> QuerySet[Any]:
+        qs = _open_leads().filter(exceptions__contains=[flag])
+        reason = Case(When(routing_reason="", then=Value("")), default=_text(": ", F("routing_reason")))
+        detail = _text(text, reason) if flag == "no_eligible_owner" else Value(text, output_field=CharField())
+        return _found(qs, detail, lead="pk")
+
+    return check
 
 
 def _no_next_action(now: datetime) -> QuerySet[Any]:
@@ -221,6 +240,9 @@ def _job_not_invoiced(now: datetime) -> QuerySet[Any]:
 
 CHECKS: dict[str, Callable[[datetime], QuerySet[Any]]] = {
     "no_owner": _no_owner,
+    "manager_queue": _flagged("no_eligible_owner", "no eligible owner: the manager holds it"),
+    "missing_identity": _flagged("missing_identity", "no usable phone, email or handle"),
+    "out_of_area": _flagged("out_of_area", "outside every service area: decide before booking"),
     "no_next_action": _no_next_action,
     "invalid_stage": _invalid_stage,
     "stale_stage": _stale_stage,
@@ -236,8 +258,12 @@ QA_KINDS = list(CHECKS)
 # One statement per kind. `found` is the check (business, subject, lead,
 # detail); `manager` is crm.selectors.business_managers. New findings become
 # open items owned by the manager (a public id per row: this run's ULID time
-# part, then 16 random Crockford characters from gen_random_uuid's bytes);
-# open items of the kind that are no longer found are resolved. Both write
+# part, then 16 random Crockford characters: 12 random bytes of a
+# gen_random_uuid, skipping its version and variant bits, in base64, each of
+# the 64 base64 characters mapped onto one of the 32 Crockford ones, two to
+# one, so each keeps 5 random bits: 80 in all, as new_public_id);
+# ON CONFLICT absorbs an overlapping run's insert of the same item; open items
+# of the kind that are no longer found are resolved. Both write
 # RETURNING business_id, counted per business for the receipts. `found` is
 # NOT MATERIALIZED so that each use is planned on its own: resolving probes
 # the check by the subject's unique public id (a nested loop over an unindexed
@@ -249,10 +275,12 @@ opened AS (
     INSERT INTO crm_exceptionitem
         (public_id, business_id, lead_id, owner_id, kind, subject, detail, status, detected_at, resolved_by)
     SELECT
-        %s || (SELECT string_agg(substr(%s, get_byte(r.bytes, i) %% 32 + 1, 1), '' ORDER BY i)
-               FROM generate_series(0, 15) AS i),
+        %s || translate(
+            encode(substring(r.bytes FROM 1 FOR 6) || substring(r.bytes FROM 10 FOR 6), 'base64'), %s, %s
+        ),
         f.qa_b, f.qa_l, manager.pk, %s, f.qa_s, left(f.qa_d, {detail_max}), 'open', %s, ''
     FROM found f
+    -- Naming f.qa_s makes the lateral correlated: a fresh uuid for every row.
     CROSS JOIN LATERAL (SELECT uuid_send(gen_random_uuid()) AS bytes, f.qa_s) AS r
     LEFT JOIN manager ON manager.business_id = f.qa_b
     WHERE NOT EXISTS (
@@ -292,7 +320,7 @@ def _sync(kind: str, now: datetime) -> list[tuple[str, int, int]]:
     # The ULID time part: the first 10 characters after the prefix.
     time_part = new_public_id("exc")[: len("exc_") + 10]
     params = [
-        *found_params, *managers_params, time_part, _ALPHABET, kind, now, kind, now, ACTOR, kind,
+        *found_params, *managers_params, time_part, BASE64, _ALPHABET * 2, kind, now, kind, now, ACTOR, kind,
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -310,6 +338,13 @@ def pipeline_qa_run(*, now: datetime | None = None, kinds: list[str] | None = No
     for kind in kinds or QA_KINDS:
         with without_jit():
             changes = _sync(kind, now)
+        if sum(n for what, _, n in changes if what == "opened") >= ANALYZE_AFTER:
+            # Thousands of new rows the planner has no statistics for yet: the
+            # next kind's "already open?" anti-join would otherwise be planned
+            # as a nested loop over "one" row (quadratic), until autovacuum
+            # gets to the table.
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE crm_exceptionitem")
         for what, business_id, n in changes:
             counts = run.opened if what == "opened" else run.resolved
             counts[kind] = counts.get(kind, 0) + n

@@ -23,7 +23,8 @@ def without_jit() -> Iterator[None]:
     lasts to the end of the outermost transaction: inside a caller's own
     transaction the setting stays off until that one ends (harmless: JIT
     only ever changes how fast a query runs, never its result). No savepoint
-    when nested: the reports only read, and the pages keep their query counts."""
+    when nested (an error rolls back the caller's transaction, as it would
+    anyway), so the pages keep their query counts."""
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:

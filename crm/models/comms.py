@@ -98,7 +98,16 @@ class Message(models.Model):
                 name="crm_message_block_reason_valid",
             ),
         ]
-        indexes = [models.Index(fields=["lead", "created_at"], name="crm_message_lead_idx")]
+        indexes = [
+            models.Index(fields=["lead", "created_at"], name="crm_message_lead_idx"),
+            # "Anything in (or out) since?": the brief's fresh replies, the
+            # trace's stop rule, Pipeline QA's undelivered sends.
+            models.Index(fields=["lead", "direction", "created_at"], name="crm_message_lead_direction_idx"),
+            # The exception report's blocked sends by reason, last 7 days.
+            models.Index(
+                fields=["business", "created_at"], condition=models.Q(status="blocked"), name="crm_message_blocked_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.public_id

@@ -100,6 +100,8 @@ class Lead(models.Model):
         indexes = [
             models.Index(fields=["business", "stage"], name="crm_lead_stage_idx"),
             models.Index(fields=["owner", "stage"], name="crm_lead_owner_idx"),
+            # Reports: the funnel and the leak audit select leads by arrival.
+            models.Index(fields=["business", "created_at"], name="crm_lead_created_idx"),
         ]
 
     def __str__(self) -> str:
@@ -135,7 +137,12 @@ class LeadTouch(models.Model):
 
     class Meta:
         ordering = ["received_at", "id"]
-        indexes = [models.Index(fields=["business", "campaign_id"], name="crm_leadtouch_campaign_idx")]
+        indexes = [
+            models.Index(fields=["business", "campaign_id"], name="crm_leadtouch_campaign_idx"),
+            # A lead's first (or latest) touch, read per lead by the reports:
+            # the top of this index, no sort.
+            models.Index(fields=["lead", "received_at", "id"], name="crm_leadtouch_first_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.public_id
@@ -176,7 +183,13 @@ class Task(models.Model):
                 condition=models.Q(status__in=["open", "done", "canceled"]), name="crm_task_status_valid"
             ),
         ]
-        indexes = [models.Index(fields=["owner", "status", "due_at"], name="crm_task_owner_idx")]
+        indexes = [
+            models.Index(fields=["owner", "status", "due_at"], name="crm_task_owner_idx"),
+            # The brief's overdue tasks of a business.
+            models.Index(
+                fields=["business", "due_at"], condition=models.Q(status="open"), name="crm_task_open_due_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title
@@ -210,7 +223,13 @@ class Timer(models.Model):
     class Meta:
         ordering = ["due_at"]
         indexes = [
-            models.Index(fields=["due_at"], condition=models.Q(status="pending"), name="crm_timer_pending_due_idx"),
+            # What run_timers claims: pending, or running (a stale claim is
+            # claimable again). The claim's `pending OR stale running` filter
+            # can use this index and not a pending-only one, so the claim reads
+            # the claimable rows instead of every timer ever run.
+            models.Index(
+                fields=["due_at"], condition=models.Q(status__in=["pending", "running"]), name="crm_timer_claimable_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -264,6 +283,12 @@ class Enrollment(models.Model):
             # Invariant 5: one automated path per contact at a time.
             models.UniqueConstraint(
                 fields=["contact"], condition=models.Q(status="active"), name="crm_enrollment_one_active_per_contact"
+            ),
+        ]
+        indexes = [
+            # Pipeline QA's stuck enrollments: active ones by their step's due time.
+            models.Index(
+                fields=["next_step_due_at"], condition=models.Q(status="active"), name="crm_enrollment_active_due_idx"
             ),
         ]
 
@@ -320,7 +345,13 @@ class ExceptionItem(models.Model):
                 name="crm_exceptionitem_one_open_per_subject",
             ),
         ]
-        indexes = [models.Index(fields=["business", "status", "kind"], name="crm_exceptionitem_queue_idx")]
+        indexes = [
+            models.Index(fields=["business", "status", "kind"], name="crm_exceptionitem_queue_idx"),
+            # The exception report's page: open items, newest first.
+            models.Index(
+                fields=["-detected_at", "-id"], condition=models.Q(status="open"), name="crm_exceptionitem_open_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.subject}"

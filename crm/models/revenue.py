@@ -56,6 +56,16 @@ class Appointment(models.Model):
             ),
             models.UniqueConstraint(fields=["provider", "external_id"], name="crm_appointment_unique_external_id"),
         ]
+        indexes = [
+            # Reports ask per lead for an appointment in a status (held, no-show).
+            models.Index(fields=["lead", "status"], name="crm_appointment_lead_idx"),
+            # Upcoming or unresolved ones: the brief's today, QA's "no outcome".
+            models.Index(
+                fields=["business", "starts_at"],
+                condition=models.Q(status__in=["scheduled", "confirmed"]),
+                name="crm_appointment_open_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.public_id
@@ -83,6 +93,7 @@ class Estimate(Money):
     class Meta:
         ordering = ["created_at"]
         constraints = [_nonnegative("estimate")]
+        indexes = [models.Index(fields=["lead", "status"], name="crm_estimate_lead_status_idx")]
 
     def __str__(self) -> str:
         return self.public_id
@@ -172,6 +183,16 @@ class Payment(Money):
             models.CheckConstraint(
                 condition=~models.Q(match_status="matched") | models.Q(lead__isnull=False),
                 name="crm_payment_matched_has_lead",
+            ),
+        ]
+        indexes = [
+            # The brief's money line: a business's payments by day.
+            models.Index(fields=["business", "received_at"], name="crm_payment_received_idx"),
+            # The brief and Pipeline QA: payments waiting for a person to match them.
+            models.Index(
+                fields=["business", "received_at"],
+                condition=models.Q(match_status__in=["unmatched", "ambiguous"]),
+                name="crm_payment_unmatched_idx",
             ),
         ]
 

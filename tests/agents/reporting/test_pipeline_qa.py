@@ -3,6 +3,7 @@ it itself when the condition clears."""
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -43,6 +44,12 @@ def pipeline(business, source, setter, manager):
         "sla_breached": owned(sourced_lead(business, source, phone="+12125550114"), setter),
     }
     sla_check(leads["sla_breached"], now=now)
+    for n, flag in enumerate(("no_eligible_owner", "missing_identity", "out_of_area")):
+        flagged = owned(sourced_lead(business, source, phone=f"+1212555012{n}"), manager)
+        lead_sync.lead_flag_exception(flagged, flag, actor="t", reason="t")
+        kind = {"no_eligible_owner": "manager_queue"}.get(flag, flag)
+        leads[kind] = flagged
+    lead_sync.lead_set_routing_reason(leads["manager_queue"], "no eligible owner — sam: off shift", actor="t")
     worked = owned(sourced_lead(business, source, phone="+12125550115"), setter)
     enrollment = Enrollment.objects.create(
         business=business, lead=worked, contact=worked.contact, sequence=sequence(business),
@@ -90,6 +97,9 @@ def test_each_condition_becomes_one_open_item_owned_by_the_manager(pipeline, man
     day = pipeline["_now"].strftime("%Y-%m-%d")
     assert details["no_owner"] == "no owner"
     assert details["no_next_action"] == "stage assigned, owned, but no next action"
+    assert details["manager_queue"] == "no eligible owner: the manager holds it: no eligible owner — sam: off shift"
+    assert details["missing_identity"] == "no usable phone, email or handle"
+    assert details["out_of_area"] == "outside every service area: decide before booking"
     assert details["invalid_stage"] == "booked, but no scheduled appointment"
     assert details["sla_breached"].startswith(f"first response due was missed at {day} ")
     assert details["stuck_enrollment"].startswith("no_reply: step overdue since ")
@@ -100,7 +110,8 @@ def test_each_condition_becomes_one_open_item_owned_by_the_manager(pipeline, man
     assert details["appointment_no_outcome"].endswith(" UTC, still scheduled")
     assert details["job_not_invoiced"].startswith("completed ") and details["job_not_invoiced"].endswith(", no invoice")
     assert len({i.public_id for i in ExceptionItem.objects.all()}) == ExceptionItem.objects.count()
-    assert all(i.public_id.startswith("exc_") and len(i.public_id) == 30 for i in ExceptionItem.objects.all())
+    # Public ids made in SQL look like new_public_id's: a ULID in Crockford base32.
+    assert all(re.fullmatch(r"exc_[0-9A-HJKMNP-TV-Z]{26}", i.public_id) for i in ExceptionItem.objects.all())
 
 
 def test_items_resolve_themselves_when_the_condition_clears(pipeline, setter):
@@ -120,6 +131,9 @@ def test_items_resolve_themselves_when_the_condition_clears(pipeline, setter):
     Payment.objects.filter(public_id=pipeline["unmatched_payment"]).update(lead=worked, match_status="matched")
     worked.appointments.update(status="held")
     invoice_record(lead=worked, amount=Decimal("99.00"), currency="USD", actor="t", job=worked.jobs.get())
+    for kind, flag in (("manager_queue", "no_eligible_owner"), ("missing_identity", "missing_identity"),
+                       ("out_of_area", "out_of_area")):  # fmt: skip
+        lead_sync.lead_flag_exception(leads[kind], flag, actor="t", reason="cleared", present=False)
 
     run = pipeline_qa_run(now=now)
     assert ExceptionItem.objects.filter(status="open").count() == 0
