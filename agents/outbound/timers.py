@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils import timezone
 
 from agents.outbound.dispatch import RETRY_TIMER, _enqueue
 from agents.outbound.gate import REGATE_TIMER, message_gate
@@ -13,7 +14,9 @@ from crm.services.timers import timer_handler_register
 def _regate(timer: Timer) -> None:
     """Quiet hours are over: run the deferred message through the gate again."""
     message = Message.objects.get(pk=timer.payload["message"])
-    message_gate(message)
+    # The run's `now` (its claim time), as the sequence steps use: a run "at"
+    # the morning judges quiet hours at that morning, not at the wall clock.
+    message_gate(message, now=timer.claimed_at or timezone.now())
 
 
 def _retry(timer: Timer) -> None:

@@ -97,6 +97,10 @@ def test_a_call_due_at_night_waits_for_the_recipients_morning(lead: Lead) -> Non
     enrollment_start(lead, "no_reply", actor="test", now=late - timedelta(minutes=15))
     for days in (0, 1, 3, 7):
         run_at(late + timedelta(days=days))
+        if days < 7:
+            # 08:00 the next morning: the text deferred overnight goes out (re-gated at the run's time).
+            run_at(late + timedelta(days=days, hours=10, minutes=30))
+    assert lead.messages.get(channel="sms").status == "dry_run"
     call = call_message(lead)
     assert call.status == "deferred" and call.deferred_until.hour == 13  # 08:00 in New York
 
