@@ -175,4 +175,6 @@ def _run_step(timer: Timer) -> None:
 
 
 def register() -> None:
-    timer_handler_register(TIMER_KIND, _run_step)
+    # A step's outside effects (sends, mail, Slack) all wait for commit, so the
+    # step and its timer's done mark can be one transaction.
+    timer_handler_register(TIMER_KIND, _run_step, atomic=True)
