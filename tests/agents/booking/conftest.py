@@ -9,6 +9,7 @@ from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.utils import timezone
 
 from crm.models import Availability, Business, Lead, MessageTemplate, Role, TeamMember
 from crm.services import lead_sync
@@ -18,7 +19,7 @@ from tests.factories import lead_create, member_create
 # The week the tests book in: next Monday in Chicago (the business's zone),
 # always ahead of the real clock, so consent given now precedes every send.
 CHICAGO = ZoneInfo("America/Chicago")
-_today = datetime.now(tz=CHICAGO).date()
+_today = timezone.now().astimezone(CHICAGO).date()
 MONDAY = _today + timedelta(days=7 - _today.weekday())
 
 
