@@ -28,15 +28,13 @@ from django.utils import timezone
 from agents.booking.services import (
     HOLDING,
     NO_SHOW_DEADLINE_TIMER,
-    AppointmentClosed,
-    BookingError,
     _appointment_of,
     _locked_appointment,
     _name,
     _owner,
+    appointment_outcome_record,
     appointment_when,
     lead_close,
-    reminders_cancel,
 )
 from agents.followup.sequences import enrollment_start
 from agents.notify import member_notify
@@ -65,17 +63,7 @@ def no_show_record(appointment: Appointment, *, actor: str, now: datetime | None
     appt = _locked_appointment(appointment)
     if appt.status == Appointment.Status.NO_SHOW:
         return appt
-    if appt.status not in HOLDING:
-        raise AppointmentClosed(f"{appt.public_id} is {appt.status}: only a scheduled visit can be a no-show")
-    if now < appt.starts_at:
-        raise BookingError(f"{appt.public_id} has not started yet")
-    Appointment.objects.filter(pk=appt.pk).update(status=Appointment.Status.NO_SHOW, outcome_at=now)
-    reminders_cancel(appt, why="no-show")
-    lead = appt.lead
-    receipt_write(
-        business=lead.business, lead=lead, subject=appt.public_id, actor=actor, action="appointment.no_show",
-        before={"status": appt.status}, after={"status": "no_show"},
-    )  # fmt: skip
+    lead = appointment_outcome_record(appt, Appointment.Status.NO_SHOW, actor=actor, now=now, what="a no-show")
     if lead.stage == Stage.BOOKED and not lead.appointments.filter(status__in=HOLDING).exists():
         lead_sync.lead_transition(lead, Stage.NO_SHOW, actor=actor, reason=f"{appt.public_id}: no-show")
     lead_event(lead, "no_show", key=appt.public_id, data={"appointment": appt.public_id}, actor=actor)

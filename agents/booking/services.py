@@ -440,23 +440,30 @@ def appointment_cancel(
     return appt
 
 
+def appointment_outcome_record(appt: Appointment, status: str, *, actor: str, now: datetime, what: str) -> Lead:
+    """Record what became of a started visit (held or no-show) on the locked
+    appointment: its reminders canceled, a receipt. Returns the visit's lead."""
+    if appt.status not in HOLDING:
+        raise AppointmentClosed(f"{appt.public_id} is {appt.status}: only a scheduled visit can be {what}")
+    if now < appt.starts_at:
+        raise BookingError(f"{appt.public_id} has not started yet")
+    Appointment.objects.filter(pk=appt.pk).update(status=status, outcome_at=now)
+    reminders_cancel(appt, why=status.replace("_", "-"))
+    lead = appt.lead
+    receipt_write(
+        business=lead.business, lead=lead, subject=appt.public_id, actor=actor, action=f"appointment.{status}",
+        before={"status": appt.status}, after={"status": status},
+    )  # fmt: skip
+    return lead
+
+
 @transaction.atomic
 def appointment_mark_held(appointment: Appointment, *, actor: str, now: datetime | None = None) -> Appointment:
     """The visit happened: the lead moves to `appointment_held` and the
     `appointment.held` event asks its owner for the next state."""
     now = now or timezone.now()
     appt = _locked_appointment(appointment)
-    if appt.status not in HOLDING:
-        raise AppointmentClosed(f"{appt.public_id} is {appt.status}: only a scheduled visit can be marked held")
-    if now < appt.starts_at:
-        raise BookingError(f"{appt.public_id} has not started yet")
-    Appointment.objects.filter(pk=appt.pk).update(status=Appointment.Status.HELD, outcome_at=now)
-    reminders_cancel(appt, why="held")
-    lead = appt.lead
-    receipt_write(
-        business=lead.business, lead=lead, subject=appt.public_id, actor=actor, action="appointment.held",
-        before={"status": appt.status}, after={"status": "held"},
-    )  # fmt: skip
+    lead = appointment_outcome_record(appt, Appointment.Status.HELD, actor=actor, now=now, what="marked held")
     if lead.stage == Stage.BOOKED:
         lead_sync.lead_transition(lead, Stage.APPOINTMENT_HELD, actor=actor, reason=f"{appt.public_id} held")
     lead_event(lead, "appointment.held", key=appt.public_id, data={"appointment": appt.public_id}, actor=actor)
