@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -35,6 +34,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import requests
+
+from agents.polling import poll_until
 
 VISIT = "visit"
 HELD = "held"
@@ -79,14 +80,10 @@ class _Server:
     def until(self, what: str, look: Callable[[], Any]) -> Any:
         from agents.simulate import PostNotReady
 
-        deadline = time.monotonic() + self.wait
-        while True:
-            found = look()
-            if found:
-                return found
-            if time.monotonic() >= deadline:
-                raise PostNotReady(f"{what} did not appear within {self.wait:.0f} s (is the task cluster running?)")
-            time.sleep(0.5)
+        found = poll_until(look, timeout=self.wait)
+        if not found:
+            raise PostNotReady(f"{what} did not appear within {self.wait:.0f} s (is the task cluster running?)")
+        return found
 
     def lead(self, base_url: str, person: Any, stages: tuple[str, ...] = ()) -> dict[str, Any]:
         query = {"phone": person.phone} if person.phone else {"email": person.email}

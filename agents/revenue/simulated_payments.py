@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from agents.capture.providers.stripe import stripe_signature
+from agents.polling import poll_until
 
 PAYMENT = "payment"
 REFUND = "refund"
@@ -45,17 +46,12 @@ def lead_id_for(business_slug: str, phone: str, email: str, *, wait: float = LEA
 
     from crm.models import ContactPoint, Lead
 
-    deadline = time.monotonic() + wait
+    values = [v for v in (phone, email.lower()) if v]
+    contact_ids = ContactPoint.objects.filter(business__slug=business_slug, value__in=values, is_valid=True)
+    newest = Lead.objects.filter(contact_id__in=contact_ids.values("contact_id")).order_by("-created_at")
     try:
-        while True:
-            values = [v for v in (phone, email.lower()) if v]
-            contact_ids = ContactPoint.objects.filter(
-                business__slug=business_slug, value__in=values, is_valid=True
-            ).values("contact_id")
-            lead = Lead.objects.filter(contact_id__in=contact_ids).order_by("-created_at").values("public_id").first()
-            if lead is not None or time.monotonic() >= deadline:
-                return str(lead["public_id"]) if lead else ""
-            time.sleep(0.5)
+        found = poll_until(lambda: newest.values_list("public_id", flat=True).first(), timeout=wait)
+        return str(found or "")
     finally:
         connection.close()  # a sender thread's own connection
 
