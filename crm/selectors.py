@@ -1,9 +1,11 @@
-"""Reads, and the one definition of who may see what.
+"""Reads, and the rows each user may see.
 
-Scoping rules (issue 2, DESIGN §4): a user sees only businesses they are a
-member of; owners and managers see their whole business; a setter sees only
-the leads they own (and what hangs off them); a technician sees the leads of
-the appointments and jobs assigned to them. Superusers (operators) see all.
+Who may see which record type is `crm.permissions` (one role per membership,
+never merged across businesses). Here that becomes querysets: a role that
+sees every lead of its business (owner, manager) sees the business's rows; a
+setter sees the leads they own and what hangs off them; a technician the
+leads of the appointments and jobs assigned to them. Superusers (operators)
+see all.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 
 from crm.models import Appointment, ContactPoint, Job, Lead, Role, TeamMember
+from crm.permissions import FULL_VIEW_ROLES, grants_for, memberships_where
 from crm.phones import email_normalize, phone_to_e164
-
-FULL_VIEW_ROLES = (Role.OWNER, Role.MANAGER)
 
 
 @dataclass(frozen=True)
 class Scope:
-    """What one user may see, computed once per request."""
+    """What one user may see of one record type, computed once per request."""
 
     everything: bool = False
     full_business_ids: frozenset[int] = field(default_factory=frozenset)
@@ -35,24 +36,18 @@ class Scope:
         return self.full_business_ids
 
 
-def scope_for(user: Any) -> Scope:
-    if not user or not user.is_authenticated or not user.is_active:
-        return Scope()
-    cached = getattr(user, "_leadops_scope", None)
-    if cached is not None:
-        return cached
-    if user.is_superuser:
-        scope = Scope(everything=True)
-    else:
-        rows = list(TeamMember.objects.filter(user=user, is_active=True).values_list("pk", "business_id", "role"))
-        scope = Scope(
-            full_business_ids=frozenset(b for _, b, r in rows if r in FULL_VIEW_ROLES),
-            member_ids=frozenset(pk for pk, _, _ in rows),
-            setter_member_ids=frozenset(pk for pk, _, r in rows if r == Role.SETTER),
-            technician_member_ids=frozenset(pk for pk, _, r in rows if r == Role.TECHNICIAN),
-        )
-    user._leadops_scope = scope
-    return scope
+def scope_for(user: Any, permission: str = "lead.view") -> Scope:
+    """The memberships under which `user` holds `permission`, by kind of view."""
+    grants = grants_for(user)
+    if grants.everything:
+        return Scope(everything=True)
+    rows = memberships_where(user, permission)
+    return Scope(
+        full_business_ids=frozenset(m.business_id for m in rows if m.role in FULL_VIEW_ROLES),
+        member_ids=frozenset(m.member_id for m in grants.memberships),
+        setter_member_ids=frozenset(m.member_id for m in rows if m.role == Role.SETTER),
+        technician_member_ids=frozenset(m.member_id for m in rows if m.role == Role.TECHNICIAN),
+    )
 
 
 def lead_visibility_q(scope: Scope, prefix: str = "") -> Q:
@@ -91,25 +86,35 @@ def business_managers() -> QuerySet[TeamMember, tuple[int, int]]:
     )
 
 
-def lead_list_visible(user: Any) -> QuerySet[Lead]:
-    scope = scope_for(user)
-    return Lead.objects.filter(lead_visibility_q(scope))
+def lead_list_visible(user: Any, permission: str = "lead.view") -> QuerySet[Lead]:
+    """The leads `user` may see (or, with `permission`, act on)."""
+    return Lead.objects.filter(lead_visibility_q(scope_for(user, permission)))
 
 
 def scoped(
-    qs: QuerySet[Any], user: Any, *, lead_path: str | None = None, business_field: str = "business_id"
+    qs: QuerySet[Any],
+    user: Any,
+    *,
+    lead_path: str | None = None,
+    business_field: str = "business_id",
+    permission: str | None = None,
 ) -> QuerySet[Any]:
     """Restrict any queryset to what `user` may see.
 
-    Rows hanging off a lead (`lead_path`) follow the lead's visibility; rows
-    without a lead are visible to full-view roles of their business only.
+    The permission defaults to `<model>.view`. Rows hanging off a lead
+    (`lead_path`) follow the lead's visibility under that permission; rows
+    without a lead are visible to the full-view roles of their business only.
     """
-    scope = scope_for(user)
+    permission = permission or f"{qs.model._meta.model_name}.view"
+    scope = scope_for(user, permission)
     if scope.everything:
         return qs
     q = Q(**{f"{business_field}__in": scope.full_business_ids})
-    if lead_path:
-        q |= Q(**{f"{lead_path}__in": lead_list_visible(user).values("pk")})
+    if lead_path and (scope.setter_member_ids or scope.technician_member_ids):
+        limited = Scope(
+            setter_member_ids=scope.setter_member_ids, technician_member_ids=scope.technician_member_ids
+        )
+        q |= Q(**{f"{lead_path}__in": Lead.objects.filter(lead_visibility_q(limited)).values("pk")})
     return qs.filter(q)
 
 
