@@ -23,8 +23,7 @@ from django.utils.timesince import timesince
 
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalError, approval_approve, approval_reject
-from crm.admin import admin_bulk
-from crm.selectors import scoped
+from crm.admin import ScopedAdmin, admin_bulk
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -111,7 +110,7 @@ def _decide_selected(decision: str) -> Callable[..., None]:
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(ScopedAdmin):
     """The approval queue: filter, decide in bulk, or open one to edit and decide."""
 
     list_display = [
@@ -128,9 +127,6 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "proposed_by", "proposed_by_user", "decided_by", "decided_at", "decision_note", "expires_at", "created_at",
     )  # fmt: skip
     readonly_fields = fields
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return scoped(super().get_queryset(request), request.user, lead_path="lead")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

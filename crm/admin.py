@@ -12,6 +12,8 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -19,6 +21,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from crm import models as m
+from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
 from crm.services.timers import timer_retry
@@ -28,27 +31,109 @@ def actor_of(request: HttpRequest) -> str:
     return request.user.get_username()
 
 
+def business_id_of(obj: Any) -> int | None:
+    """The business a record belongs to (a Business is its own)."""
+    return obj.pk if isinstance(obj, m.Business) else getattr(obj, "business_id", None)
+
+
 class ScopedAdmin(admin.ModelAdmin):
-    """Rows the user may see, and nothing else, in lists and by typed URL."""
+    """Rows the user may see, and nothing else, in lists and by typed URL.
+
+    Every permission question the admin asks (the index, a list, a page, an
+    action, a form's choices) is answered by `crm.permissions` for the user's
+    role in the record's business, never by Django's groups, which would merge
+    a user's roles across businesses.
+    """
 
     lead_path: str | None = "lead"
     business_field: str = "business_id"
+    # The record name in the permission table (default: the model's name).
+    record: str = ""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         qs = super().get_queryset(request)
-        return scoped(qs, request.user, lead_path=self.lead_path, business_field=self.business_field)
+        permission = f"{self._record()}.view"
+        return scoped(
+            qs, request.user, lead_path=self.lead_path, business_field=self.business_field, permission=permission
+        )
+
+    def _record(self) -> str:
+        return self.record or self.model._meta.model_name
+
+    def _allowed(self, request: HttpRequest, verb: str, obj: Any = None) -> bool:
+        permission = f"{self._record()}.{verb}"
+        if permission not in PERMISSIONS:
+            return False
+        if obj is None:
+            return can_anywhere(request.user, permission)
+        return can(request.user, permission, business_id_of(obj))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._allowed(request, "view")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request, "view", obj) or self._allowed(request, "change", obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request, "change", obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self._allowed(request, "add")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Records are never deleted through the admin: history is the product.
+        return False
+
+    # -- choices: a form offers only what the user may reach, so a forged POST
+    # naming another business's row fails the form's own validation.
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        kwargs["queryset"] = self._choices(db_field, request)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        kwargs["queryset"] = self._choices(db_field, request)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    def _choices(self, db_field: Any, request: HttpRequest) -> QuerySet[Any]:
+        related = db_field.remote_field.model
+        qs = related._default_manager.all()
+        permission = f"{self._record()}.change"
+        businesses = business_ids_where(request.user, permission) if permission in PERMISSIONS else frozenset()
+        if businesses is None:
+            return qs
+        if related is m.Business:
+            return qs.filter(pk__in=businesses)
+        if related is get_user_model():
+            # A membership names a person already on one of these teams (new
+            # people join through the business file or an operator).
+            return qs.filter(memberships__business_id__in=businesses).distinct()
+        if any(f.name == "business" for f in related._meta.fields):
+            return qs.filter(business_id__in=businesses)
+        return qs.none()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        # A record never moves to another business.
+        if obj is not None and any(f.name == "business" for f in self.model._meta.fields):
+            readonly += [] if "business" in readonly else ["business"]
+        return readonly
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # The form's choices already refuse other businesses; this is the last
+        # word for fields a form does not offer (and for the business itself).
+        if not can(request.user, f"{self._record()}.{'change' if change else 'add'}", business_id_of(obj)):
+            raise PermissionDenied("not a business you may change")
+        super().save_model(request, obj, form, change)
 
 
 class ReadOnlyAdmin(ScopedAdmin):
     """Records written only by services (and by providers through them)."""
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -146,6 +231,8 @@ def admin_bulk(
 def _stage_action(stage: str) -> Callable[..., None]:
     def action(modeladmin: LeadAdmin, request: HttpRequest, queryset: QuerySet[m.Lead]) -> None:
         def move(lead: m.Lead) -> object:
+            if not can(request.user, "lead.change", lead.business_id):
+                raise lead_sync.LeadSyncError(f"{lead.public_id}: you may not change leads of this business")
             return lead_sync.lead_transition(lead, stage, actor=actor_of(request), reason="stage changed in the admin")
 
         admin_bulk(modeladmin, request, queryset, move, lead_sync.LeadSyncError, f"Moved {{n}} lead(s) to {stage}.")
@@ -259,6 +346,7 @@ class LeadAdmin(ScopedAdmin):
             extra.update(
                 timeline=lead_timeline(lead),
                 can_change=self.has_change_permission(request, lead),
+                can_reassign=can(request.user, "lead.reassign", lead.business_id),
                 stage_form=StageForm(initial={"stage": lead.stage}),
                 assign_form=self._assign_form(lead),
                 next_action_form=NextActionForm(
@@ -268,13 +356,19 @@ class LeadAdmin(ScopedAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def _lead_change(
-        self, request: HttpRequest, object_id: str, form_class: Any, apply: Callable[[m.Lead, dict[str, Any]], object]
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_class: Any,
+        apply: Callable[[m.Lead, dict[str, Any]], object],
+        permission: str = "lead.change",
     ) -> HttpResponse:
         lead = get_object_or_404(self.get_queryset(request), pk=object_id)
         back = HttpResponseRedirect(reverse("admin:crm_lead_change", args=[lead.pk]))
-        if request.method != "POST" or not self.has_change_permission(request, lead):
-            self.message_user(request, "You may not change this lead.", messages.ERROR)
+        if request.method != "POST":
             return back
+        if not can(request.user, permission, lead.business_id):
+            raise PermissionDenied("your role in this business may not do this")
         form = self._assign_form(lead, request.POST) if form_class is AssignForm else form_class(request.POST)
         if not form.is_valid():
             self.message_user(request, f"Not changed: {form.errors.as_text()}", messages.ERROR)
@@ -297,7 +391,7 @@ class LeadAdmin(ScopedAdmin):
         def apply(lead: m.Lead, data: dict[str, Any]) -> object:
             return lead_sync.lead_assign(lead, data["owner"], actor=actor_of(request), reason=data["reason"])
 
-        return self._lead_change(request, object_id, AssignForm, apply)
+        return self._lead_change(request, object_id, AssignForm, apply, permission="lead.reassign")
 
     def next_action_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def apply(lead: m.Lead, data: dict[str, Any]) -> object:
@@ -374,18 +468,19 @@ class InboundEventAdmin(ReadOnlyAdmin):
     actions = ["replay"]
     show_full_result_count = False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # "Change" here only opens the replay action; every field stays read-only.
-        return admin.ModelAdmin.has_change_permission(self, request, obj)
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return can_anywhere(request.user, "event.replay")
 
     @admin.display(description="error")
     def error_short(self, event: m.InboundEvent) -> str:
         return event.error[:80]
 
-    @admin.action(description="Replay the selected failed events", permissions=["change"])
+    @admin.action(description="Replay the selected failed events", permissions=["replay"])
     def replay(self, request: HttpRequest, queryset: QuerySet[m.InboundEvent]) -> None:
         outcomes: dict[str, int] = {}
-        for event in queryset.filter(status=m.InboundEvent.Status.FAILED):
+        allowed = business_ids_where(request.user, "event.replay")
+        failed = queryset.filter(status=m.InboundEvent.Status.FAILED)
+        for event in failed if allowed is None else failed.filter(business_id__in=allowed):
             outcome = EVENT_REPLAY[0](event)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "nothing (only failed events replay)"
@@ -500,9 +595,12 @@ _simple(
 )
 
 
-@admin.action(description="Retry the selected failed timers")
+@admin.action(description="Retry the selected failed timers", permissions=["retry"])
 def timers_retry(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> None:
-    retried = sum(timer_retry(timer, actor=actor_of(request)) for timer in queryset.filter(status="failed"))
+    allowed = business_ids_where(request.user, "timer.retry")
+    failed = queryset.filter(status="failed")
+    failed = failed if allowed is None else failed.filter(business_id__in=allowed)
+    retried = sum(timer_retry(timer, actor=actor_of(request)) for timer in failed)
     modeladmin.message_user(request, f"{retried} timer(s) back in line for the next run.", messages.SUCCESS)
 
 
@@ -511,6 +609,7 @@ _simple(
     list_display=["public_id", "kind", "lead", "due_at", "status", "attempts", "error", "business"],
     list_filter=[BusinessFilter, "status", "kind"],
     actions=[timers_retry],
+    has_retry_permission=lambda self, request: can_anywhere(request.user, "timer.retry"),
 )
 _simple(
     m.Enrollment,

@@ -296,9 +296,10 @@ class LeadViewSet(ReadViewSet[Lead]):
     filter_serializer_class = LeadFilterSerializer
 
     def get_queryset(self) -> QuerySet[Lead]:
-        leads = lead_list_visible(self.request.user)
         if self.action == "receipts":
-            return leads
+            # The audit trail is the conversation's history: the sales side's.
+            return lead_list_visible(self.request.user, "receipt.view")
+        leads = lead_list_visible(self.request.user)
         return leads.select_related("business", "owner__user", "contact").prefetch_related(
             "touches", "contact__points__consent_states"
         )
@@ -311,7 +312,7 @@ class LeadViewSet(ReadViewSet[Lead]):
         responses={200: ReceiptSerializer(many=True), 404: ErrorSerializer, **_AUTH_ERRORS},
     )
     @action(detail=True, methods=["get"], serializer_class=ReceiptSerializer)
-    def receipts(self, request: Request, id: str | None = None) -> Response:
+    def receipts(self, request: Request, id: str | None = None, format: str | None = None) -> Response:
         lead = self.get_object()
         # The viewset's generic type is Lead; this page is of its receipts.
         receipts: QuerySet[Any] = Receipt.objects.filter(lead=lead).order_by("at", "seq")

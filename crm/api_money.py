@@ -24,8 +24,9 @@ from rest_framework.views import APIView
 
 from crm.api import _AUTH_ERRORS, ErrorSerializer, ReadViewSet, _detail_schema, _list_schema, _public_id
 from crm.models import Appointment, Business, Estimate, Invoice, Job, Payment, Refund
+from crm.permissions import business_ids_where
 from crm.reports import BY_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
-from crm.selectors import scope_for, scoped
+from crm.selectors import scoped
 
 
 def _money() -> serializers.DecimalField:
@@ -217,8 +218,8 @@ class RevenueReportSerializer(serializers.Serializer):
 def report_businesses(user: Any, business: str = "") -> list[Business]:
     """The businesses whose revenue `user` may read: owners and managers of a
     business (and operators). A setter reads no revenue report."""
-    scope = scope_for(user)
-    qs = Business.objects.all() if scope.everything else Business.objects.filter(pk__in=scope.full_business_ids)
+    allowed = business_ids_where(user, "money.view")
+    qs = Business.objects.all() if allowed is None else Business.objects.filter(pk__in=allowed)
     if business:
         qs = qs.filter(Q(slug=business.strip()) | Q(public_id=business.strip()))
     return list(qs.order_by("slug"))

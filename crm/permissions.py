@@ -73,13 +73,13 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "estimate.decline": LEADERS,
     "appointment.book": SALES,
     "appointment.outcome": SALES,
-    "task.complete": SALES,
+    "task.complete": EVERYONE,  # their own tasks only (the page lists no others)
     "lead.reassign": LEADERS,
     "event.replay": LEADERS,
     "timer.retry": LEADERS,
     "settings.edit": OWNERS,
     "money.view": LEADERS,
-    "report.view": LEADERS,
+    "report.view": SALES,  # a setter's reports count their own leads only
     "csv.export": LEADERS,
     "contact.forget": OWNERS,
 }
@@ -161,7 +161,5 @@ def business_ids_where(user: Any, permission: str, *, full_view: bool = False) -
     if grants.everything:
         return None
     return frozenset(
-        m.business_id
-        for m in memberships_where(user, permission)
-        if not full_view or m.role in FULL_VIEW_ROLES
+        m.business_id for m in memberships_where(user, permission) if not full_view or m.role in FULL_VIEW_ROLES
     )

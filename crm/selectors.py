@@ -111,9 +111,7 @@ def scoped(
         return qs
     q = Q(**{f"{business_field}__in": scope.full_business_ids})
     if lead_path and (scope.setter_member_ids or scope.technician_member_ids):
-        limited = Scope(
-            setter_member_ids=scope.setter_member_ids, technician_member_ids=scope.technician_member_ids
-        )
+        limited = Scope(setter_member_ids=scope.setter_member_ids, technician_member_ids=scope.technician_member_ids)
         q |= Q(**{f"{lead_path}__in": Lead.objects.filter(lead_visibility_q(limited)).values("pk")})
     return qs.filter(q)
 

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -35,9 +36,8 @@ from agents.booking.services import (
 )
 from agents.booking.slots import NotASlot, Slot, slot_key_parse, slots_offer, window_label
 from crm.models import Appointment, Availability, Lead, Message, Stage
+from crm.permissions import can
 from crm.selectors import lead_list_visible
-
-PERMISSION = "crm.add_appointment"
 
 
 class BookForm(forms.Form):
@@ -173,15 +173,14 @@ def _days(slots: list[Slot], zone: ZoneInfo) -> list[tuple[str, list[dict[str, A
 @staff_member_required
 def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
     lead = _lead(request, public_id)
-    may_book = request.user.has_perm(PERMISSION)
+    may_book = can(request.user, "appointment.book", lead.business_id)
     if request.method == "POST":
         if not may_book:
-            messages.error(request, "You may not book appointments.")
-        else:
-            try:
-                messages.success(request, _act(request, lead))
-            except BookingError as exc:
-                messages.error(request, f"Not done ({exc.code}): {exc}")
+            raise PermissionDenied("your role in this business may not book or record visits")
+        try:
+            messages.success(request, _act(request, lead))
+        except BookingError as exc:
+            messages.error(request, f"Not done ({exc.code}): {exc}")
         return redirect("lead-booking", public_id=lead.public_id)
 
     zone = ZoneInfo(lead.business.timezone)

@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -21,6 +22,7 @@ from django.utils import timezone
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement, draft_check, draft_reply
 from crm.models import Channel, ConsentState, Lead, Message
+from crm.permissions import can
 from crm.selectors import lead_list_visible, lead_timeline
 
 
@@ -30,8 +32,9 @@ class ReplyForm(forms.Form):
 
 
 def _lead(request: HttpRequest, public_id: str) -> Lead:
+    # The conversation is the sales side's: a technician's lead is a 404 here.
     lead = (
-        lead_list_visible(request.user)
+        lead_list_visible(request.user, "message.view")
         .select_related("business", "contact", "owner", "service_line")
         .filter(public_id=public_id)
         .first()
@@ -56,7 +59,10 @@ def lead_copilot(request: HttpRequest, public_id: str) -> HttpResponse:
     conversation = list(Message.objects.filter(lead=lead).order_by("created_at", "pk"))
     last_in = next((m for m in reversed(conversation) if m.direction == "in"), None)
     draft = draft_reply(lead, last_in.body) if last_in else draft_acknowledgement(lead)
+    may_send = can(request.user, "message.send", lead.business_id)
     if request.method == "POST":
+        if not may_send:
+            raise PermissionDenied("you may not send messages for this business")
         form = ReplyForm(request.POST)
         if form.is_valid():
             body = form.cleaned_data["body"]

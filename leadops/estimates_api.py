@@ -30,7 +30,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -42,6 +42,7 @@ from crm.api import ErrorSerializer
 from crm.api_money import AppointmentSerializer, EstimateSerializer
 from crm.api_money import EstimateViewSet as EstimateReadViewSet
 from crm.models import Appointment, Estimate
+from crm.permissions import can
 from crm.selectors import lead_list_visible, scoped
 from crm.services.records import estimate_record
 
@@ -79,6 +80,12 @@ def _error(code: int, error: str, detail: Any) -> Response:
     return Response({"error": error, "detail": detail}, status=code)
 
 
+def _require(request: Request, permission: str, business_id: int) -> None:
+    """403 unless the user's role in this business may do `permission`."""
+    if not can(request.user, permission, business_id):
+        raise PermissionDenied(f"your role in this business may not do {permission}")
+
+
 def _actor(request: Request) -> str:
     return str(request.user.get_username())
 
@@ -98,6 +105,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
         lead = lead_list_visible(request.user).select_related("business").filter(public_id=data["lead"]).first()
         if lead is None:
             return _error(status.HTTP_400_BAD_REQUEST, "bad_request", {"lead": [f"no lead {data['lead']!r}"]})
+        _require(request, "estimate.create", lead.business_id)
         currency = str(data.get("currency") or lead.business.currency).upper()
         if currency != lead.business.currency:
             # The high-value limit is in the business's currency: an amount in
@@ -124,6 +132,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
     @action(detail=True, methods=["post"])
     def send(self, request: Request, id: str | None = None) -> Response:
         estimate = self.get_object()
+        _require(request, "estimate.send", estimate.business_id)
         return self._decide(lambda: estimate_send(estimate, actor=_actor(request), user=request.user))
 
     @extend_schema(
@@ -134,6 +143,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
     @action(detail=True, methods=["post"])
     def accept(self, request: Request, id: str | None = None) -> Response:
         estimate = self.get_object()
+        _require(request, "estimate.accept", estimate.business_id)
         return self._decide(lambda: estimate_accept(estimate, actor=_actor(request)))
 
     @extend_schema(
@@ -146,6 +156,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
         body = EstimateDeclineSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         estimate = self.get_object()
+        _require(request, "estimate.decline", estimate.business_id)
         reason = str(body.validated_data["reason"]).strip()
         return self._decide(lambda: estimate_decline(estimate, actor=_actor(request), reason=reason))
 
@@ -178,6 +189,7 @@ class AppointmentHeldView(APIView):
         appointment = self._appointments().filter(public_id=id).first()
         if appointment is None:
             raise NotFound("No Appointment matches the given query.")
+        _require(request, "appointment.outcome", appointment.business_id)
         try:
             held = appointment_mark_held(appointment, actor=_actor(request))
         except BookingError as exc:

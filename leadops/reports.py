@@ -9,7 +9,6 @@ parse the filters, call one reporting function, render.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -18,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from django import forms
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
@@ -30,8 +30,10 @@ from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
 from agents.reporting.pipeline_qa import QA_KINDS
 from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit
 from approvals.models import ApprovalRequest
+from crm.exports import SafeCsvWriter
 from crm.models import Business, ExceptionItem, InboundEvent, Message, RejectedDelivery, TeamMember
-from crm.selectors import lead_list_visible, scope_for, scoped
+from crm.permissions import business_ids_where, can_anywhere
+from crm.selectors import lead_list_visible, scoped
 from leadops.charts import bar_chart, percent, seconds
 
 DEFAULT_DAYS = 90
@@ -47,10 +49,15 @@ ID_ADMIN = {
 
 
 def visible_businesses(user: Any) -> QuerySet[Business]:
-    scope = scope_for(user)
-    if scope.everything:
-        return Business.objects.order_by("name")
-    return Business.objects.filter(team__user_id=user.pk, team__is_active=True).distinct().order_by("name")
+    """The businesses whose reports `user` may read (their leaders' only)."""
+    allowed = business_ids_where(user, "report.view")
+    qs = Business.objects.all() if allowed is None else Business.objects.filter(pk__in=allowed)
+    return qs.order_by("name")
+
+
+def _require_reports(request: HttpRequest) -> None:
+    if not can_anywhere(request.user, "report.view"):
+        raise PermissionDenied("reports are for the owners and managers of a business")
 
 
 class ReportForm(forms.Form):
@@ -103,7 +110,7 @@ def _filters(request: HttpRequest, businesses: list[Business]) -> tuple[ReportFo
 
 
 def _scoped_leads(request: HttpRequest, filters: Filters) -> Any:
-    leads = lead_list_visible(request.user)
+    leads = lead_list_visible(request.user, "report.view")
     return leads.filter(business=filters.business) if filters.business else leads
 
 
@@ -247,9 +254,12 @@ class _Echo:
 def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """The manager's exception queue: Pipeline QA and routing items, blocked
     sends, failed inbound events, rejected signatures, approvals waiting."""
+    _require_reports(request)
     data = _exception_data(request)
     if request.GET.get("format") == "csv":
-        writer = csv.writer(_Echo())
+        if not can_anywhere(request.user, "csv.export"):
+            raise PermissionDenied("you may not export")
+        writer = SafeCsvWriter(_Echo())
         response = StreamingHttpResponse(
             (writer.writerow(row) for row in _exception_csv_rows(data)), content_type="text/csv; charset=utf-8"
         )
@@ -289,6 +299,7 @@ def _funnel_cells(row: Any) -> dict[str, Any]:
 
 @staff_member_required
 def funnel_page(request: HttpRequest) -> HttpResponse:
+    _require_reports(request)
     businesses = list(visible_businesses(request.user))
     form, filters = _filters(request, businesses)
     context: dict[str, Any] = {"title": "Funnel", "form": form, "stages": STAGES}
@@ -327,7 +338,8 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
 
 @staff_member_required
 def trace_page(request: HttpRequest, public_id: str) -> HttpResponse:
-    lead = lead_for_trace(lead_list_visible(request.user), public_id)
+    # The trace answers "was it paid?": it reads as much as the money does.
+    lead = lead_for_trace(lead_list_visible(request.user, "payment.view"), public_id)
     if lead is None:
         raise Http404("no such lead")
     trace = lead_trace(lead)
@@ -347,6 +359,7 @@ def trace_page(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @staff_member_required
 def leaks_page(request: HttpRequest) -> HttpResponse:
+    _require_reports(request)
     businesses = list(visible_businesses(request.user))
     form, filters = _filters(request, businesses)
     context: dict[str, Any] = {"title": "Leak audit", "form": form, "questions": QUESTIONS}

@@ -72,7 +72,7 @@ class LeadTraceView(APIView):
         responses={200: TraceSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, id: str) -> Response:
-        lead = lead_for_trace(lead_list_visible(request.user), id)
+        lead = lead_for_trace(lead_list_visible(request.user, "payment.view"), id)
         if lead is None:
             raise NotFound("No Lead matches the given query.")
         return Response(TraceSerializer(lead_trace(lead).as_dict()).data)

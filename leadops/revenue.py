@@ -4,14 +4,13 @@ manage. A thin view: the same validation and report as the API endpoint."""
 
 from __future__ import annotations
 
-import csv
-
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from crm.api_money import report_businesses, revenue_for
+from crm.exports import SafeCsvWriter
 from crm.reports import BY_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 
 
@@ -37,7 +36,7 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         name = "-".join(b.slug for b in businesses)[:80]
         response["Content-Disposition"] = f'attachment; filename="revenue-{name}-{report.by}-{report.touch}.csv"'
-        csv.writer(response).writerows(revenue_csv_rows(report))
+        SafeCsvWriter(response).writerows(revenue_csv_rows(report))
         return response
     query = request.GET.copy()
     query["format"] = "csv"

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from agents.routing.next_action import NextActionError, task_complete
 from crm.models import Task
+from crm.permissions import can
 from crm.selectors import scope_for
 
 CLOSE_CHOICES = [("", "— keep the lead open —"), ("won", "won"), ("lost", "lost"),
@@ -64,6 +66,8 @@ def task_complete_view(request: HttpRequest, public_id: str) -> HttpResponse:
     task = _my_tasks(request).filter(public_id=public_id).first()
     if task is None:
         raise Http404("no such open task of yours")
+    if not can(request.user, "task.complete", task.business_id):
+        raise PermissionDenied("your role in this business may not complete tasks")
     zone = ZoneInfo(task.business.timezone)
     form = CompleteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

@@ -26,6 +26,7 @@ from agents.revenue.jobs import JobError, invoice_issue, job_complete
 from agents.revenue.payments import PaymentError, payment_link, payment_manual_record, refund_add
 from crm import models as m
 from crm.admin import BusinessFilter, ReadOnlyAdmin, ScopedAdmin, actor_of, admin_bulk
+from crm.permissions import can
 from crm.selectors import lead_list_visible
 
 
@@ -155,7 +156,7 @@ class PaymentAdmin(ServiceFormAdmin):
                 candidates=payment.match_candidates,
                 refunds=list(payment.refunds.order_by("refunded_at")),
                 can_change=self.has_change_permission(request, payment),
-                can_refund=request.user.has_perm("crm.add_refund"),
+                can_refund=can(request.user, "refund.add", payment.business_id),
                 link_form=LinkForm(initial={"lead": first.get("lead", ""), "invoice": first.get("invoice") or ""}),
                 refund_form=RefundForm(),
             )
@@ -167,9 +168,10 @@ class PaymentAdmin(ServiceFormAdmin):
     ) -> HttpResponse:  # fmt: skip
         payment = get_object_or_404(self.get_queryset(request), pk=object_id)
         back = HttpResponseRedirect(reverse("admin:crm_payment_change", args=[payment.pk]))
-        if request.method != "POST" or not allowed:
-            self.message_user(request, "You may not change this payment.", messages.ERROR)
+        if request.method != "POST":
             return back
+        if not allowed:
+            raise PermissionDenied("your role in this business may not change this payment")
         form = form_class(request.POST)
         if not form.is_valid():
             self.message_user(request, f"Not saved: {form.errors.as_text()}", messages.ERROR)
@@ -190,7 +192,8 @@ class PaymentAdmin(ServiceFormAdmin):
             invoice = _record(m.Invoice, lead, data["invoice"])
             return payment_link(payment, lead=lead, invoice=invoice, actor=actor_of(request), reason=data["reason"])
 
-        allowed = self.has_change_permission(request)
+        payment = get_object_or_404(self.get_queryset(request), pk=object_id)
+        allowed = self.has_change_permission(request, payment)
         return self._payment_form(request, object_id, LinkForm, allowed, apply, "Linked, with a receipt.")
 
     def refund_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -200,7 +203,8 @@ class PaymentAdmin(ServiceFormAdmin):
                 refunded_at=timezone.now(),
             )  # fmt: skip
 
-        allowed = request.user.has_perm("crm.add_refund")
+        payment = get_object_or_404(self.get_queryset(request), pk=object_id)
+        allowed = can(request.user, "refund.add", payment.business_id)
         return self._payment_form(request, object_id, RefundForm, allowed, apply, "Refund recorded, with a receipt.")
 
 

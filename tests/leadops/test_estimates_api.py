@@ -66,9 +66,9 @@ def test_writes_need_a_user(hvac_lead: Lead) -> None:
 
 
 def test_a_sent_estimate_moves_the_held_lead_to_estimate_sent_with_receipts(
-    hvac_lead: Lead, setter: TeamMember
+    hvac_lead: Lead, manager: TeamMember
 ) -> None:
-    response = create(token_client(setter), hvac_lead, send=True, description="Replace the furnace blower")
+    response = create(token_client(manager), hvac_lead, send=True, description="Replace the furnace blower")
     assert response.status_code == 201, response.json()
     body = response.json()
     assert (body["lead"], body["status"], body["amount"], body["currency"]) == (
@@ -78,7 +78,7 @@ def test_a_sent_estimate_moves_the_held_lead_to_estimate_sent_with_receipts(
     assert estimate.amount == Decimal("4200.00") and estimate.description == "Replace the furnace blower"
     assert estimate.sent_at is not None
     actions = list(Receipt.objects.filter(subject=estimate.public_id).values_list("action", "actor"))
-    assert actions == [("estimate.recorded", "sam"), ("estimate.sent", "sam")]
+    assert actions == [("estimate.recorded", "mia"), ("estimate.sent", "mia")]
 
     orchestrate_pending()
     hvac_lead.refresh_from_db()
@@ -87,10 +87,10 @@ def test_a_sent_estimate_moves_the_held_lead_to_estimate_sent_with_receipts(
 
 
 def test_a_draft_stays_a_draft_until_it_is_sent_and_a_session_user_may_send_it(
-    hvac_lead: Lead, setter: TeamMember
+    hvac_lead: Lead, manager: TeamMember
 ) -> None:
     session = APIClient(enforce_csrf_checks=False)
-    session.force_login(setter.user)
+    session.force_login(manager.user)
     draft = create(session, hvac_lead, amount="950")
     assert draft.status_code == 201 and draft.json()["status"] == "draft" and draft.json()["sent_at"] is None
     sent = session.post(f"{URL}{draft.json()['id']}/send/")
@@ -102,9 +102,9 @@ def test_a_draft_stays_a_draft_until_it_is_sent_and_a_session_user_may_send_it(
     assert [row["id"] for row in listed.json()["results"]] == [draft.json()["id"]]
 
 
-def test_a_browser_session_must_carry_its_csrf_token(hvac_lead: Lead, setter: TeamMember) -> None:
+def test_a_browser_session_must_carry_its_csrf_token(hvac_lead: Lead, manager: TeamMember) -> None:
     browser = Client(enforce_csrf_checks=True)
-    browser.force_login(setter.user)
+    browser.force_login(manager.user)
     body = {"lead": hvac_lead.public_id, "amount": "100", "currency": "USD"}
     response = browser.post(URL, body, content_type="application/json")
     assert response.status_code == 403 and response.json()["error"] == "forbidden"
@@ -127,17 +127,17 @@ def test_a_browser_session_must_carry_its_csrf_token(hvac_lead: Lead, setter: Te
     ],
 )
 def test_a_bad_body_is_a_400_naming_the_field_and_writes_nothing(
-    hvac_lead: Lead, setter: TeamMember, body: dict[str, Any], field: str
+    hvac_lead: Lead, manager: TeamMember, body: dict[str, Any], field: str
 ) -> None:
     payload = {k: hvac_lead.public_id if v is LEAD else v for k, v in body.items()}
-    response = token_client(setter).post(URL, payload, format="json")
+    response = token_client(manager).post(URL, payload, format="json")
     assert response.status_code == 400, response.json()
     assert response.json()["error"] == "bad_request" and field in response.json()["detail"]
     assert not Estimate.objects.exists() and not Receipt.objects.filter(action__startswith="estimate.").exists()
 
 
-def test_a_body_that_is_not_json_is_a_400(hvac_lead: Lead, setter: TeamMember) -> None:
-    response = token_client(setter).post(URL, b'{"lead": "', content_type="application/json")
+def test_a_body_that_is_not_json_is_a_400(hvac_lead: Lead, manager: TeamMember) -> None:
+    response = token_client(manager).post(URL, b'{"lead": "', content_type="application/json")
     assert response.status_code == 400 and response.json()["error"] == "bad_request"
 
 
@@ -160,30 +160,31 @@ def test_only_leads_the_user_may_see_can_be_quoted_or_decided(
 
 
 def test_an_estimate_above_high_value_waits_for_another_persons_approval(
-    hvac_lead: Lead, setter: TeamMember, manager: TeamMember
+    hvac_lead: Lead, setter: TeamMember, manager: TeamMember, owner: TeamMember
 ) -> None:
-    response = create(token_client(setter), hvac_lead, amount="12500.00", send=True)
+    response = create(token_client(manager), hvac_lead, amount="12500.00", send=True)
     assert response.status_code == 201 and response.json()["status"] == "pending_approval"
     request = ApprovalRequest.objects.get(kind="high_value_estimate", status="pending")
-    assert request.proposed_by == "sam" and request.payload["estimate"] == response.json()["id"]
+    assert request.proposed_by == "mia" and request.payload["estimate"] == response.json()["id"]
 
-    # Not approvable by its proposer, nor decidable by the customer before it is sent.
+    # Not approvable by its proposer or a setter, nor decidable by the customer before it is sent.
+    assert token_client(manager).post(f"/api/v1/approvals/{request.public_id}/approve/").status_code == 403
     assert token_client(setter).post(f"/api/v1/approvals/{request.public_id}/approve/").status_code == 403
-    conflict = token_client(setter).post(f"{URL}{response.json()['id']}/accept/")
+    conflict = token_client(manager).post(f"{URL}{response.json()['id']}/accept/")
     assert conflict.status_code == 409 and "pending_approval" in conflict.json()["detail"]
 
     approve = f"/api/v1/approvals/{request.public_id}/approve/"
-    approved = token_client(manager).post(approve, {"note": "price checked"}, format="json")
+    approved = token_client(owner).post(approve, {"note": "price checked"}, format="json")
     assert approved.status_code == 200, approved.json()
     estimate = token_client(setter).get(f"{URL}{response.json()['id']}/").json()
     assert estimate["status"] == "sent" and estimate["sent_at"]
-    assert Receipt.objects.filter(subject=estimate["id"], action="estimate.sent", actor="mia").exists()
+    assert Receipt.objects.filter(subject=estimate["id"], action="estimate.sent", actor="olivia").exists()
 
 
 def test_accepting_wins_the_lead_once_and_a_decided_estimate_cannot_be_declined(
-    hvac_lead: Lead, setter: TeamMember, django_assert_max_num_queries: Any
+    hvac_lead: Lead, manager: TeamMember, django_assert_max_num_queries: Any
 ) -> None:
-    client = token_client(setter)
+    client = token_client(manager)
     estimate = create(client, hvac_lead, send=True).json()
     orchestrate_pending()
     with django_assert_max_num_queries(25):
@@ -195,11 +196,11 @@ def test_accepting_wins_the_lead_once_and_a_decided_estimate_cannot_be_declined(
     orchestrate_pending()
     hvac_lead.refresh_from_db()
     assert hvac_lead.stage == Stage.WON
-    assert Receipt.objects.filter(subject=estimate["id"], action="estimate.accepted", actor="sam").count() == 1
+    assert Receipt.objects.filter(subject=estimate["id"], action="estimate.accepted", actor="mia").count() == 1
 
 
-def test_declining_loses_the_lead_with_the_customers_reason(hvac_lead: Lead, setter: TeamMember) -> None:
-    client = token_client(setter)
+def test_declining_loses_the_lead_with_the_customers_reason(hvac_lead: Lead, manager: TeamMember) -> None:
+    client = token_client(manager)
     estimate = create(client, hvac_lead, send=True).json()
     declined = client.post(f"{URL}{estimate['id']}/decline/", {"reason": "went with a cheaper quote"}, format="json")
     assert declined.status_code == 200 and declined.json()["status"] == "declined"
@@ -210,11 +211,11 @@ def test_declining_loses_the_lead_with_the_customers_reason(hvac_lead: Lead, set
     assert receipt.reason == "went with a cheaper quote"
 
 
-def test_a_closed_lead_gets_no_new_estimate(business: Business, setter: TeamMember) -> None:
+def test_a_closed_lead_gets_no_new_estimate(business: Business, setter: TeamMember, manager: TeamMember) -> None:
     lead = lead_create(business)
     lead_sync.lead_assign(lead, setter, actor="test", reason="test")
     lead_sync.lead_transition(lead, Stage.DISQUALIFIED, actor="test", reason="out of area")
-    response = create(token_client(setter), lead)
+    response = create(token_client(manager), lead)
     assert response.status_code == 409 and "disqualified" in response.json()["detail"]
     assert not Estimate.objects.exists()
 
@@ -246,9 +247,34 @@ def test_a_visit_is_marked_held_once_it_started_and_the_lead_moves_on(
     assert Appointment.objects.get(pk=started.pk).status == "held"
     assert Receipt.objects.filter(subject=started.public_id, action="appointment.held", actor="sam").count() == 1
 
-    # The next state follows through the same API: an estimate, sent.
-    estimate = create(client, lead, amount="300", send=True)
+    # The next state follows through the same API: an estimate, sent by a manager.
+    estimate = create(token_client(manager), lead, amount="300", send=True)
     assert estimate.status_code == 201 and estimate.json()["status"] == "sent"
     orchestrate_pending()
     lead.refresh_from_db()
     assert lead.stage == Stage.ESTIMATE_SENT
+
+
+@pytest.mark.parametrize("role", [Role.SETTER, Role.TECHNICIAN])
+def test_a_setter_or_technician_may_not_create_send_accept_or_decline_estimates(
+    hvac_lead: Lead, business: Business, setter: TeamMember, manager: TeamMember, role: str
+) -> None:
+    # The lead's own setter (who sees it) or a technician with the visit: both are refused.
+    member = setter if role == Role.SETTER else member_create(business, Role.TECHNICIAN, username="tom")
+    if role == Role.TECHNICIAN:  # the technician of the lead's visit, who may see the lead
+        now = timezone.now()
+        visit = appointment_record(lead=hvac_lead, starts_at=now, ends_at=now + timedelta(hours=1), actor="t")
+        Appointment.objects.filter(pk=visit.pk).update(assigned_to=member)
+    client = token_client(member)
+    assert client.get(f"/api/v1/leads/{hvac_lead.public_id}/").status_code == 200
+    refused = create(client, hvac_lead, send=True)
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    assert not Estimate.objects.exists()
+    estimate = create(token_client(manager), hvac_lead, send=True).json()
+    for verb in ("send", "accept", "decline"):
+        response = client.post(f"{URL}{estimate['id']}/{verb}/", {"reason": "no"}, format="json")
+        expected = 403 if role == Role.SETTER else 404  # a technician does not see estimates at all
+        assert response.status_code == expected, (verb, response.status_code)
+    assert Estimate.objects.get(public_id=estimate["id"]).status == "sent"
+    hvac_lead.refresh_from_db()
+    assert hvac_lead.stage != Stage.WON

@@ -91,8 +91,8 @@ def test_the_technician_of_the_visit_may_look_but_not_book(lead, rule, shop, tem
     client = client_for("ted")
     page = client.get(url(lead)).content.decode()
     assert "You may look, not book." in page and 'id="brief"' in page
-    response = client.post(url(lead), {"action": "cancel", "appointment": "x", "reason": "r"}, follow=True)
-    assert "You may not book appointments." in response.content.decode()
+    response = client.post(url(lead), {"action": "cancel", "appointment": "x", "reason": "r"})
+    assert response.status_code == 403  # a refused write is refused, not a redirect with a message
     assert Appointment.objects.get().status == "scheduled"
 
 
@@ -104,12 +104,12 @@ def test_the_page_costs_the_same_queries_however_many_appointments(
     client = client_for("sam")
     client.get(url(lead))  # the session and the user's scope, as on any later page
     booked = appointment_book(lead, availability=rule, starts_at=TUE_9, actor="sam", now=NOW).appointment
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(11):
         assert client.get(url(lead)).status_code == 200
     for days in (1, 2):
         booked = appointment_reschedule(
             booked, availability=rule, starts_at=TUE_9 + timedelta(days=days), actor="sam", now=NOW
         ).appointment
     assert lead.appointments.count() == 3
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(11):
         assert client.get(url(lead)).status_code == 200
