@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
@@ -179,9 +180,10 @@ class ApprovalRequestAdmin(ScopedAdmin):
         if approval is None:
             raise Http404("no such approval request")
         back = HttpResponseRedirect(reverse("admin:approvals_approvalrequest_change", args=[approval.pk]))
-        if request.method != "POST" or not self.has_change_permission(request, approval):
-            self.message_user(request, "You may not decide this request.", messages.ERROR)
+        if request.method != "POST":
             return back
+        if not self.has_change_permission(request, approval):
+            raise PermissionDenied("your role in this business may not decide requests")
         form = DecisionForm(request.POST, approval=approval)
         if not form.is_valid():
             self.message_user(request, f"Not decided: {form.errors.as_text()}", messages.ERROR)

@@ -163,3 +163,13 @@ def business_ids_where(user: Any, permission: str, *, full_view: bool = False) -
     return frozenset(
         m.business_id for m in memberships_where(user, permission) if not full_view or m.role in FULL_VIEW_ROLES
     )
+
+
+def permission_table_markdown() -> str:
+    """The table as docs/security.md shows it (a test keeps the two equal)."""
+    order = (OWNER, MANAGER, SETTER, TECHNICIAN)
+    lines = ["| permission | owner | manager | setter | technician |", "|---|---|---|---|---|"]
+    for permission in sorted(PERMISSIONS):
+        roles = PERMISSIONS[permission]
+        lines.append(f"| `{permission}` | " + " | ".join("yes" if r in roles else "—" for r in order) + " |")
+    return "\n".join(lines)

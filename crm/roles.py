@@ -1,8 +1,12 @@
-"""Roles as Django groups with model permissions.
+"""Roles as Django groups with model permissions, for Django's own screens.
 
-A group says what a role may do; a TeamMember row says in which business.
-Both are needed: permissions without membership show nothing (see
-`crm.selectors.scope_for`).
+Nothing in LeadOps asks these groups whether a user may do something: a
+user's groups are global, and would merge the roles they hold in different
+businesses. `crm.permissions` answers every question, by the role of the
+membership in the record's business. The groups stay in step with the roles
+so that Django's user page shows what a role is for, and so that a user kept
+after their memberships end still carries no permission of Django's that
+LeadOps' admin would honour (the admin classes ignore them).
 """
 
 from __future__ import annotations
