@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from cryptography.fernet import Fernet
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,20 @@ if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-set-SECRET_KEY-in-production"  # noqa: S105
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+
+# Fernet keys for secrets stored in the database (crm.fields): the first
+# encrypts, every one decrypts, so a new key goes first and an old one stays
+# until `manage.py rotate_field_keys` has run. Unset: derived from SECRET_KEY
+# (check --deploy warns).
+FIELD_ENCRYPTION_KEYS = env.list("FIELD_ENCRYPTION_KEYS", default=[])
+for _number, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
+    try:
+        Fernet(_key)
+    except (ValueError, TypeError) as _exc:
+        raise environ.ImproperlyConfigured(
+            f"FIELD_ENCRYPTION_KEYS entry {_number} is not a Fernet key (32 url-safe base64 bytes): "
+            "generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+        ) from _exc
 
 SEND_MODE = env.str("SEND_MODE", default="dry_run")
 if SEND_MODE not in ("dry_run", "live"):
