@@ -212,6 +212,9 @@ AXES_RESET_ON_SUCCESS = True
 # The real client behind TRUSTED_PROXY_COUNT proxies (axes' ipware lookup
 # counts proxies differently and gives up on a short header).
 AXES_CLIENT_IP_CALLABLE = "leadops.authentication.client_address"
+# Locks are listed and lifted with the axes_list_attempts / axes_reset_* commands,
+# not through more admin pages.
+AXES_ENABLE_ADMIN = False
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
