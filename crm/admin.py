@@ -439,6 +439,7 @@ class SourceAdminForm(forms.ModelForm):
     replace_secret = forms.CharField(
         required=False,
         strip=True,
+        max_length=1000,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="The webhook secret or signing key. Leave empty to keep the current one.",
     )
@@ -446,6 +447,7 @@ class SourceAdminForm(forms.ModelForm):
     replace_page_token = forms.CharField(
         required=False,
         strip=True,
+        max_length=1000,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Meta sources: the page access token. Leave empty to keep the current one.",
     )
