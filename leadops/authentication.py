@@ -7,6 +7,7 @@ AXES_FAILURE_LIMIT times is refused until AXES_COOLOFF_TIME has passed.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +42,13 @@ def client_address(request: HttpRequest) -> str:
     forwarded = [part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
     forwarded = [part for part in forwarded if part]
     # A header shorter than the proxy chain did not come through all of it.
-    return forwarded[-count] if len(forwarded) >= count else remote
+    if len(forwarded) < count:
+        return remote
+    try:
+        return str(ipaddress.ip_address(forwarded[-count]))
+    except ValueError:
+        # Not an address: the proxies are fewer than TRUSTED_PROXY_COUNT says.
+        return remote
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):

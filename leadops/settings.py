@@ -6,6 +6,7 @@ startup rather than at the first request that needs them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,6 +42,10 @@ _HTTPS = _public.scheme == "https"
 # it without such a proxy would let any client claim https.
 _proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="")
 if _proxy_ssl_header:
+    if not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+        raise environ.ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, not {_proxy_ssl_header!r}"
+        )
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
 CSRF_TRUSTED_ORIGINS = env.list(
     "CSRF_TRUSTED_ORIGINS", default=[f"{_public.scheme}://{_public.netloc}"] if _HTTPS else []

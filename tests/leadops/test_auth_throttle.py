@@ -88,6 +88,19 @@ def test_behind_a_trusted_proxy_the_lock_follows_the_forwarded_client_not_the_pr
     assert status == 302 and logged_in(other)
 
 
+def test_a_forwarded_entry_that_is_no_address_falls_back_to_the_socket(manager: TeamMember, settings: Any) -> None:
+    settings.TRUSTED_PROXY_COUNT = 1
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client, status = admin_login(
+            manager.user.username, "wrong", HTTP_X_FORWARDED_FOR="not-an-address", REMOTE_ADDR="203.0.113.5"
+        )
+        assert status in (200, 429)
+
+    client, status = admin_login(manager.user.username, PASSWORD, REMOTE_ADDR="203.0.113.5")
+
+    assert status == 429 and not logged_in(client)
+
+
 def test_without_trusted_proxies_a_forwarded_header_is_ignored(manager: TeamMember) -> None:
     for n in range(settings.AXES_FAILURE_LIMIT):
         # A different made-up address each time does not escape the count.
