@@ -212,6 +212,8 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = env.float("LOGIN_COOLOFF_HOURS", default=1.0)
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
+    raise environ.ImproperlyConfigured("LOGIN_FAILURE_LIMIT must be at least 1 and LOGIN_COOLOFF_HOURS more than 0")
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # The real client behind TRUSTED_PROXY_COUNT proxies (axes' ipware lookup
