@@ -4,6 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+# The demo's and the tests' own throwaway key (it is public: never serve real
+# data with it). Django refuses to start without SECRET_KEY when DEBUG is off;
+# a key in the environment or in .env wins.
+ifeq ($(shell grep -s '^SECRET_KEY=' .env),)
+export SECRET_KEY ?= demo-only-insecure-key-never-use-it-to-serve-anything-0123456789
+endif
+
 .PHONY: run test check pytest migrate demo simulate stop-db clean
 
 $(STAMP): requirements.txt

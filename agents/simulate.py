@@ -157,7 +157,9 @@ def context_load(
     sources: dict[str, list[SourceInfo]] = defaultdict(list)
     reserved: set[str] = set()
     for source in Source.objects.filter(business=business, is_active=True).order_by("key"):
-        sources[source.provider].append(SourceInfo(source.key, source.provider, source.secret, dict(source.config)))
+        # The config as the business file writes it: the page token is one of its keys there.
+        config = {**source.config, "access_token": source.page_token} if source.page_token else dict(source.config)
+        sources[source.provider].append(SourceInfo(source.key, source.provider, source.secret, config))
         reserved.update(str(source.config.get(k, "")) for k in ("phone_number", "forward_to"))
     reserved.update(TeamMember.objects.filter(business=business).values_list("phone", flat=True))
     return SimContext(

@@ -526,14 +526,95 @@ _simple(
     list_display=["public_id", "slug", "name", "timezone", "region"],
     list_filter=[],
 )
-_simple(
-    m.Source,
-    lead_path=None,
-    read_only=False,
-    list_display=["key", "provider", "business", "is_active"],
-    exclude=["secret"],
-    search_fields=["key"],
-)
+
+
+class SourceAdminForm(forms.ModelForm):
+    """Secrets are write-only: typed to set or replace, never shown back."""
+
+    replace_secret = forms.CharField(
+        required=False,
+        strip=True,
+        max_length=1000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="The webhook secret or signing key. Leave empty to keep the current one.",
+    )
+    clear_secret = forms.BooleanField(required=False, label="Remove the secret")
+    replace_page_token = forms.CharField(
+        required=False,
+        strip=True,
+        max_length=1000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Meta sources: the page access token. Leave empty to keep the current one.",
+    )
+    clear_page_token = forms.BooleanField(required=False, label="Remove the page token")
+
+    class Meta:
+        model = m.Source
+        # The secrets are set through the write-only inputs above, never rendered.
+        fields = ["business", "key", "provider", "config", "first_response_minutes", "is_active"]
+
+    def clean_config(self) -> Any:
+        config = self.cleaned_data.get("config")
+        if isinstance(config, dict) and "access_token" in config:
+            raise forms.ValidationError("The page token goes in 'replace page token', not in the config.")
+        return config
+
+    def save(self, commit: bool = True) -> m.Source:
+        source: m.Source = super().save(commit=False)
+        data = self.cleaned_data
+        if data.get("replace_secret"):
+            source.secret = data["replace_secret"]
+        elif data.get("clear_secret"):
+            source.secret = ""
+        if data.get("replace_page_token"):
+            source.page_token = data["replace_page_token"]
+        elif data.get("clear_page_token"):
+            source.page_token = ""
+        if commit:
+            source.save()
+            self.save_m2m()
+        return source
+
+
+@admin.register(m.Source)
+class SourceAdmin(ScopedAdmin):
+    """Sources with their secrets shown only as set / not set."""
+
+    lead_path = None
+    form = SourceAdminForm
+    list_display = ["key", "provider", "business", "is_active", "secret_state", "page_token_state"]
+    list_select_related = ["business"]
+    list_filter = [BusinessFilter, "provider", "is_active"]
+    search_fields = ["key"]
+    show_full_result_count = False
+    readonly_fields = ["public_id", "secret_state", "page_token_state"]
+    fieldsets = [
+        (None, {"fields": ["public_id", "business", "key", "provider", "is_active", "first_response_minutes"]}),
+        ("Settings (no secrets)", {"fields": ["config"]}),
+        (
+            "Secrets (write-only)",
+            {
+                "fields": [
+                    "secret_state",
+                    "replace_secret",
+                    "clear_secret",
+                    "page_token_state",
+                    "replace_page_token",
+                    "clear_page_token",
+                ]
+            },
+        ),
+    ]
+
+    @admin.display(description="secret")
+    def secret_state(self, source: m.Source) -> str:
+        return "set" if source.secret else "not set"
+
+    @admin.display(description="page token")
+    def page_token_state(self, source: m.Source) -> str:
+        return "set" if source.page_token else "not set"
+
+
 _simple(
     m.TeamMember,
     lead_path=None,

@@ -14,6 +14,7 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    429: "too_many_requests",
 }
 
 

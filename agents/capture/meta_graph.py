@@ -15,6 +15,7 @@ task cluster's 60 s timeout.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from urllib.parse import quote
@@ -39,7 +40,7 @@ class GraphError(Exception):
     access token (it ends up in the event's error, visible to staff)."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))
         self.status = status
 
 
@@ -48,11 +49,24 @@ def backoff_delays(attempts: int, first_delay: float) -> list[float]:
     return [first_delay * 2**n for n in range(max(attempts - 1, 0))]
 
 
-def _redact(text: str, token: str) -> str:
-    # requests puts the full URL, query string included, in connection errors.
+# Whatever looks like a credential in a URL or message: a query parameter or
+# a header value named like one, and Meta's own token shape (EAA…).
+_CREDENTIAL_PATTERNS = (
+    re.compile(r"(?i)((?:access_token|input_token|appsecret_proof|client_secret)=)[^&\s'\"]+"),
+    re.compile(r"(?i)(bearer\s+)[^\s'\",]+"),
+    re.compile(r"()\bEAA[A-Za-z0-9]{16,}"),
+)
+
+
+def redact(text: str, token: str = "") -> str:
+    """The text with this token (raw or URL-encoded) and anything shaped like
+    a credential replaced by "[redacted]": Graph errors end up in the event's
+    error, which staff read."""
     for secret in {token, quote(token, safe="")}:
         if secret:
             text = text.replace(secret, "[redacted]")
+    for pattern in _CREDENTIAL_PATTERNS:
+        text = pattern.sub(r"\1[redacted]", text)
     return text
 
 
@@ -87,11 +101,14 @@ def lead_fetch(
     attempts = attempts or int(getattr(settings, "META_GRAPH_ATTEMPTS", ATTEMPTS))
     delay = retry_delay if retry_delay is not None else float(getattr(settings, "META_GRAPH_RETRY_DELAY", RETRY_DELAY))
     url = f"{base}/{quote(str(leadgen_id), safe='')}"
-    params = {"fields": LEAD_FIELDS, "access_token": access_token}
+    # The token travels in a header, never in the URL: URLs end up in proxy
+    # logs, and requests quotes them in its exceptions.
+    params = {"fields": LEAD_FIELDS}
     waits = backoff_delays(attempts, delay)
     last = ""
     with requests.Session() as session:
         session.headers["User-Agent"] = USER_AGENT
+        session.headers["Authorization"] = f"Bearer {access_token}"
         for attempt in range(attempts):
             if attempt:
                 # A short backoff (0.5 s, then 1 s) inside the prepare step,
@@ -101,13 +118,13 @@ def lead_fetch(
             try:
                 response = session.get(url, params=params, timeout=(float(connect), float(read)))
             except TRANSIENT as exc:
-                last = _redact(f"{type(exc).__name__}: {exc}", access_token)
+                last = redact(f"{type(exc).__name__}: {exc}", access_token)
                 continue
             if response.status_code >= 500:
-                last = f"HTTP {response.status_code}: {_redact(_graph_error_text(response), access_token)}"
+                last = f"HTTP {response.status_code}: {redact(_graph_error_text(response), access_token)}"
                 continue
             if response.status_code >= 400:
-                detail = _redact(_graph_error_text(response), access_token)
+                detail = redact(_graph_error_text(response), access_token)
                 raise GraphError(
                     f"Graph API refused lead {leadgen_id}: HTTP {response.status_code}: {detail}",
                     status=response.status_code,

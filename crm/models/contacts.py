@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from crm.fields import EncryptedTextField
 from crm.ids import PublicIdField
 from crm.models.base import Business
 
@@ -27,8 +28,11 @@ class Source(models.Model):
     # The key appears in webhook URLs, which carry no business: unique overall.
     key = models.SlugField(max_length=64, unique=True)
     provider = models.CharField(max_length=16, choices=Provider.choices)
-    secret = models.CharField(max_length=200, blank=True)
-    # Provider settings: page_id, access_token, account_id, phone_number, forward_to…
+    # Encrypted at rest and never shown: the webhook's shared secret or signing key.
+    secret = EncryptedTextField(blank=True)
+    # Meta sources: the page access token the Graph API reads leads with (encrypted, never shown).
+    page_token = EncryptedTextField(blank=True)
+    # Provider settings, no secrets: page_id, account_id, phone_number, forward_to…
     config = models.JSONField(default=dict, blank=True)
     # This source's first-response standard; empty uses the business's.
     first_response_minutes = models.PositiveIntegerField(null=True, blank=True)

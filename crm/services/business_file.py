@@ -586,7 +586,7 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
     m = item.read(required=("key", "provider"), any_other=True)
     config: dict[str, Any] = {}
     for key in m.data:
-        if key in ("key", "provider", "secret", "first_response_minutes"):
+        if key in ("key", "provider", "secret", "access_token", "first_response_minutes"):
             continue
         value = m.raw(key)
         if value is _MISSING:
@@ -598,11 +598,17 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
         config[key] = _plain(value)
     fields = {
         "provider": m.choice("provider", Provider.values, "provider"),
-        "secret": m.text("secret"),
         "config": config,
         # This source's own first-response standard; none: the business's.
         "first_response_minutes": m.integer("first_response_minutes", None, minimum=1),
     }
+    # Secrets are written only when the file names them, so one set in the
+    # admin (and kept out of the file) survives the next load. Both are
+    # encrypted by their fields (crm.fields).
+    if m.has("secret"):
+        fields["secret"] = m.text("secret")
+    if m.has("access_token"):
+        fields["page_token"] = m.text("access_token")
     return Row(line=m.line, key=m.slug("key"), fields=fields)
 
 

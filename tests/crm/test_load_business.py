@@ -137,7 +137,8 @@ def test_loading_a_file_creates_the_business_and_everything_it_lists(tmp_path: P
     sources = {s.key: s for s in Source.objects.filter(business=business)}
     assert set(sources) == {"site", "fb", "main-line"}
     assert (sources["site"].provider, sources["site"].secret, sources["site"].config) == ("website", "site-secret", {})
-    assert sources["fb"].config == {"page_id": "100000000000001", "access_token": "page-token"}
+    assert sources["fb"].config == {"page_id": "100000000000001"}
+    assert sources["fb"].page_token == "page-token"
     assert sources["main-line"].config == {"phone_number": "+15555550100", "forward_to": "+13125550199"}
 
     hvac = ServiceLine.objects.get(business=business, slug="hvac")

@@ -409,10 +409,9 @@ def _fetch_leadgen(event: InboundEvent) -> dict[str, Any]:
     # is held open while Meta is slow.
     item = _item_of(event)
     source = _source_of(event, item)
-    token = str(source.config.get("access_token") or "")
-    if not token:
+    if not source.page_token:
         raise SourceNotConfigured(f"source {source.key!r} has no access_token: add the page token, then replay")
-    return lead_fetch(item.external_id, access_token=token)
+    return lead_fetch(item.external_id, access_token=source.page_token)
 
 
 def _process_leadgen(event: InboundEvent, lead: dict[str, Any]) -> str:
