@@ -603,3 +603,44 @@ def test_racing_approvals_of_one_request_make_exactly_one_decision(first: str, s
     assert request.status == "approved"
     assert [r.action for r in decisions_of(request)] == ["approval.approved"]
     assert decisions_of(request)[0].reason == request.decision_note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_racing_an_approval_never_approves_words_the_approver_did_not_send_back() -> None:
+    business = BusinessFactory.create(slug="acme")
+    editor = member_create(business, Role.MANAGER, username="mia").user
+    approver = member_create(business, Role.MANAGER, username="max").user
+    request = draft_open(business)
+    reworded = {"body": "Hi Pat, a technician will call you."}
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(decide: Any) -> None:
+        try:
+            start.wait(timeout=30)
+            decide()
+        except ApprovalNotPending:
+            pass  # the other one was first and decided it
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # The approver sends back the payload they reviewed: if it changed meanwhile, theirs is an edit.
+    threads = [
+        threading.Thread(target=run, args=(lambda: approval_edit(request, user=editor, payload=reworded),)),
+        threading.Thread(
+            target=run, args=(lambda: approval_approve(request, user=approver, edited_payload=dict(DRAFT)),)
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    request.refresh_from_db()
+    if request.status == "approved":  # the approval came first: the edit found it decided
+        assert (request.payload, request.decided_by) == (DRAFT, approver)
+    else:  # the edit came first: the approver's reviewed text is now their own proposal, undecided
+        assert (request.status, request.payload, request.proposed_by_user) == ("pending", DRAFT, approver)
