@@ -83,17 +83,21 @@ def _pins(business: Business, lead: Lead | None, payload: dict[str, Any]) -> dic
         estimates = Estimate.objects.filter(public_id=str(payload["estimate"]))
         named.append(("estimate", "estimate", estimates, None if lead is None else Q(lead=lead)))
     if payload.get("point"):
-        points = ContactPoint.objects.filter(kind=ContactPointKind.PHONE, value=str(payload["point"]), is_valid=True)
+        # Not only valid numbers: a sender kept as typed can still ask to stop.
+        points = ContactPoint.objects.filter(kind=ContactPointKind.PHONE, value=str(payload["point"]))
         of_contact = None if lead is None else Q(contact_id=lead.contact_id)
         named.append(("contact_point", "phone number", points, of_contact))
     pins: dict[str, Any] = {}
     for field, noun, candidates, of_lead in named:
         value = payload["point" if field == "contact_point" else field]
-        record = candidates.filter(business=business).first()
+        in_business = candidates.filter(business=business)
+        if of_lead is None and in_business.count() > 1:
+            raise ApprovalInvalid(f"{value} names more than one {noun} of {business.slug}: say which lead")
+        record = (in_business.filter(of_lead) if of_lead is not None else in_business).order_by("pk").first()
+        if record is None and in_business.exists():
+            raise ApprovalInvalid(f"{value} is not a {noun} of {lead.public_id if lead else 'the lead'}")
         if record is None:
             raise ApprovalInvalid(f"{value} is not a {noun} of {business.slug}")
-        if of_lead is not None and not candidates.filter(of_lead, pk=record.pk).exists():
-            raise ApprovalInvalid(f"{value} is not a {noun} of {lead.public_id if lead else 'the lead'}")
         pins[field] = record
     return pins
 

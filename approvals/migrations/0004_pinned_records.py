@@ -11,8 +11,8 @@ UPDATE approvals_approvalrequest a SET message_id = m.id FROM crm_message m
 UPDATE approvals_approvalrequest a SET estimate_id = e.id FROM crm_estimate e
  WHERE e.public_id = a.payload->>'estimate' AND e.business_id = a.business_id;
 UPDATE approvals_approvalrequest a SET contact_point_id = p.id FROM crm_contactpoint p
- WHERE a.kind = 'opt_out_question' AND p.business_id = a.business_id AND p.kind = 'phone' AND p.is_valid
-   AND p.value = a.payload->>'point';
+ WHERE a.kind = 'opt_out_question' AND p.business_id = a.business_id AND p.kind = 'phone'
+   AND p.value = a.payload->>'point' AND p.contact_id = (SELECT l.contact_id FROM crm_lead l WHERE l.id = a.lead_id);
 """
 
 # The records a request concerns belong to its business, and neither the
