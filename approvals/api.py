@@ -61,7 +61,8 @@ class ApprovalRejectSerializer(serializers.Serializer):
 
 
 class ApprovalPayloadEditSerializer(serializers.Serializer):
-    """For the schema: what a decision may change (the services validate it per kind)."""
+    """What a decision may change in the payload; the request's kind says which fields apply.
+    Other keys of the payload may be sent back, unchanged."""
 
     body = serializers.CharField(
         required=False, max_length=DRAFT_MAX_LENGTH, help_text="message_draft, out_of_playbook: the reworded text"

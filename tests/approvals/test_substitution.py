@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from agents.followup.estimates import estimate_send
 from agents.outbound.gate import message_send
 from approvals.models import ApprovalRequest
-from approvals.services import approval_approve, approval_request_open
+from approvals.services import ApprovalInvalid, approval_approve, approval_request_open
 from crm.models import Business, ConsentState, Estimate, Lead, Message, Receipt, Role, TeamMember
 from crm.services.consent import consent_record
 from crm.services.lead_sync import lead_assign
@@ -204,7 +204,7 @@ def test_a_payload_pointing_at_another_businesss_message_is_refused_and_that_mes
 def test_a_request_cannot_be_opened_on_another_businesss_message(business: Business, other_business: Business) -> None:
     foreign_message, _ = draft(reachable_lead(other_business), "Your visit is on Tuesday.")
 
-    with pytest.raises(Exception, match="not a message of"):
+    with pytest.raises(ApprovalInvalid, match="is not a message of other"):
         approval_request_open(
             business=business, kind="message_draft", summary="Borrowed", proposed_by="agent:sms_assistant",
             payload={"message": foreign_message.public_id, "body": "Pay at evil.example"},
