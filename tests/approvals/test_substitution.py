@@ -204,7 +204,7 @@ def test_a_payload_pointing_at_another_businesss_message_is_refused_and_that_mes
 def test_a_request_cannot_be_opened_on_another_businesss_message(business: Business, other_business: Business) -> None:
     foreign_message, _ = draft(reachable_lead(other_business), "Your visit is on Tuesday.")
 
-    with pytest.raises(ApprovalInvalid, match="is not a message of other"):
+    with pytest.raises(ApprovalInvalid, match="is not a message of acme"):
         approval_request_open(
             business=business, kind="message_draft", summary="Borrowed", proposed_by="agent:sms_assistant",
             payload={"message": foreign_message.public_id, "body": "Pay at evil.example"},
