@@ -259,7 +259,8 @@ def _edit(current: ApprovalRequest, edited: dict[str, Any], *, user: Any, note: 
         "payload": edited,
         "proposed_by": editor,
         "proposed_by_user": user,
-        "summary": f"Edited by {editor}{checked} — {current.summary}"[:300],
+        # The queue shows the words now proposed, not the ones replaced.
+        "summary": f"Edited by {editor}{checked} — {str(edited.get('body') or '') or current.summary}"[:300],
     }
     if current.original_payload is None:
         changes["original_payload"] = current.payload

@@ -223,7 +223,7 @@ def test_a_reworded_draft_from_the_page_is_the_editors_proposal_for_another_to_a
     [receipt] = Receipt.objects.filter(subject=request.public_id, action="approval.edited")
     assert (receipt.actor, receipt.reason) == ("mia", "no guarantee by text")
     assert receipt.before["payload"] == DRAFT and receipt.after["payload"]["body"] == edited
-    assert request.summary == "Edited by mia — Check this message_draft"
+    assert request.summary == f"Edited by mia — {edited}"
     saved = f"Your edit of {request.public_id} is saved as your proposal, with a receipt: "
     assert ("warning", saved + "another manager or owner approves it.") in texts(response)
     assert response.redirect_chain[-1][0] == change_url(request)
