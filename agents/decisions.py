@@ -3,6 +3,9 @@ startup (approvals cannot import the roles that wait on it).
 
 - message_draft: approved → the (possibly edited) text goes through the gate
   again, now approved; rejected → the message is blocked as `rejected`.
+  Before an approval or an edit, the pinned message must still be waiting
+  (`pending_approval`), else the decision is a conflict and nothing changes;
+  an edited body is re-read by the claims guard for the next person.
 - opt_out_question: approved → the revocation is recorded in the ledger;
   rejected → automation resumes for the person.
 - complaint: approved → the hold stays; rejected → the hold is released and
@@ -14,26 +17,56 @@ from __future__ import annotations
 from typing import Any
 
 from agents.outbound.gate import message_gate
+from agents.playbook.claims_guard import claims_scan
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
-from crm.models import Contact, ContactPoint, Message
+from approvals.services import ApprovalConflict
+from crm.models import Contact, Message
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 
 
-def _message(payload: dict[str, Any]) -> Message | None:
-    # A draft proposed without a message row (nothing waits on it) resumes nothing.
-    message_id = payload.get("message")
+def _message(request: ApprovalRequest) -> Message | None:
+    """The pinned message, locked, looked up within the request's business.
+
+    A draft proposed without a message row (nothing waits on it) resumes nothing.
+    """
+    if request.message_id is None:
+        return None
     return (
-        Message.objects.select_related("business", "lead").filter(public_id=message_id).first() if message_id else None
+        Message.objects.select_for_update(of=("self",))
+        .select_related("business", "lead")
+        .filter(pk=request.message_id, business_id=request.business_id)
+        .first()
     )
 
 
+def draft_check(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    """Only a draft still waiting for a person may be approved or reworded."""
+    message = _message(request)
+    if message is not None and message.status != Message.Status.PENDING_APPROVAL:
+        raise ApprovalConflict(
+            f"{message.public_id} is {message.status}, no longer waiting for approval: "
+            f"nothing in {request.public_id} can be approved or edited now; reject it to clear it"
+        )
+
+
+def draft_recheck(request: ApprovalRequest, payload: dict[str, Any]) -> list[str]:
+    """The claims guard on the reworded text: what the next person approves."""
+    findings = claims_scan(str(payload.get("body", "")))
+    if not findings:
+        return ["the claims guard finds no promise"]
+    return ["claims: " + ", ".join(f"{finding.kind} “{finding.excerpt}”" for finding in findings)]
+
+
 def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-    message = _message(payload)
+    message = _message(request)
     if message is None:
         return
+    # The check ran under this transaction's lock; kept here so no caller
+    # that skips it can rewrite a text that already went out.
+    draft_check(request, payload)
     body = str(payload.get("body") or message.body)
     if body != message.body:
         Message.objects.filter(pk=message.pk).update(body=body)
@@ -41,7 +74,7 @@ def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
 
 
 def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-    message = _message(payload)
+    message = _message(request)
     if message is None:
         return
     updated = Message.objects.filter(pk=message.pk, status=Message.Status.PENDING_APPROVAL).update(
@@ -56,9 +89,7 @@ def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
 
 
 def opt_out_confirmed(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-    point = ContactPoint.objects.filter(
-        business_id=request.business_id, kind="phone", value=payload.get("point", "")
-    ).first()
+    point = request.contact_point  # pinned within the request's business when it was proposed
     if point is not None:
         consent_record(
             contact_point=point, channel="sms", granted=False, basis="free_text_confirmed", actor=_decider(request),
@@ -95,6 +126,13 @@ def _decider(request: ApprovalRequest) -> str:
 
 
 def register() -> None:
-    approval_handler_register("message_draft", on_approved=draft_approved, on_rejected=draft_rejected)
+    approval_handler_register(
+        "message_draft",
+        on_approved=draft_approved,
+        on_rejected=draft_rejected,
+        check=draft_check,
+        recheck=draft_recheck,
+    )
+    approval_handler_register("out_of_playbook", check=draft_check, recheck=draft_recheck)
     approval_handler_register("opt_out_question", on_approved=opt_out_confirmed, on_rejected=opt_out_denied)
     approval_handler_register("complaint", on_rejected=complaint_dismissed)

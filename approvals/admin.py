@@ -3,6 +3,8 @@
 Scoped like every list (`crm.selectors.scoped`); records are never edited by
 hand: the bulk actions and the decision form on the change page call
 `approvals.services`, which decides who may decide and writes the receipt.
+A reworded draft is the editor's proposal: the form saves it and another
+person approves it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
+from approvals.kinds import approval_editable_fields
 from approvals.models import ApprovalRequest
-from approvals.services import ApprovalError, approval_approve, approval_reject
+from approvals.services import ApprovalError, approval_approve, approval_edit, approval_reject
 from crm.admin import ScopedAdmin, admin_bulk
 
 
@@ -52,41 +55,44 @@ class AgeFilter(admin.SimpleListFilter):
         return queryset.filter(created_at__gt=now - at_most) if at_most is not None else queryset
 
 
-# Kinds whose payload["body"] is words we would send, which a person may
-# reword before approving; elsewhere a body is what the contact wrote.
-DRAFT_KINDS = frozenset({ApprovalRequest.Kind.MESSAGE_DRAFT, ApprovalRequest.Kind.OUT_OF_PLAYBOOK})
-
-
 class DecisionForm(forms.Form):
-    """Edit-then-approve: the draft text (when the request has one) and a note."""
+    """Approve, reject, or reword the draft (when the kind lets a decision edit
+    its `body`; elsewhere a body is what the contact wrote) for another person."""
 
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 6, "cols": 80}), required=False, label="Draft")
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}), required=False)
-    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("edit", "Propose this edit"), ("reject", "Reject")])
 
     def __init__(self, *args: Any, approval: ApprovalRequest, **kwargs: Any) -> None:
         self.approval = approval
         super().__init__(*args, **kwargs)
-        if approval.kind not in DRAFT_KINDS or not isinstance(approval.payload.get("body"), str):
+        editable = "body" in approval_editable_fields(approval.kind)
+        if not editable or not isinstance(approval.payload.get("body"), str):
             del self.fields["body"]
         else:
             self.fields["body"].initial = approval.payload["body"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if "body" in self.fields and data.get("decision") == "approve" and not data.get("body"):
+        if "body" in self.fields and data.get("decision") in ("approve", "edit") and not data.get("body"):
             raise forms.ValidationError("The draft cannot be empty: reject it instead.")
+        if data.get("decision") == "edit" and self._edit_of(data) is None:
+            raise forms.ValidationError("Nothing was edited: approve or reject the request as proposed.")
         return data
 
-    def edited_payload(self) -> dict[str, Any] | None:
-        """The payload with the edited draft, or None when the draft is unchanged."""
+    def _edit_of(self, data: dict[str, Any]) -> dict[str, Any] | None:
         if "body" not in self.fields:
             return None
-        # Browsers send a textarea's line breaks as CRLF.
-        body = self.cleaned_data["body"].replace("\r\n", "\n")
-        if body == self.approval.payload["body"].strip():
+        body = str(data.get("body", "")).replace("\r\n", "\n")
+        if body.strip() == self.approval.payload["body"].strip():
             return None
-        return {**self.approval.payload, "body": body}
+        return {"body": body}
+
+    def edited_payload(self) -> dict[str, Any] | None:
+        """The edited draft (`{"body": …}`), or None when the draft is unchanged.
+
+        Browsers send a textarea's line breaks as CRLF; the form strips the ends."""
+        return self._edit_of(self.cleaned_data)
 
 
 def _decide_selected(decision: str) -> Callable[..., None]:
@@ -124,7 +130,7 @@ class ApprovalRequestAdmin(ScopedAdmin):
     actions = [_decide_selected("approve"), _decide_selected("reject")]
     change_form_template = "admin/approvals/approvalrequest/change_form.html"
     fields = (
-        "public_id", "business", "lead", "kind", "status", "summary", "payload_text", "original_payload_text",
+        "public_id", "business", "lead", "message", "estimate", "contact_point", "kind", "status", "summary", "payload_text", "original_payload_text",
         "proposed_by", "proposed_by_user", "decided_by", "decided_at", "decision_note", "expires_at", "created_at",
     )  # fmt: skip
     readonly_fields = fields
@@ -188,16 +194,27 @@ class ApprovalRequestAdmin(ScopedAdmin):
         if not form.is_valid():
             self.message_user(request, f"Not decided: {form.errors.as_text()}", messages.ERROR)
             return back
-        note = form.cleaned_data["note"]
+        note, decision, edited = form.cleaned_data["note"], form.cleaned_data["decision"], form.edited_payload()
         try:
-            if form.cleaned_data["decision"] == "approve":
-                approval_approve(approval, user=request.user, note=note, edited_payload=form.edited_payload())
-            else:
+            if decision == "reject":
                 approval_reject(approval, user=request.user, note=note)
+            elif decision == "edit" and edited is not None:
+                approval_edit(approval, user=request.user, payload=edited, note=note)
+            else:
+                # A reworded draft sent with "Approve" is a proposal all the same.
+                approval_approve(approval, user=request.user, note=note, edited_payload=edited)
         except ApprovalError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return back
-        self.message_user(
-            request, f"{approval.status.capitalize()} {approval.public_id}, with a receipt.", messages.SUCCESS
-        )
+        if approval.status == ApprovalRequest.Status.PENDING:
+            self.message_user(
+                request,
+                f"Your edit of {approval.public_id} is saved as your proposal, with a receipt: "
+                "another manager or owner approves it.",
+                messages.WARNING,
+            )
+        else:
+            self.message_user(
+                request, f"{approval.status.capitalize()} {approval.public_id}, with a receipt.", messages.SUCCESS
+            )
         return back

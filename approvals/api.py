@@ -2,7 +2,10 @@
 
 Reads follow `crm.selectors.scoped` (a setter sees the requests on their own
 leads; another business's requests are a 404). Deciding is the services' rule:
-a setter or the proposer gets 403, a request no longer pending 409.
+a setter or the proposer gets 403, a payload key the kind does not let a
+decision change 400, a request no longer pending (or whose draft already left
+the queue) 409. Approving with an edited payload is a new proposal by the
+editor: 202, the request still pending, for another person to approve.
 """
 
 from __future__ import annotations
@@ -10,17 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from approvals.kinds import DRAFT_MAX_LENGTH
 from approvals.models import ApprovalRequest
 from approvals.services import (
+    ApprovalConflict,
     ApprovalError,
     ApprovalForbidden,
-    ApprovalNotPending,
+    ApprovalInvalid,
     approval_approve,
     approval_reject,
 )
@@ -34,7 +39,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
     payload = serializers.JSONField(read_only=True, help_text="What approval does: the draft, the merge…")
     original_payload = serializers.JSONField(
-        read_only=True, allow_null=True, help_text="The proposer's payload when a person edited it before approving"
+        read_only=True, allow_null=True, help_text="The first proposer's payload, once a person edited it"
     )
 
     class Meta:
@@ -55,15 +60,37 @@ class ApprovalRejectSerializer(serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", help_text="Why, for the receipt")
 
 
+class ApprovalPayloadEditSerializer(serializers.Serializer):
+    """What a decision may change in the payload; the request's kind says which fields apply.
+    Other keys of the payload may be sent back, unchanged."""
+
+    body = serializers.CharField(
+        required=False, max_length=DRAFT_MAX_LENGTH, help_text="message_draft, out_of_playbook: the reworded text"
+    )
+
+
+@extend_schema_field(ApprovalPayloadEditSerializer)
+class ApprovalPayloadEditField(serializers.DictField):
+    pass
+
+
 class ApprovalApproveSerializer(ApprovalRejectSerializer):
-    payload = serializers.DictField(
+    payload = ApprovalPayloadEditField(
         required=False,
-        help_text="Edit-then-approve: the payload to approve instead of the proposed one (e.g. a reworded `body`)",
+        help_text=(
+            "An edit: only the fields the request's kind allows (a draft's `body`; nothing for the other kinds). "
+            "Other payload keys may be sent back only unchanged; a pinned record (`message`, `estimate`, "
+            "`point`) never changes. A changed payload is not approved: it becomes the caller's proposal "
+            "(202, still pending) for another person to approve."
+        ),
     )
 
 
 _ERRORS = {401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 _DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer}
+_EDITED = OpenApiResponse(
+    ApprovalSerializer, description="The edit is saved as the caller's proposal; the request waits for another person"
+)
 
 
 @extend_schema_view(
@@ -89,9 +116,9 @@ class ApprovalViewSet(ReadViewSet[ApprovalRequest]):
         return queryset.filter(**filters).order_by("-created_at", "-pk")
 
     @extend_schema(
-        summary="Approve a pending request, optionally with an edited payload",
+        summary="Approve a pending request as proposed, or propose an edit of it (202)",
         request=ApprovalApproveSerializer,
-        responses={200: ApprovalSerializer, **_DECISION_ERRORS},
+        responses={200: ApprovalSerializer, 202: _EDITED, **_DECISION_ERRORS},
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, id: str | None = None) -> Response:
@@ -124,13 +151,17 @@ class ApprovalViewSet(ReadViewSet[ApprovalRequest]):
         try:
             decided = decide()
         except ApprovalForbidden as exc:
-            return _error(status.HTTP_403_FORBIDDEN, "forbidden", exc)
-        except ApprovalNotPending as exc:
-            return _error(status.HTTP_409_CONFLICT, "conflict", exc)
+            return _error(status.HTTP_403_FORBIDDEN, "forbidden", str(exc))
+        except ApprovalConflict as exc:
+            return _error(status.HTTP_409_CONFLICT, "conflict", str(exc))
+        except ApprovalInvalid as exc:
+            return _error(status.HTTP_400_BAD_REQUEST, "bad_request", exc.detail)
         except ApprovalError as exc:
-            return _error(status.HTTP_400_BAD_REQUEST, "bad_request", exc)
-        return Response(ApprovalSerializer(decided).data)
+            return _error(status.HTTP_400_BAD_REQUEST, "bad_request", str(exc))
+        # Still pending after "approve": the caller edited it, so it is their proposal now.
+        code = status.HTTP_202_ACCEPTED if decided.status == ApprovalRequest.Status.PENDING else status.HTTP_200_OK
+        return Response(ApprovalSerializer(decided).data, status=code)
 
 
-def _error(code: int, error: str, exc: Exception) -> Response:
-    return Response({"error": error, "detail": str(exc)}, status=code)
+def _error(code: int, error: str, detail: Any) -> Response:
+    return Response({"error": error, "detail": detail}, status=code)

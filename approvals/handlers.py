@@ -10,12 +10,25 @@ rejected, e.g. the send gate sends an approved message draft:
 A handler is called as `handler(request, payload)` inside the decision's
 transaction, after the request row is updated and its receipt written:
 `request` is the decided ApprovalRequest (status, decided_by, decision_note
-set) and `payload` is what was approved (the edited payload after an
-edit-then-approve, else the proposer's). An exception in a handler rolls the
-whole decision back. `on_expired` runs when a request's deadline passes
-with no decision (`approvals_expire`); it is separate from `on_rejected` on
-purpose: nobody decided, so an unanswered opt-out question or complaint must
-not be treated as dismissed. Without it an expiry resumes nothing.
+set; the records it concerns pinned on it: `request.message`,
+`request.estimate`, `request.contact_point`, `request.lead`) and `payload` is
+what was approved. A handler acts on the pinned records only, never on an id
+read from the payload. An exception in a handler rolls the whole decision
+back. `on_expired` runs when a request's deadline passes with no decision
+(`approvals_expire`); it is separate from `on_rejected` on purpose: nobody
+decided, so an unanswered opt-out question or complaint must not be treated
+as dismissed. Without it an expiry resumes nothing.
+
+Two hooks run before anything is written:
+
+- `check(request, payload)` before an approval or an edit: raise
+  `approvals.services.ApprovalConflict` when what the request concerns has
+  moved on (a draft that already left the queue), and nothing changes.
+- `recheck(request, payload)` on an edit: re-runs the proposing role's own
+  checks on the edited payload (the claims guard on a reworded draft) and
+  returns what the next person should look at, as short lines for the
+  summary and the receipt; raise `ApprovalInvalid` to refuse the edit.
+
 A kind with no handler has nothing waiting on it: the decision stands alone.
 """
 
@@ -30,6 +43,7 @@ if TYPE_CHECKING:
     from approvals.models import ApprovalRequest
 
 ApprovalHandler = Callable[["ApprovalRequest", dict[str, Any]], None]
+ApprovalRecheck = Callable[["ApprovalRequest", dict[str, Any]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,8 @@ class ApprovalHandlers:
     on_approved: ApprovalHandler | None = None
     on_rejected: ApprovalHandler | None = None
     on_expired: ApprovalHandler | None = None
+    check: ApprovalHandler | None = None
+    recheck: ApprovalRecheck | None = None
 
 
 _HANDLERS: dict[str, ApprovalHandlers] = {}
@@ -48,13 +64,17 @@ def approval_handler_register(
     on_approved: ApprovalHandler | None = None,
     on_rejected: ApprovalHandler | None = None,
     on_expired: ApprovalHandler | None = None,
+    check: ApprovalHandler | None = None,
+    recheck: ApprovalRecheck | None = None,
 ) -> None:
     """Say what a decision on a request of `kind` resumes; replaces an earlier registration."""
     from approvals.models import ApprovalRequest
 
     if kind not in ApprovalRequest.Kind.values:
         raise ValueError(f"unknown approval kind {kind!r}")
-    _HANDLERS[kind] = ApprovalHandlers(on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired)
+    _HANDLERS[kind] = ApprovalHandlers(
+        on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired, check=check, recheck=recheck
+    )
 
 
 def approval_handler_unregister(kind: str) -> None:

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from crm.ids import PublicIdField
-from crm.models import Business, Lead
+from crm.models import Business, ContactPoint, Estimate, Lead, Message
 
 APPROVAL_KINDS = [
     "message_draft", "opt_out_question", "complaint", "merge_contacts",
@@ -17,7 +17,14 @@ class ApprovalRequest(models.Model):
 
     The proposer is either a person (`proposed_by_user`) or an automated role
     (`proposed_by`, e.g. "agent:sms_assistant"); the database refuses a
-    decision by the same person who proposed.
+    decision by the same person who proposed. Whoever edits the payload
+    becomes its proposer, so the same refusal covers the editor.
+
+    The records a request concerns are pinned when it is proposed (`lead`,
+    `message`, `estimate`, `contact_point`, read from the proposer's payload)
+    and a decision acts on those alone. A trigger (approvals migration 0004)
+    refuses a pinned record of another business and any later change of the
+    business or of a pin.
     """
 
     class Kind(models.TextChoices):
@@ -38,14 +45,38 @@ class ApprovalRequest(models.Model):
     public_id = PublicIdField(prefix="apr")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="approvals")
+    message = models.ForeignKey(
+        Message,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The draft to send (message_draft) or the text a person wrote (opt_out_question, complaint)",
+    )
+    estimate = models.ForeignKey(
+        Estimate,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The estimate waiting to be sent (high_value_estimate)",
+    )
+    contact_point = models.ForeignKey(
+        ContactPoint,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The number whose consent the decision changes (opt_out_question)",
+    )
     kind = models.CharField(max_length=32, choices=Kind.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     summary = models.CharField(max_length=300)
     # What would happen on approval: the draft text, the merge, the estimate…
-    # After an edit-then-approve it is what the person approved.
+    # After an edit it is the editor's proposal, which another person decides.
     payload = models.JSONField(default=dict, blank=True)
-    # The proposer's payload, kept when a person edited it before approving
-    # (null when approved as proposed), so both stay on record.
+    # The first proposer's payload, kept once a person edited it (null while
+    # unedited), so both stay on record.
     original_payload = models.JSONField(null=True, blank=True)
     proposed_by = models.CharField(max_length=150)
     proposed_by_user = models.ForeignKey(

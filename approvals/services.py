@@ -1,11 +1,17 @@
-"""The Human Gatekeeper's write path: open a request, decide it, expire it.
+"""The Human Gatekeeper's write path: open a request, edit, decide, expire it.
 
 A decision is one transaction: lock the request row, refuse unless the user
-may decide it (a manager or owner of its business, or an operator) and did
+may decide it (`approval.decide` in its business, `crm.permissions`) and did
 not propose it, compare-and-set from pending, write the receipt, then call the
 handler the proposing app registered for the kind (`approvals.handlers`), so
 the waiting step resumes or is cancelled together with the decision or not at
 all. The database refuses a self-approval too (approvals migration 0001).
+
+A request pins the records it concerns when it is opened (read from the
+proposer's payload, within its business); a decision may change only the
+payload fields its kind allows (`approvals.kinds`), never a pin. An edit is
+a new proposal: the request stays pending with the editor as its proposer,
+so the editor can no longer approve it and another person decides.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals.handlers import approval_handlers_for
+from approvals.kinds import PINNED_KEYS, approval_edit_serializer
 from approvals.models import ApprovalRequest
-from crm.models import Business, Lead
-from crm.selectors import scope_for
+from crm.models import Business, ContactPoint, ContactPointKind, Estimate, Lead, Message
+from crm.permissions import can
 from crm.services.receipts import receipt_write
 
 log = logging.getLogger(__name__)
@@ -28,7 +36,8 @@ log = logging.getLogger(__name__)
 PENDING = ApprovalRequest.Status.PENDING
 # Who expires a request: the clock, acting as the gatekeeper role.
 EXPIRY_ACTOR = "agent:human_gatekeeper"
-_FK_FIELDS = ["business", "lead", "proposed_by_user", "decided_by"]
+_FK_FIELDS = ["business", "lead", "message", "estimate", "contact_point", "proposed_by_user", "decided_by"]
+_ABSENT = object()
 
 
 class ApprovalError(Exception):
@@ -40,11 +49,57 @@ class ApprovalForbidden(ApprovalError):
 
 
 class SelfApproval(ApprovalForbidden):
-    """The user proposed the request (invariant 9: nobody approves their own proposal)."""
+    """The user proposed the request, or edited it (nobody approves their own proposal)."""
 
 
-class ApprovalNotPending(ApprovalError):
+class ApprovalInvalid(ApprovalError):
+    """The payload is not one this request may be decided with (a 400).
+
+    `detail` holds per-field messages when there are some."""
+
+    def __init__(self, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
+
+
+class ApprovalConflict(ApprovalError):
+    """The request, or a record it concerns, is no longer in the state the decision needs (a 409)."""
+
+
+class ApprovalNotPending(ApprovalConflict):
     """The request was already decided or has expired (a double click, or someone else was first)."""
+
+
+def _pins(business: Business, lead: Lead | None, payload: dict[str, Any]) -> dict[str, Any]:
+    """The records the payload names, each looked up within `business` (and
+    `lead`, when there is one); a record found nowhere there is refused."""
+    if lead is not None and lead.business_id != business.pk:
+        raise ApprovalInvalid(f"{lead.public_id} is not a lead of {business.slug}")
+    named: list[tuple[str, str, QuerySet[Any], Q | None]] = []
+    if payload.get("message"):
+        messages = Message.objects.filter(public_id=str(payload["message"]))
+        named.append(("message", "message", messages, None if lead is None else Q(lead__isnull=True) | Q(lead=lead)))
+    if payload.get("estimate"):
+        estimates = Estimate.objects.filter(public_id=str(payload["estimate"]))
+        named.append(("estimate", "estimate", estimates, None if lead is None else Q(lead=lead)))
+    if payload.get("point"):
+        # Not only valid numbers: a sender kept as typed can still ask to stop.
+        points = ContactPoint.objects.filter(kind=ContactPointKind.PHONE, value=str(payload["point"]))
+        of_contact = None if lead is None else Q(contact_id=lead.contact_id)
+        named.append(("contact_point", "phone number", points, of_contact))
+    pins: dict[str, Any] = {}
+    for field, noun, candidates, of_lead in named:
+        value = payload["point" if field == "contact_point" else field]
+        in_business = candidates.filter(business=business)
+        if of_lead is None and in_business.count() > 1:
+            raise ApprovalInvalid(f"{value} names more than one {noun} of {business.slug}: say which lead")
+        record = (in_business.filter(of_lead) if of_lead is not None else in_business).order_by("pk").first()
+        if record is None and in_business.exists():
+            raise ApprovalInvalid(f"{value} is not a {noun} of {lead.public_id if lead else 'the lead'}")
+        if record is None:
+            raise ApprovalInvalid(f"{value} is not a {noun} of {business.slug}")
+        pins[field] = record
+    return pins
 
 
 @transaction.atomic
@@ -64,16 +119,21 @@ def approval_request_open(
     `proposed_by` names the proposer: an automated role (`agent:<role>`) or,
     for a person's proposal, their username, with the user as
     `proposed_by_user` so that the database, too, refuses their decision.
+    The records the payload names (`message`, `estimate`, `point`) are pinned
+    on the request; one that is not of `business` (or of `lead`) is refused
+    with ApprovalInvalid, and nothing is written.
     """
+    payload = payload or {}
     request = ApprovalRequest(
         business=business,
         lead=lead,
         kind=kind,
         summary=summary[:300],
-        payload=payload or {},
+        payload=payload,
         proposed_by=proposed_by,
         proposed_by_user=proposed_by_user,
         expires_at=expires_at,
+        **_pins(business, lead, payload),
     )
     request.full_clean(exclude=_FK_FIELDS, validate_unique=False, validate_constraints=False)
     request.save(force_insert=True)
@@ -84,19 +144,18 @@ def approval_request_open(
         actor=proposed_by,
         action="approval.requested",
         reason=summary,
-        after={"kind": kind, "payload": payload or {}},
+        after={"kind": kind, "payload": payload},
     )
     return request
 
 
 def approval_may_decide(request: ApprovalRequest, user: Any) -> bool:
-    """Managers and owners of the request's business decide; setters do not."""
-    scope = scope_for(user)
-    return scope.everything or request.business_id in scope.full_business_ids
+    """Who holds `approval.decide` in the request's business (its managers and owners, operators)."""
+    return can(user, "approval.decide", request.business_id)
 
 
 def approval_is_proposer(request: ApprovalRequest, user: Any) -> bool:
-    """Did `user` propose `request`, as the recorded user or by name?
+    """Did `user` propose `request` (or edit it last), as the recorded user or by name?
 
     A proposal recorded only by name (`sam`, or a role acting for a person,
     `copilot:sam`) counts as the named user's own.
@@ -113,13 +172,29 @@ def _refuse_unless_may_decide(request: ApprovalRequest, user: Any) -> None:
         raise ApprovalForbidden(
             f"{user.get_username()} may not decide {request.public_id}: only the business's managers and owners may"
         )
+
+
+def _refuse_the_proposer(request: ApprovalRequest, user: Any) -> None:
     if approval_is_proposer(request, user):
         raise SelfApproval(f"{user.get_username()} proposed {request.public_id} and may not decide it")
 
 
+def _refuse_unless_pending(request: ApprovalRequest, now: datetime) -> None:
+    if request.status != PENDING:
+        decided_by = request.decided_by.get_username() if request.decided_by else None
+        who = f" by {decided_by}" if decided_by else ""
+        raise ApprovalNotPending(f"{request.public_id} is already {request.status}{who}")
+    if request.expires_at is not None and request.expires_at <= now:
+        raise ApprovalNotPending(f"{request.public_id} expired at {request.expires_at.isoformat()}")
+
+
 def _locked(request: ApprovalRequest) -> ApprovalRequest:
     # `of=("self",)`: PostgreSQL cannot lock the nullable side of the lead join.
-    return ApprovalRequest.objects.select_for_update(of=("self",)).select_related("business", "lead").get(pk=request.pk)
+    return (
+        ApprovalRequest.objects.select_for_update(of=("self",))
+        .select_related("business", "lead", "decided_by")
+        .get(pk=request.pk)
+    )
 
 
 def _set_from_pending(request: ApprovalRequest, changes: dict[str, Any]) -> None:
@@ -134,32 +209,83 @@ def _set_from_pending(request: ApprovalRequest, changes: dict[str, Any]) -> None
         raise ApprovalNotPending(f"{request.public_id} is no longer pending")
 
 
-def _decide(
-    request: ApprovalRequest,
-    *,
-    user: Any,
-    status: str,
-    note: str,
-    edited_payload: dict[str, Any] | None = None,
-) -> ApprovalRequest:
-    # The row lock makes a second decider (a double click, a colleague) wait
-    # here until the first commits, then read the decided status and refuse.
-    current = _locked(request)
-    _refuse_unless_may_decide(current, user)
-    now = timezone.now()
-    if current.status != PENDING:
-        decided_by = current.decided_by.get_username() if current.decided_by else None
-        who = f" by {decided_by}" if decided_by else ""
-        raise ApprovalNotPending(f"{current.public_id} is already {current.status}{who}")
-    if current.expires_at is not None and current.expires_at <= now:
-        raise ApprovalNotPending(f"{current.public_id} expired at {current.expires_at.isoformat()}")
+def approval_payload_edited(request: ApprovalRequest, edits: Any) -> dict[str, Any] | None:
+    """The payload with `edits` applied, validated by the kind's serializer;
+    None when nothing changes. Raises ApprovalInvalid for a key the kind does
+    not let a decision change (a pinned record above all)."""
+    if not isinstance(edits, dict):
+        raise ApprovalInvalid("an edited payload must be a JSON object", {"payload": ["must be a JSON object"]})
+    serializer_class = approval_edit_serializer(request.kind)
+    editable = frozenset(serializer_class().fields)
+    refused: dict[str, list[str]] = {}
+    for key, value in edits.items():
+        if key in editable or request.payload.get(key, _ABSENT) == value:
+            continue  # an editable field, or a fixed one sent back unchanged
+        if key in PINNED_KEYS:
+            pinned = request.payload.get(key)
+            refused[key] = [
+                f"pinned to {pinned!r} when {request.public_id} was proposed: a decision cannot point it elsewhere"
+                if pinned
+                else f"{request.public_id} concerns no {key}: a decision cannot add one"
+            ]
+        elif editable:
+            refused[key] = [f"not editable on a {request.kind} request (editable: {', '.join(sorted(editable))})"]
+        else:
+            refused[key] = [f"{request.kind} requests have no editable payload field: say why in `note`"]
+    if refused:
+        raise ApprovalInvalid(_flat(refused), {"payload": refused})
+    fields = serializer_class(data={key: value for key, value in edits.items() if key in editable}, partial=True)
+    if not fields.is_valid():
+        errors = {key: [str(e) for e in value] for key, value in fields.errors.items()}
+        raise ApprovalInvalid(_flat(errors), {"payload": errors})
+    edited = {**request.payload, **fields.validated_data}
+    return None if edited == request.payload else edited
 
-    before: dict[str, Any] = {"status": current.status}
-    after: dict[str, Any] = {"status": status}
+
+def _flat(errors: dict[str, list[str]]) -> str:
+    return "; ".join(f"payload.{key}: {' '.join(messages)}" for key, messages in errors.items())
+
+
+def _edit(current: ApprovalRequest, edited: dict[str, Any], *, user: Any, note: str) -> ApprovalRequest:
+    """Save `edited` as `user`'s proposal; the request stays pending for another person."""
+    handlers = approval_handlers_for(current.kind)
+    if handlers is not None and handlers.check is not None:
+        handlers.check(current, edited)
+    findings = handlers.recheck(current, edited) if handlers is not None and handlers.recheck is not None else []
+    editor = user.get_username()
+    before = {"proposed_by": current.proposed_by, "payload": current.payload}
+    checked = f"; {'; '.join(findings)}" if findings else ""
+    changes: dict[str, Any] = {
+        "payload": edited,
+        "proposed_by": editor,
+        "proposed_by_user": user,
+        # The queue shows the words now proposed, not the ones replaced.
+        "summary": f"Edited by {editor}{checked} — {str(edited.get('body') or '') or current.summary}"[:300],
+    }
+    if current.original_payload is None:
+        changes["original_payload"] = current.payload
+    _set_from_pending(current, changes)
+    receipt_write(
+        business=current.business,
+        lead=current.lead,
+        subject=current.public_id,
+        actor=editor,
+        action="approval.edited",
+        reason=note or "edited: a new proposal for another person to decide",
+        before=before,
+        after={"proposed_by": editor, "payload": edited, "findings": findings},
+    )
+    return current
+
+
+def _decide(request: ApprovalRequest, *, user: Any, status: str, note: str) -> ApprovalRequest:
+    current = request
+    now = timezone.now()
     changes: dict[str, Any] = {"status": status, "decided_by": user, "decided_at": now, "decision_note": note}
-    if edited_payload is not None and edited_payload != current.payload:
-        before["payload"], after["payload"] = current.payload, edited_payload
-        changes["original_payload"], changes["payload"] = current.payload, edited_payload
+    handlers = approval_handlers_for(current.kind)
+    approving = status == ApprovalRequest.Status.APPROVED
+    if approving and handlers is not None and handlers.check is not None:
+        handlers.check(current, current.payload)
     _set_from_pending(current, changes)
     receipt_write(
         business=current.business,
@@ -168,15 +294,13 @@ def _decide(
         actor=user.get_username(),
         action=f"approval.{status}",
         reason=note,
-        before=before,
-        after=after,
+        before={"status": PENDING},
+        after={"status": status},
     )
-    handlers = approval_handlers_for(current.kind)
     if handlers is not None:
-        handler = handlers.on_approved if status == ApprovalRequest.Status.APPROVED else handlers.on_rejected
+        handler = handlers.on_approved if approving else handlers.on_rejected
         if handler is not None:
             handler(current, current.payload)
-    request.refresh_from_db()
     return current
 
 
@@ -184,25 +308,72 @@ def _decide(
 def approval_approve(
     request: ApprovalRequest, *, user: Any, note: str = "", edited_payload: dict[str, Any] | None = None
 ) -> ApprovalRequest:
-    """Approve a pending request as `user`, optionally editing its payload first.
+    """Approve a pending request as `user`; with an edited payload, propose the edit instead.
 
-    Owns one transaction: the row lock, the compare-and-set from pending, the
-    receipt (`approval.approved`, with the original and edited payloads when
-    edited) and the kind's `on_approved` handler, called with the approved
-    payload. Raises ApprovalForbidden (not a manager or owner of the
-    business), SelfApproval (the user proposed it) or ApprovalNotPending
-    (decided already, or expired); then nothing is written.
+    Owns one transaction: the row lock (a second decider waits here, then
+    reads the decided status and is refused), the checks, the compare-and-set
+    from pending, the receipt (`approval.approved`) and the kind's
+    `on_approved` handler, called with the approved payload.
+
+    An `edited_payload` that changes what the kind allows is not approved:
+    `user` wrote it, so it becomes their proposal (`approval_edit`) and the
+    request, returned still pending, waits for another person. Raises
+    ApprovalForbidden (no `approval.decide` in the business), SelfApproval
+    (the user proposed or last edited it), ApprovalInvalid (a payload key
+    the kind does not allow, or a pinned record swapped), ApprovalConflict
+    (decided already, expired, or the record it concerns moved on — the
+    kind's `check`); then nothing is written.
     """
-    if edited_payload is not None and not isinstance(edited_payload, dict):
-        raise ApprovalError("an edited payload must be a JSON object")
-    return _decide(request, user=user, status=ApprovalRequest.Status.APPROVED, note=note, edited_payload=edited_payload)
+    current = _locked(request)
+    _refuse_unless_may_decide(current, user)
+    _refuse_unless_pending(current, timezone.now())
+    edited = approval_payload_edited(current, edited_payload) if edited_payload is not None else None
+    if edited is not None:
+        decided = _edit(current, edited, user=user, note=note)
+    else:
+        _refuse_the_proposer(current, user)
+        decided = _decide(current, user=user, status=ApprovalRequest.Status.APPROVED, note=note)
+    request.refresh_from_db()
+    return decided
+
+
+@transaction.atomic
+def approval_edit(request: ApprovalRequest, *, user: Any, payload: dict[str, Any], note: str = "") -> ApprovalRequest:
+    """Propose an edited payload for a pending request, as `user`.
+
+    Only the fields the kind allows (`approvals.kinds`) may change; the kind's
+    `check` and `recheck` run first (a draft that left the queue is a
+    conflict; the claims guard reads the new text). The request stays pending
+    with `user` as its proposer (`proposed_by`, `proposed_by_user`), so the
+    service and the database refuse their approval; the first proposer's
+    payload is kept in `original_payload`; an `approval.edited` receipt
+    records both. A proposer may revise their own proposal. Refuses as
+    `approval_approve`, and an edit that changes nothing (ApprovalInvalid).
+    """
+    current = _locked(request)
+    _refuse_unless_may_decide(current, user)
+    _refuse_unless_pending(current, timezone.now())
+    edited = approval_payload_edited(current, payload)
+    if edited is None:
+        raise ApprovalInvalid("the edit changes nothing: approve the request as proposed instead")
+    decided = _edit(current, edited, user=user, note=note)
+    request.refresh_from_db()
+    return decided
 
 
 @transaction.atomic
 def approval_reject(request: ApprovalRequest, *, user: Any, note: str = "") -> ApprovalRequest:
     """Reject a pending request as `user`; the kind's `on_rejected` handler
-    cancels the waiting step in the same transaction. Refuses as `approval_approve`."""
-    return _decide(request, user=user, status=ApprovalRequest.Status.REJECTED, note=note)
+    cancels the waiting step in the same transaction. Refuses as
+    `approval_approve`; a request whose record moved on may still be
+    rejected (that clears it from the queue)."""
+    current = _locked(request)
+    _refuse_unless_may_decide(current, user)
+    _refuse_the_proposer(current, user)
+    _refuse_unless_pending(current, timezone.now())
+    decided = _decide(current, user=user, status=ApprovalRequest.Status.REJECTED, note=note)
+    request.refresh_from_db()
+    return decided
 
 
 def approvals_expire(now: datetime | None = None) -> int:

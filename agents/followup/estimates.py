@@ -33,7 +33,7 @@ from agents.followup.sequences import TRIGGER_EXITS, enrollment_start, enrollmen
 from agents.orchestrator import exception_task, lead_event
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
-from approvals.services import approval_request_open
+from approvals.services import ApprovalConflict, approval_request_open
 from crm.models import Enrollment, Estimate, Lead, Payment, Stage, Timer
 from crm.selectors import business_manager
 from crm.services import lead_sync
@@ -198,21 +198,32 @@ def _decider(request: ApprovalRequest) -> str:
     return request.decided_by.get_username() if request.decided_by else "agent:human_gatekeeper"
 
 
+def _pinned_estimate(request: ApprovalRequest) -> Estimate | None:
+    """The estimate the request was proposed for, within its business, locked."""
+    if request.estimate_id is None:
+        return None
+    estimate = Estimate.objects.filter(pk=request.estimate_id, business_id=request.business_id).first()
+    return _locked(estimate) if estimate is not None else None
+
+
+def high_value_check(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    """Only an estimate still waiting for this approval may be approved."""
+    estimate = _pinned_estimate(request)
+    if estimate is not None and estimate.status != S.PENDING_APPROVAL:
+        raise ApprovalConflict(
+            f"{estimate.public_id} is {estimate.status}, no longer waiting for approval: reject {request.public_id}"
+        )
+
+
 def high_value_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-    estimate = _estimate_of(payload)
-    if estimate is None:
-        return
-    estimate = _locked(estimate)
-    if estimate.status == S.PENDING_APPROVAL:
+    estimate = _pinned_estimate(request)
+    if estimate is not None and estimate.status == S.PENDING_APPROVAL:
         _mark_sent(estimate, actor=_decider(request), now=timezone.now(), before=S.PENDING_APPROVAL)
 
 
 def high_value_not_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
-    estimate = _estimate_of(payload)
-    if estimate is None:
-        return
-    estimate = _locked(estimate)
-    if estimate.status != S.PENDING_APPROVAL:
+    estimate = _pinned_estimate(request)
+    if estimate is None or estimate.status != S.PENDING_APPROVAL:
         return
     estimate.status = S.DRAFT
     estimate.save(update_fields=["status"])
@@ -352,4 +363,5 @@ def register() -> None:
         on_approved=high_value_approved,
         on_rejected=high_value_not_approved,
         on_expired=high_value_not_approved,
+        check=high_value_check,
     )

@@ -9,8 +9,8 @@ import pytest
 from agents.consent.keywords import inbound_text_apply
 from agents.outbound.gate import message_send
 from approvals.models import ApprovalRequest
-from approvals.services import approval_approve, approval_reject
-from crm.models import ConsentState, Contact, Lead, Message, Role
+from approvals.services import ApprovalConflict, approval_approve, approval_edit, approval_reject, approval_request_open
+from crm.models import ConsentState, Contact, Lead, Message, Receipt, Role
 from crm.services.consent import consent_record
 from tests.factories import lead_create, member_create
 
@@ -48,7 +48,44 @@ def test_an_approved_edited_draft_goes_out_with_the_edit(lead, boss):
         request, user=boss.user, edited_payload={**request.payload, "body": "A technician will quote on site."}
     )
     draft.refresh_from_db()
+    assert (draft.status, draft.body) == ("pending_approval", "It's $199.")  # the edit is mia's proposal now
+    approval_approve(request, user=member_create(lead.business, Role.OWNER, username="olga").user)
+    draft.refresh_from_db()
     assert (draft.status, draft.body) == ("dry_run", "A technician will quote on site.")
+
+
+def test_an_edited_draft_is_re_read_by_the_claims_guard_for_the_next_person(lead, boss):
+    message_send(lead=lead, channel="sms", body="Call us back?", actor="agent:sms_assistant", idempotency_key="d5",
+                 automated=False, needs_approval=True)  # fmt: skip
+    request = ApprovalRequest.objects.get(kind="message_draft")
+
+    approval_edit(request, user=boss.user, payload={"body": "It's $199 and guaranteed for life."})
+
+    request.refresh_from_db()
+    assert request.summary.startswith("Edited by mia; claims: price “$199”, warranty “guaranteed")
+    edit = Receipt.objects.get(subject=request.public_id, action="approval.edited")
+    assert edit.after["findings"] == [request.summary.split("; ", 1)[1].split(" — ")[0]]
+
+
+def test_a_draft_that_left_the_queue_cannot_be_edited_or_approved_but_may_be_rejected(lead, boss, business):
+    draft = message_send(lead=lead, channel="sms", body="It's $199.", actor="agent:sms_assistant",
+                         idempotency_key="d6", automated=False, needs_approval=True)  # fmt: skip
+    first = ApprovalRequest.objects.get(kind="message_draft")
+    second = approval_request_open(
+        business=business, lead=lead, kind="message_draft", summary="Again", proposed_by="agent:sms_assistant",
+        payload={"message": draft.public_id, "body": draft.body},
+    )  # fmt: skip
+    approval_approve(first, user=boss.user)
+
+    with pytest.raises(ApprovalConflict, match="dry_run, no longer waiting"):
+        approval_edit(second, user=boss.user, payload={"body": "It's $1,990."})
+    with pytest.raises(ApprovalConflict):
+        approval_approve(second, user=boss.user)
+    approval_reject(second, user=boss.user, note="sent already")
+
+    draft.refresh_from_db()
+    assert (draft.status, draft.body, draft.block_reason) == ("dry_run", "It's $199.", "")
+    assert ApprovalRequest.objects.get(pk=second.pk).status == "rejected"
 
 
 def test_a_rejected_draft_is_blocked_as_rejected(lead, boss):

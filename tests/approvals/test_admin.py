@@ -201,28 +201,49 @@ def test_the_request_page_shows_the_draft_for_editing_and_no_save_buttons(
     assert 'name="_save"' not in page and 'name="_continue"' not in page
 
 
-def test_edit_then_approve_from_the_page_approves_the_edited_draft(business: Business, manager: TeamMember) -> None:
+@pytest.mark.parametrize("button", ["approve", "edit"])
+def test_a_reworded_draft_from_the_page_is_the_editors_proposal_for_another_to_approve(
+    business: Business, manager: TeamMember, button: str
+) -> None:
     request = proposal(business)
     edited = "Hi Pat, our technician will explain the warranty options on site."
 
     response = admin_client(manager).post(
-        decide_url(request),
-        {"decision": "approve", "body": edited + "\r\n", "note": "no guarantee by text"},
-        follow=True,
+        decide_url(request), {"decision": button, "body": edited + "\r\n", "note": "no guarantee by text"}, follow=True
     )
 
     request.refresh_from_db()
-    assert (request.status, request.decided_by, request.decision_note) == (
-        "approved",
+    assert (request.status, request.decided_by, request.proposed_by, request.proposed_by_user) == (
+        "pending",
+        None,
+        "mia",
         manager.user,
-        "no guarantee by text",
     )
     assert request.payload == {**DRAFT, "body": edited} and request.original_payload == DRAFT
-    [receipt] = Receipt.objects.filter(subject=request.public_id, action="approval.approved")
+    [receipt] = Receipt.objects.filter(subject=request.public_id, action="approval.edited")
     assert (receipt.actor, receipt.reason) == ("mia", "no guarantee by text")
     assert receipt.before["payload"] == DRAFT and receipt.after["payload"]["body"] == edited
-    assert ("success", f"Approved {request.public_id}, with a receipt.") in texts(response)
+    assert request.summary == f"Edited by mia — {edited}"
+    saved = f"Your edit of {request.public_id} is saved as your proposal, with a receipt: "
+    assert ("warning", saved + "another manager or owner approves it.") in texts(response)
     assert response.redirect_chain[-1][0] == change_url(request)
+
+    refused = admin_client(manager).post(decide_url(request), {"decision": "approve", "body": edited}, follow=True)
+    assert ("error", f"mia proposed {request.public_id} and may not decide it") in texts(refused)
+    colleague = member_create(business, Role.MANAGER, username="max")
+    admin_client(colleague).post(decide_url(request), {"decision": "approve", "body": edited})
+    request.refresh_from_db()
+    assert (request.status, request.decided_by, request.payload["body"]) == ("approved", colleague.user, edited)
+
+
+def test_proposing_an_unchanged_draft_is_refused(business: Business, manager: TeamMember) -> None:
+    request = proposal(business)
+
+    response = admin_client(manager).post(decide_url(request), {"decision": "edit", "body": DRAFT["body"]}, follow=True)
+
+    request.refresh_from_db()
+    assert (request.status, request.proposed_by) == ("pending", "agent:sms_assistant")
+    assert any("Nothing was edited" in text for level, text in texts(response) if level == "error")
 
 
 def test_approving_the_draft_unchanged_records_no_edit(business: Business, manager: TeamMember) -> None:
@@ -278,7 +299,7 @@ def test_a_request_without_a_draft_is_decided_without_a_text_box(business: Busin
 
 
 def test_what_a_contact_wrote_is_shown_but_not_offered_for_editing(business: Business, manager: TeamMember) -> None:
-    request = proposal(business, kind="opt_out_question", payload={"message": "msg_1", "body": "pls stop texting"})
+    request = proposal(business, kind="opt_out_question", payload={"body": "pls stop texting"})
     client = admin_client(manager)
 
     page = client.get(change_url(request)).content.decode()

@@ -194,16 +194,36 @@ def test_a_manager_approves_through_the_api(business: Business, manager: TeamMem
     assert decisions_of(request) == ["approval.approved"]
 
 
-def test_a_manager_approves_with_an_edited_payload(business: Business, manager: TeamMember) -> None:
+def test_an_edited_payload_is_the_managers_proposal_for_another_to_approve(
+    business: Business, manager: TeamMember
+) -> None:
     request = proposal(business)
     edited = {"body": "Hi Pat, a technician will confirm the price on site."}
 
     response = client_for(manager).post(url(request, "approve"), {"payload": edited}, format="json")
 
-    assert response.status_code == 200, response.content
-    assert (response.json()["payload"], response.json()["original_payload"]) == (edited, DRAFT)
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert (body["status"], body["proposed_by"], body["decided_by"]) == ("pending", "mia", None)
+    assert (body["payload"], body["original_payload"]) == (edited, DRAFT)
     request.refresh_from_db()
-    assert (request.payload, request.original_payload) == (edited, DRAFT)
+    assert (request.payload, request.original_payload, request.proposed_by_user) == (edited, DRAFT, manager.user)
+    colleague = client_for(member_create(business, Role.MANAGER, username="max"))
+    approved = colleague.post(url(request, "approve"), format="json")
+    assert (approved.status_code, approved.json()["status"], approved.json()["decided_by"]) == (200, "approved", "max")
+
+
+def test_an_unknown_payload_key_is_a_400_naming_it(business: Business, manager: TeamMember) -> None:
+    request = proposal(business)
+
+    response = client_for(manager).post(url(request, "approve"), {"payload": {"to": "+19005550100"}}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "bad_request",
+        "detail": {"payload": {"to": ["not editable on a message_draft request (editable: body)"]}},
+    }
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
 def test_an_approval_with_an_empty_body_approves_as_proposed(business: Business, manager: TeamMember) -> None:
@@ -306,6 +326,9 @@ def test_the_schema_documents_the_approval_endpoints(tmp_path: Path) -> None:
     schema = json.loads(out.read_text())
     paths = schema["paths"]
     assert {p["name"] for p in paths["/api/v1/approvals/"]["get"]["parameters"]} >= {"status", "kind", "page"}
-    assert set(paths["/api/v1/approvals/{id}/approve/"]["post"]["responses"]) >= {"200", "403", "404", "409"}
+    approve = paths["/api/v1/approvals/{id}/approve/"]["post"]
+    assert set(approve["responses"]) >= {"200", "202", "400", "403", "404", "409"}
+    edit = schema["components"]["schemas"]["ApprovalApprove"]["properties"]["payload"]
+    assert edit == {"$ref": "#/components/schemas/ApprovalPayloadEdit"} or "ApprovalPayloadEdit" in str(edit)
     assert set(paths["/api/v1/approvals/{id}/reject/"]["post"]["responses"]) >= {"200", "403", "404", "409"}
     assert set(schema["components"]["schemas"]["Approval"]["properties"]) == FIELDS

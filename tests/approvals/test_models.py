@@ -92,3 +92,25 @@ def test_an_unknown_kind_is_refused(business: Business) -> None:
 
 def test_a_proposal_carries_an_apr_public_id(business: Business) -> None:
     assert _proposal(business).public_id.startswith("apr_")
+
+
+def test_the_database_refuses_to_re_point_a_request_at_another_record(business: Business) -> None:
+    proposal = _proposal(business)
+    other_lead = lead_create(business, phone="+12125550199")
+
+    with pytest.raises(IntegrityError, match="pinned records are fixed"), transaction.atomic():
+        ApprovalRequest.objects.filter(pk=proposal.pk).update(lead=other_lead)
+
+    proposal.refresh_from_db()
+    assert proposal.lead_id != other_lead.pk
+
+
+def test_the_database_refuses_a_pinned_record_of_another_business(business: Business, other_business: Business) -> None:
+    foreign_lead = lead_create(other_business, phone="+12125550198")
+
+    with pytest.raises(IntegrityError, match="belongs to another business"), transaction.atomic():
+        ApprovalRequest.objects.create(
+            business=business, lead=foreign_lead, kind="exception", summary="Borrowed", proposed_by="agent:fit"
+        )
+
+    assert not ApprovalRequest.objects.exists()

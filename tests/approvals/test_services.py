@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -18,13 +20,16 @@ from approvals.handlers import (
     approval_handlers_for,
     approval_handlers_replaced,
 )
+from approvals.kinds import NothingEditable, approval_edit_register, approval_editable_fields
 from approvals.models import ApprovalRequest
 from approvals.services import (
     ApprovalError,
     ApprovalForbidden,
+    ApprovalInvalid,
     ApprovalNotPending,
     SelfApproval,
     approval_approve,
+    approval_edit,
     approval_reject,
     approval_request_open,
     approvals_expire,
@@ -164,19 +169,124 @@ def test_the_business_owner_and_an_operator_may_decide_too(business: Business) -
     assert ApprovalRequest.objects.get(pk=second.pk).decided_by == operator
 
 
-def test_edit_then_approve_keeps_the_proposed_payload_and_the_receipt_records_both(
+def test_an_edit_is_the_editors_proposal_and_another_person_approves_it(
     business: Business, manager: TeamMember
 ) -> None:
     request = draft_open(business)
     edited = {"body": "Hi Pat, a technician will call you to set up a visit."}
+    colleague = member_create(business, Role.MANAGER, username="max")
 
     approval_approve(request, user=manager.user, note="no arrival window", edited_payload=edited)
 
     request.refresh_from_db()
-    assert (request.status, request.payload, request.original_payload) == ("approved", edited, DRAFT)
+    assert (request.status, request.payload, request.original_payload) == ("pending", edited, DRAFT)
+    assert (request.proposed_by, request.proposed_by_user, request.decided_by) == ("mia", manager.user, None)
     [receipt] = decisions_of(request)
-    assert receipt.before == {"status": "pending", "payload": DRAFT}
-    assert receipt.after == {"status": "approved", "payload": edited}
+    assert (receipt.action, receipt.actor, receipt.reason) == ("approval.edited", "mia", "no arrival window")
+    assert receipt.before == {"proposed_by": "agent:sms_assistant", "payload": DRAFT}
+    assert receipt.after == {"proposed_by": "mia", "payload": edited, "findings": []}
+    with pytest.raises(SelfApproval, match="mia proposed"):
+        approval_approve(request, user=manager.user)
+
+    approval_approve(request, user=colleague.user, note="fine")
+
+    request.refresh_from_db()
+    assert (request.status, request.decided_by, request.payload) == ("approved", colleague.user, edited)
+    assert [r.action for r in decisions_of(request)] == ["approval.edited", "approval.approved"]
+
+
+def test_the_database_refuses_the_editors_approval_written_around_the_service(
+    business: Business, manager: TeamMember
+) -> None:
+    request = draft_open(business)
+    approval_edit(request, user=manager.user, payload={"body": "Hi Pat, we will call you."})
+
+    with pytest.raises(IntegrityError, match="approvals_approvalrequest_not_self_approved"), transaction.atomic():
+        ApprovalRequest.objects.filter(pk=request.pk).update(
+            status="approved", decided_by=manager.user, decided_at=timezone.now()
+        )
+
+
+def test_a_second_edit_keeps_the_first_proposers_payload(business: Business, manager: TeamMember) -> None:
+    request = draft_open(business)
+    colleague = member_create(business, Role.MANAGER, username="max")
+    approval_edit(request, user=manager.user, payload={"body": "First rewording."})
+
+    approval_edit(request, user=colleague.user, payload={"body": "Second rewording."})
+
+    request.refresh_from_db()
+    assert (request.proposed_by, request.payload, request.original_payload) == (
+        "max",
+        {"body": "Second rewording."},
+        DRAFT,
+    )
+    approval_approve(request, user=manager.user)  # mia's words are gone: she may approve max's
+    assert ApprovalRequest.objects.get(pk=request.pk).decided_by == manager.user
+
+
+def test_an_edit_that_changes_nothing_is_refused(business: Business, manager: TeamMember) -> None:
+    request = draft_open(business)
+
+    with pytest.raises(ApprovalInvalid, match="changes nothing"):
+        approval_edit(request, user=manager.user, payload=dict(DRAFT))
+
+    assert_untouched(request)
+
+
+def test_a_setter_cannot_edit(business: Business, setter: TeamMember) -> None:
+    request = draft_open(business)
+
+    with pytest.raises(ApprovalForbidden):
+        approval_edit(request, user=setter.user, payload={"body": "edited"})
+
+    assert_untouched(request)
+
+
+@pytest.mark.parametrize(
+    ("edits", "refusal"),
+    [
+        ({"body": "ok", "to": "+19005550100"}, "payload.to: not editable on a message_draft request"),
+        ({"message": "msg_OTHER"}, "payload.message: "),
+        ({"body": ""}, "payload.body"),
+        ({"body": "x" * 1601}, "payload.body"),
+    ],
+)
+def test_a_draft_edit_may_change_only_its_body(
+    business: Business, manager: TeamMember, edits: dict[str, Any], refusal: str
+) -> None:
+    request = draft_open(business)
+
+    with pytest.raises(ApprovalInvalid, match=re.escape(refusal)):
+        approval_approve(request, user=manager.user, edited_payload=edits)
+
+    assert_untouched(request)
+
+
+def test_nothing_but_the_note_is_editable_on_other_kinds(business: Business, manager: TeamMember) -> None:
+    request = approval_request_open(
+        business=business, kind="exception", summary="Out of area", proposed_by="agent:fit",
+        payload={"flags": ["out_of_area"]},
+    )  # fmt: skip
+
+    with pytest.raises(ApprovalInvalid, match="exception requests have no editable payload field"):
+        approval_approve(request, user=manager.user, edited_payload={"flags": []})
+
+    approval_approve(
+        request, user=manager.user, note="we cover it this once", edited_payload={"flags": ["out_of_area"]}
+    )
+    request.refresh_from_db()
+    assert (request.status, request.payload, request.decision_note) == (
+        "approved",
+        {"flags": ["out_of_area"]},
+        "we cover it this once",
+    )
+
+
+def test_the_edit_registry_refuses_a_second_registration_for_a_kind() -> None:
+    with pytest.raises(ImproperlyConfigured, match="registered already"):
+        approval_edit_register("message_draft", NothingEditable)
+    assert approval_editable_fields("message_draft") == {"body"}
+    assert approval_editable_fields("high_value_estimate") == frozenset()
 
 
 def test_approving_with_the_proposed_payload_unchanged_is_not_an_edit(business: Business, manager: TeamMember) -> None:
@@ -307,8 +417,10 @@ def test_the_registered_handler_resumes_with_the_edited_payload_on_approve(
 ) -> None:
     request = draft_open(business)
     edited = {"body": "Hi Pat, we will call to set a time."}
+    approval_edit(request, user=member_create(business, Role.MANAGER, username="max").user, payload=edited)
+    assert resumed == []  # an edit resumes nothing: nobody approved yet
 
-    approval_approve(request, user=manager.user, edited_payload=edited)
+    approval_approve(request, user=manager.user)
 
     assert resumed == [("approved", request.public_id, edited)]
 
@@ -340,7 +452,7 @@ def test_a_failing_handler_rolls_the_whole_decision_back(business: Business, man
     request = draft_open(business)
 
     with pytest.raises(RuntimeError, match="provider down"):
-        approval_approve(request, user=manager.user, edited_payload={"body": "edited"})
+        approval_approve(request, user=manager.user)
 
     assert_untouched(request)
 
@@ -491,3 +603,44 @@ def test_racing_approvals_of_one_request_make_exactly_one_decision(first: str, s
     assert request.status == "approved"
     assert [r.action for r in decisions_of(request)] == ["approval.approved"]
     assert decisions_of(request)[0].reason == request.decision_note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_racing_an_approval_never_approves_words_the_approver_did_not_send_back() -> None:
+    business = BusinessFactory.create(slug="acme")
+    editor = member_create(business, Role.MANAGER, username="mia").user
+    approver = member_create(business, Role.MANAGER, username="max").user
+    request = draft_open(business)
+    reworded = {"body": "Hi Pat, a technician will call you."}
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(decide: Any) -> None:
+        try:
+            start.wait(timeout=30)
+            decide()
+        except ApprovalNotPending:
+            pass  # the other one was first and decided it
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # The approver sends back the payload they reviewed: if it changed meanwhile, theirs is an edit.
+    threads = [
+        threading.Thread(target=run, args=(lambda: approval_edit(request, user=editor, payload=reworded),)),
+        threading.Thread(
+            target=run, args=(lambda: approval_approve(request, user=approver, edited_payload=dict(DRAFT)),)
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    request.refresh_from_db()
+    if request.status == "approved":  # the approval came first: the edit found it decided
+        assert (request.payload, request.decided_by) == (DRAFT, approver)
+    else:  # the edit came first: the approver's reviewed text is now their own proposal, undecided
+        assert (request.status, request.payload, request.proposed_by_user) == ("pending", DRAFT, approver)

@@ -1,4 +1,5 @@
-"""A manager works the approval queue in a real browser: edit a drafted reply, approve it."""
+"""Managers work the approval queue in a real browser: one rewords a drafted
+reply (which makes it her proposal), another approves it."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ def log_in(page, base: str, username: str) -> None:
     page.wait_for_selector("#user-tools")
 
 
-def test_a_manager_edits_a_drafted_reply_and_approves_it_from_the_queue(live_server, browser_context):
+def test_a_manager_rewords_a_drafted_reply_and_another_approves_it_from_the_queue(live_server, browser_context):
     business = BusinessFactory.create(slug="acme", name="Acme Heating & Air")
     member_create(business, Role.MANAGER, username="mia")
+    member_create(business, Role.MANAGER, username="max")
     proposed = {"body": "Hi Ana, a furnace tune-up is $89 and we can be there by 3pm.", "channel": "sms"}
     draft = approval_request_open(
         business=business,
@@ -74,18 +76,33 @@ def test_a_manager_edits_a_drafted_reply_and_approves_it_from_the_queue(live_ser
     page.fill("#id_note", "No prices or arrival times by text")
     page.click("#approve-button")
 
+    # Rewording makes it mia's proposal: saved, still pending, for someone else.
+    page.wait_for_selector(".messagelist .warning")
+    assert f"Your edit of {draft.public_id} is saved as your proposal" in page.locator(".messagelist").inner_text()
+    draft.refresh_from_db()
+    assert (draft.status, draft.proposed_by, draft.decided_by) == (ApprovalRequest.Status.PENDING, "mia", None)
+    assert draft.payload == {**proposed, "body": edited} and draft.original_payload == proposed
+    edit = Receipt.objects.get(subject=draft.public_id, action="approval.edited")
+    assert (edit.actor, edit.reason) == ("mia", "No prices or arrival times by text")
+    assert edit.before == {"proposed_by": "agent:sms_assistant", "payload": proposed}
+
+    browser_context.clear_cookies()
+    log_in(page, base, "max")
+    page.goto(f"{base}{QUEUE}{draft.pk}/change/")
+    page.wait_for_selector("#decision-form")
+    assert page.input_value("#id_body") == edited
+    page.click("#approve-button")
+
     page.wait_for_selector(".messagelist .success")
     assert f"Approved {draft.public_id}" in page.locator(".messagelist").inner_text()
     assert page.locator("#decision-form").count() == 0
     assert "Approved" in page.locator(".field-status").inner_text()
 
     draft.refresh_from_db()
-    assert (draft.status, draft.decided_by.username) == (ApprovalRequest.Status.APPROVED, "mia")
+    assert (draft.status, draft.decided_by.username) == (ApprovalRequest.Status.APPROVED, "max")
     assert draft.payload == {**proposed, "body": edited} and draft.original_payload == proposed
     receipt = Receipt.objects.get(subject=draft.public_id, action="approval.approved")
-    assert (receipt.actor, receipt.reason) == ("mia", "No prices or arrival times by text")
-    assert receipt.before == {"status": "pending", "payload": proposed}
-    assert receipt.after == {"status": "approved", "payload": {**proposed, "body": edited}}
+    assert (receipt.actor, receipt.before, receipt.after) == ("max", {"status": "pending"}, {"status": "approved"})
     assert ApprovalRequest.objects.get(pk=merge.pk).status == ApprovalRequest.Status.PENDING
 
 
@@ -102,6 +119,7 @@ def test_an_approved_draft_goes_out_through_the_gate_and_shows_on_the_lead(live_
         slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
     )
     member_create(business, Role.MANAGER, username="mia")
+    member_create(business, Role.MANAGER, username="max")
     lead = lead_create(business, first_name="Ana", phone="+12125550101")
     consent_record(
         contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
@@ -116,6 +134,14 @@ def test_an_approved_draft_goes_out_through_the_gate_and_shows_on_the_lead(live_
     page.goto(f"{base}{QUEUE}{request.pk}/change/")
     page.wait_for_selector("#decision-form")
     page.fill("#id_body", "Thanks Ana! Sam will call you shortly to find a time.")
+    page.click("#edit-button")
+    page.wait_for_selector(".messagelist .warning")
+    draft.refresh_from_db()
+    assert draft.status == "pending_approval"  # mia's words now: another person approves them
+    page.context.clear_cookies()
+    log_in(page, base, "max")
+    page.goto(f"{base}{QUEUE}{request.pk}/change/")
+    page.wait_for_selector("#decision-form")
     page.click("#approve-button")
     page.wait_for_selector(".messagelist .success")
 
