@@ -478,7 +478,7 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/crm/refund/<path:object_id>/delete/": ("refund", "403 403 403 403 403 302", "403 403 403 403 403 302"),
     "admin/crm/refund/<path:object_id>/change/": ("refund", "200 200 302 403 302 302", "403 403 403 403 403 302"),
     "admin/crm/refund/<path:object_id>/": ("refund", "302 302 302 302 302 302", "302 302 302 302 302 302"),
-    "admin/^(?P<app_label>auth|authtoken|django_q|crm|approvals)/$": (
+    "admin/^(?P<app_label>...)/$": (
         "none",
         "200 200 200 200 200 302",
         "200 200 200 200 200 302",
@@ -590,7 +590,8 @@ def _walk(patterns: list[Any], prefix: str = "") -> Iterator[str]:
         if isinstance(pattern, URLResolver):
             yield from _walk(pattern.url_patterns, prefix + str(pattern.pattern))
         elif isinstance(pattern, URLPattern):
-            yield prefix + str(pattern.pattern)
+            # The admin's app list names its apps in registration order: one entry whatever the order.
+            yield re.sub(r"\(\?P<app_label>[^)]*\)", "(?P<app_label>...)", prefix + str(pattern.pattern))
 
 
 def served_routes() -> list[str]:
@@ -610,7 +611,7 @@ class Samples:
         path = re.sub(r"(^|/)\^", r"\1", route).removesuffix("$")
         path = re.sub(r"\\\.\(\?P<format>\[a-z0-9\]\+\)/\?", ".json", path)
         path = path.replace("<drf_format_suffix:format>", ".json")
-        path = path.replace("(?P<app_label>auth|authtoken|django_q|crm|approvals)", "crm")
+        path = path.replace("(?P<app_label>...)", "crm")
         path = path.replace("(?P<url>.*)", "no-such-page/")
         path = path.replace("<path:content_type_id>", str(self.records.get("content_type", "")))
         path = re.sub(r"<path:object_id>", str(getattr(record, "pk", "")), path)
@@ -651,9 +652,10 @@ def world() -> Samples:
         lead=lead, title="Call Pat back", due_at=now + timedelta(hours=1), actor="test", owner=team["sam"]
     )
     timer_schedule(business=business, kind="sla_check", due_at=now + timedelta(hours=1), lead=lead)
+    # A person decides whether an out-of-area visit may be booked (approving resumes nothing else).
     approval_request_open(
-        business=business, kind="message_draft", summary="A draft", proposed_by="agent:ai_sms_assistant", lead=lead,
-        payload={"message": m.Message.objects.filter(lead=lead).first().public_id},
+        business=business, kind="exception", summary="Out of area: book anyway?", proposed_by="agent:exception_path",
+        lead=lead, payload={"flags": ["out_of_area"]},
     )  # fmt: skip
     m.InboundEvent.objects.create(
         business=business, provider="website", external_id="matrix-1", body=b"{}", received_at=now, status="failed"
