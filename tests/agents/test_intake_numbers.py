@@ -14,7 +14,6 @@ from agents.capture.processing import event_process
 from agents.outbound.gate import message_send
 from crm.models import Business, ConsentState, InboundEvent, Lead, Receipt, Source
 from crm.services.consent import consent_record
-from crm.services.contact_numbers import number_refusal
 from tests.factories import BusinessFactory, lead_create
 
 pytestmark = pytest.mark.django_db
@@ -117,6 +116,8 @@ def test_a_business_that_contacts_canada_may_text_a_canadian_number(business):
 
 
 def test_number_types_are_judged_per_channel():
+    from crm.services.contact_numbers import number_refusal
+
     us = BusinessFactory.create(slug="us-biz", region="US")
     gb = BusinessFactory.create(slug="gb-biz", region="GB")
     assert number_refusal(us, "+12125550147", "sms") == ""  # NANP: fixed line or mobile, allowed

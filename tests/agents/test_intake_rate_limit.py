@@ -20,7 +20,6 @@ from django.core.cache import cache
 from django.db import connection
 from django.test import Client, RequestFactory
 
-from agents.capture.intake import client_address
 from crm.models import Business, InboundEvent, RejectedDelivery, Source
 from tests.factories import BusinessFactory
 
@@ -130,17 +129,32 @@ def test_the_limit_is_shared_by_two_server_processes_behind_a_proxy(empty_cache,
 
 
 @pytest.mark.django_db
-def test_one_attackers_address_does_not_block_other_visitors(business):
+def test_behind_a_proxy_one_attackers_address_does_not_block_other_visitors(settings, business):
+    settings.TRUSTED_PROXY_COUNT = 1
     Source.objects.create(business=business, key="quote", provider="hosted_form")
     client = Client()
+    proxy = {"REMOTE_ADDR": "10.0.0.1"}  # every request arrives from the proxy
     for i in range(12):
-        client.post("/f/quote/", {"phone": f"+1212555{2000 + i:04d}", "nonce": f"a{i}"}, REMOTE_ADDR="203.0.113.5")
+        client.post(
+            "/f/quote/",
+            {"phone": f"+1212555{2000 + i:04d}", "nonce": f"a{i}"},
+            HTTP_X_FORWARDED_FOR="203.0.113.5",
+            **proxy,
+        )
     visitors = [
-        client.post("/f/quote/", {"phone": f"+1312555{3000 + i:04d}", "nonce": f"v{i}"}, REMOTE_ADDR=f"198.51.100.{i}")
+        client.post(
+            "/f/quote/",
+            {"phone": f"+1312555{3000 + i:04d}", "nonce": f"v{i}"},
+            HTTP_X_FORWARDED_FOR=f"198.51.100.{i}",
+            **proxy,
+        )
         for i in range(1, 6)
     ]
     assert [v.status_code for v in visitors] == [200] * 5
     assert InboundEvent.objects.count() == 15
+    assert InboundEvent.objects.filter(headers__contains={"Remote-Addr": "198.51.100.1"}).exists(), (
+        "the consent evidence records the visitor, not the proxy"
+    )
 
 
 @pytest.mark.django_db
@@ -184,6 +198,8 @@ def test_the_server_form_is_limited_per_phone_number(business: Business):
     ],
 )
 def test_the_client_address_is_the_nth_from_the_right_behind_n_proxies(settings, count, forwarded, expected):
+    from agents.capture.intake import client_address
+
     settings.TRUSTED_PROXY_COUNT = count
     request = RequestFactory().get("/", REMOTE_ADDR="192.0.2.1", HTTP_X_FORWARDED_FOR=forwarded)
     assert client_address(request) == expected

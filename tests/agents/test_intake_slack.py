@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
-from agents.notify import member_notify, slack_escape
+from agents.notify import member_notify
 from agents.reporting.alerts import alerts_scan
 from agents.routing.sla import sla_check
 from agents.tasks import run_timers
@@ -49,6 +49,8 @@ def sink() -> Iterator[tuple[str, list[tuple[str, dict]]]]:
 
 
 def test_slack_escape_leaves_no_markup():
+    from agents.notify import slack_escape
+
     assert slack_escape(EVIL) == "&lt;!channel&gt; &lt;https://x|Pay now&gt;"
     assert slack_escape("A & B") == "A &amp; B"
 
