@@ -193,7 +193,15 @@ if REDIS_URL:
         }
     }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "leadops_cache"}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "leadops_cache",
+            # Past MAX_ENTRIES a write culls a third of the rows, counters
+            # included: keep that rare (expired counters are pruned anyway).
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    }
 # How many proxies in front of the server append to X-Forwarded-For. 0: the
 # client is REMOTE_ADDR and the header is ignored (anyone can write it).
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)

@@ -59,7 +59,7 @@ from crm.models import (
     TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
-from crm.services.contact_numbers import number_refusal
+from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.receipts import receipt_write
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -983,28 +983,10 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
 
 
 def _check_source_numbers(business: Business, row: Row) -> None:
-    """A line's own number and Messaging Service belong to this business alone
-    (they decide whose texts go out from them), and a forwarding number obeys
-    the business's country and number-type rule (never a premium-rate line)."""
-    config = row.fields["config"]
     lines = row.key_lines if isinstance(row, SourceRow) else {}
-    for key in ("phone_number", "messaging_service_sid"):
-        value = config.get(key)
-        if not value or row.fields["provider"] != Provider.TWILIO:
-            continue
-        other = (
-            Source.objects.filter(provider=Provider.TWILIO, **{f"config__{key}": value})
-            .exclude(business=business)
-            .values_list("business__slug", flat=True)
-            .first()
-        )
-        if other:
-            raise BusinessFileError(lines.get(key, row.line), f"{key} {value} already belongs to business {other!r}")
-    forward_to = config.get("forward_to")
-    if forward_to:
-        refusal = number_refusal(business, str(forward_to), "voice")
-        if refusal:
-            raise BusinessFileError(lines.get("forward_to", row.line), f"forward_to refused: {refusal}")
+    refusals = source_numbers_refusals(business, row.fields["provider"], row.fields["config"])
+    for key, reason in refusals.items():
+        raise BusinessFileError(lines.get(key, row.line), reason)
 
 
 def _apply_row(

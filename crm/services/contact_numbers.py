@@ -94,3 +94,31 @@ def sending_number_clean(business: Business, value: str) -> str:
             f"{raw} is not one of {business.name}'s own Twilio numbers (its sources' phone_number: {listed})"
         )
     return number
+
+
+def source_numbers_refusals(business: Business, provider: str, config: dict[str, object]) -> dict[str, str]:
+    """Why a source's settings may not be saved, by setting ({} when they may):
+    a Twilio line's own number and Messaging Service belong to one business
+    alone (they decide whose texts go out and whose calls come in), and a
+    forwarding number obeys the business's country and number-type rule
+    (never a premium-rate line). For the business file and the Source admin."""
+    refusals: dict[str, str] = {}
+    if provider == "twilio":
+        for key in ("phone_number", "messaging_service_sid"):
+            value = config.get(key)
+            if not value:
+                continue
+            other = (
+                Source.objects.filter(provider="twilio", **{f"config__{key}": value})
+                .exclude(business=business)
+                .values_list("business__slug", flat=True)
+                .first()
+            )
+            if other:
+                refusals[key] = f"{key} {value} already belongs to business {other!r}"
+    forward_to = config.get("forward_to")
+    if forward_to:
+        refusal = number_refusal(business, str(forward_to), "voice")
+        if refusal:
+            refusals["forward_to"] = f"forward_to refused: {refusal}"
+    return refusals

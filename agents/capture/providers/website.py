@@ -52,7 +52,8 @@ DEFAULT_CONSENT_TEXT = (
 )
 # (scope, submissions, per seconds). A person retries a few times at most; a
 # source's cap bounds what a botnet of addresses can make the business pay for.
-HOSTED_LIMITS = (("address", 10, 600), ("phone", 5, 3600), ("source", 300, 3600))
+HOSTED_RATE_LIMIT = (10, 600)  # per client address (the simulator plans within it)
+HOSTED_LIMITS = (("address", *HOSTED_RATE_LIMIT), ("phone", 5, 3600), ("source", 300, 3600))
 # A business's own server posts for every visitor: no per-address limit.
 SERVER_LIMITS = (("phone", 20, 3600), ("source", 2000, 3600))
 
