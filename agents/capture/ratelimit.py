@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 
-from django.core.cache import cache
+from django.core.cache import caches
 from django.core.cache.backends.db import DatabaseCache
 from django.db import connection
 from django.utils import timezone
@@ -32,6 +32,7 @@ def limit_hit(scope: str, value: str, *, limit: int, window: int) -> bool:
 
 
 def _incr(key: str, window: int) -> int:
+    cache = caches["default"]  # the backend itself: `django.core.cache.cache` is a proxy
     if isinstance(cache, DatabaseCache):
         return _incr_in_table(cache, cache.make_and_validate_key(key), window)
     cache.add(key, 0, timeout=window * 2)
