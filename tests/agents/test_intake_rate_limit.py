@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -47,7 +48,11 @@ def two_servers() -> Iterator[list[str]]:
     """Two gunicorn processes on the test database, each believing one proxy
     stands in front of it."""
     db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    host, port = str(db["HOST"] or "127.0.0.1"), str(db["PORT"] or "")
+    if host.startswith("/"):  # a socket directory (the embedded server)
+        url = f"postgres://{db['USER']}@/{db['NAME']}?host={quote(host, safe='/')}" + (f"&port={port}" if port else "")
+    else:
+        url = f"postgres://{db['USER']}@{host}:{port or 5432}/{db['NAME']}"
     env = {
         **os.environ,
         "DATABASE_URL": url,
