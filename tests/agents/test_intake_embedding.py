@@ -34,3 +34,19 @@ def test_the_business_origins_may_frame_the_form_and_no_other_site(hosted, busin
 def test_other_pages_stay_unframeable(hosted, business):
     Business.objects.filter(pk=business.pk).update(embed_origins=["https://acme.example"])
     assert Client().get("/admin/login/")["X-Frame-Options"] == "DENY"
+
+
+def test_an_embedded_form_posts_without_the_third_party_csrf_cookie_but_other_sites_cannot(hosted, business):
+    Business.objects.filter(pk=business.pk).update(embed_origins=["https://acme.example"])
+    client = Client(enforce_csrf_checks=True)
+    data = {"phone": "2125550147", "nonce": "embedded"}
+    assert client.post("/f/quote/", data, HTTP_ORIGIN="http://testserver").status_code == 200  # framed: our own page
+    assert client.post("/f/quote/", {**data, "nonce": "b"}, HTTP_ORIGIN="https://acme.example").status_code == 200
+    assert client.post("/f/quote/", {**data, "nonce": "c"}, HTTP_ORIGIN="https://evil.example").status_code == 403
+    assert client.post("/f/quote/", {**data, "nonce": "d"}).status_code == 403
+
+
+def test_without_embed_origins_every_post_needs_the_csrf_token(hosted):
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/f/quote/", {"phone": "2125550147"}, HTTP_ORIGIN="http://testserver")
+    assert response.status_code == 403

@@ -21,14 +21,14 @@ import secrets
 from email import policy as email_policy
 from email.parser import BytesParser
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.capture.base import Capture, ConsentEvidence, MalformedPayload, split_name, truthy, utm_from
@@ -234,13 +234,47 @@ def _frame_headers(response: HttpResponse, source: Source) -> HttpResponse:
     return response
 
 
+def _embedded_post(request: HttpRequest, source: Source) -> bool:
+    """A browser's POST from the form framed on one of the business's sites
+    (Origin: our own), or from a page of those sites (Origin: theirs).
+
+    Framed on another site, the form's CSRF cookie is a third-party cookie
+    the browser neither stores nor sends, so the CSRF check would refuse
+    every embedded visitor. A browser always names the posting document's
+    origin and a page cannot forge it, and frame-ancestors lets only the
+    business's sites frame ours: that is the protection the cookie gives
+    (for an anonymous form, nothing more is at stake)."""
+    origins = source.business.embed_origins
+    origin = request.META.get("HTTP_ORIGIN", "")
+    if request.method != "POST" or not origin or not origins:
+        return False
+    own = {request.build_absolute_uri("/").rstrip("/"), _origin_of(settings.PUBLIC_BASE_URL)}
+    if origin in own or origin in origins:
+        return True
+    scheme, _, host = origin.partition("://")
+    for allowed in origins:
+        wanted_scheme, _, wanted_host = allowed.partition("://")
+        if wanted_host.startswith("*.") and scheme == wanted_scheme and host.endswith(wanted_host[1:]):
+            return True
+    return False
+
+
+def _origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+# CSRF is checked here rather than by the middleware: a post from the
+# business's own embedding page is accepted on its Origin instead.
+@csrf_exempt
 @require_http_methods(["GET", "POST"])
 def hosted_form(request: HttpRequest, source_key: str) -> HttpResponse:
     try:
         source = source_for(source_key, Provider.HOSTED_FORM)
     except WebhookError as exc:
         return exc.response()
-    return _frame_headers(_hosted_form(request, source), source)
+    view = _hosted_form if _embedded_post(request, source) else csrf_protect(_hosted_form)
+    return _frame_headers(view(request, source), source)
 
 
 def _hosted_form(request: HttpRequest, source: Source) -> HttpResponse:
