@@ -2,8 +2,9 @@
 
 The full policy (what counts as permission for which send) lives with the
 send gate; this module owns the ledger's one write path, and one rule of its
-own: a STOP texted from the handset is lifted only by an opt-in keyword
-(START, UNSTOP, YES) from that number. Any other grant after it (a web form
+own: a STOP from the handset (the keyword, the carrier's 21610, or the
+person's own words confirmed) is lifted only by an opt-in keyword (START,
+UNSTOP, YES) from that number. Any other grant after it (a web form
 ticked by anybody who knows the number, a manual entry) is still appended as
 evidence, marked `state_unchanged`, and the state stays revoked.
 """
@@ -21,6 +22,10 @@ from crm.services.receipts import receipt_write
 
 # The basis of a consent event recorded from a keyword the person texted.
 HANDSET_BASIS = "keyword"
+# Revocations that came from the person's handset: a STOP keyword, the
+# carrier reporting the number unsubscribed (Twilio 21610), and their own
+# words ("stop texting me") confirmed by a person.
+HANDSET_REVOCATIONS = frozenset({HANDSET_BASIS, "provider_error_21610", "free_text_confirmed"})
 HANDSET_STOP_REASON = "after a STOP from the handset only an opt-in keyword from that number re-opens texts"
 
 
@@ -29,7 +34,7 @@ def _handset_stop_holds(state: ConsentState, basis: str) -> bool:
     return (
         state.status == ConsentStatus.REVOKED
         and last is not None
-        and last.basis == HANDSET_BASIS
+        and last.basis in HANDSET_REVOCATIONS
         and basis != HANDSET_BASIS
     )
 

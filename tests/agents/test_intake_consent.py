@@ -12,6 +12,7 @@ from twilio.request_validator import RequestValidator
 from agents.capture.processing import event_process
 from agents.outbound.gate import message_send
 from crm.models import ConsentEvent, ConsentState, InboundEvent, Lead, Receipt, Source
+from crm.services.consent import consent_record
 
 pytestmark = pytest.mark.django_db
 
@@ -89,3 +90,19 @@ def test_start_from_the_handset_reopens_texts_after_stop():
     handset("START")
     assert sms_state().status == "granted" and sms_state().last_event.basis == "keyword"
     assert automated_text("after-start").status == "dry_run"
+
+
+def test_a_carrier_reported_opt_out_also_outlasts_a_form_grant():
+    form_grant("first")
+    point = ConsentState.objects.get(contact_point__value=PERSON, channel="sms").contact_point
+    consent_record(contact_point=point, channel="sms", granted=False, basis="provider_error_21610", actor="t")
+    form_grant("again")
+    assert sms_state().status == "revoked"
+
+
+def test_a_form_grant_after_a_revocation_by_staff_counts():
+    form_grant("first")
+    point = ConsentState.objects.get(contact_point__value=PERSON, channel="sms").contact_point
+    consent_record(contact_point=point, channel="sms", granted=False, basis="manual", actor="t")
+    form_grant("again")
+    assert sms_state().status == "granted", "only the handset's own opt-out needs the handset to lift it"
