@@ -1,7 +1,12 @@
 """Tell a person something now: email to a team member and, for the whole
-business, the Slack channel. Sent after commit and outside any transaction,
+business, its Slack channel. Sent after commit and outside any transaction,
 so a slow mail or Slack server never holds a lead and a failure here never
-undoes the change it reports."""
+undoes the change it reports.
+
+Slack reads `<...>` as markup (`<!channel>`, `<https://x|Pay now>`) and
+`&` as the start of an entity; text that came from anybody (a name typed on a
+form) is therefore escaped before it is posted.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +17,37 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
-from crm.models import TeamMember
+from crm.models import Business, TeamMember
 
 log = logging.getLogger(__name__)
+SLACK_TIMEOUT = (3.05, 5)
+
+
+def slack_escape(text: str) -> str:
+    """Plain text as Slack shows it literally (its three control characters)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_webhook_for(business: Business | None) -> str:
+    """The business's own Slack webhook, else the operator's SLACK_WEBHOOK_URL ("" for none)."""
+    own = business.slack_webhook_url if business is not None else ""
+    return str(own or settings.SLACK_WEBHOOK_URL or "")
 
 
 def member_notify(member: TeamMember | None, subject: str, text: str, *, slack: bool = True) -> None:
     email = (member.email or member.user.email) if member is not None else ""
-    transaction.on_commit(lambda: _deliver(email, subject, text, slack=slack))
+    url = slack_webhook_for(member.business if member is not None else None) if slack else ""
+    transaction.on_commit(lambda: _deliver(email, subject, text, slack_url=url))
 
 
-def _deliver(email: str, subject: str, text: str, *, slack: bool) -> None:
+def _deliver(email: str, subject: str, text: str, *, slack_url: str) -> None:
     if email:
         try:
             send_mail(subject, text, None, [email])
         except OSError as exc:
             log.warning("notice by email failed: %s", exc)
-    if slack and settings.SLACK_WEBHOOK_URL:
+    if slack_url:
         try:
-            requests.post(settings.SLACK_WEBHOOK_URL, json={"text": f"{subject}: {text}"}, timeout=(3.05, 5))
+            requests.post(slack_url, json={"text": slack_escape(f"{subject}: {text}")}, timeout=SLACK_TIMEOUT)
         except requests.RequestException as exc:
             log.warning("notice to Slack failed: %s", exc)

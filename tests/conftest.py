@@ -1,9 +1,20 @@
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
+from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
 from tests.factories import BusinessFactory, member_create
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rate_limits_start_empty(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> None:
+    """The shared cache is a database table that test transactions do not
+    roll back when a test commits (live servers, races): with a reused test
+    database, an earlier run's form posts would still count against this one."""
+    with django_db_blocker.unblock():
+        cache.clear()
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.consent import consent_record
+from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
 from crm.services.records import lead_open, task_create, touch_add
 
@@ -173,8 +174,8 @@ def capture_apply(
     message = None
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
-    _consent(business, points, capture, event)
-    _flags(lead, points, capture, others)
+    refused = _consent(business, points, capture, event)
+    _flags(lead, points, capture, others, refused)
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
 
@@ -350,14 +351,21 @@ def _inbound_message(
     return message
 
 
-def _consent(business: Business, points: list[Point], capture: Capture, event: InboundEvent | None) -> None:
+def _consent(business: Business, points: list[Point], capture: Capture, event: InboundEvent | None) -> list[str]:
+    """Record the form's grant per point and channel; returns why a grant was
+    refused for a number the business may not text or call (the lead is kept)."""
     evidence = capture.consent
     if evidence is None or not evidence.granted:
-        return  # an unticked box is no permission, and no revocation of an earlier one
+        return []  # an unticked box is no permission, and no revocation of an earlier one
     phones = [p for p in points if p.kind == ContactPointKind.PHONE and p.valid]
     emails = [p for p in points if p.kind == ContactPointKind.EMAIL and p.valid]
+    refused: list[str] = []
     for channel in evidence.channels:
         for p in emails if channel == "email" else phones:
+            refusal = number_refusal(business, p.value, channel)
+            if refusal:
+                refused.append(f"no {channel} consent recorded: {refusal}")
+                continue
             point = ContactPoint.objects.get(business=business, kind=p.kind, value=p.value)
             consent_record(
                 contact_point=point,
@@ -369,10 +377,13 @@ def _consent(business: Business, points: list[Point], capture: Capture, event: I
                 inbound_event=event,
                 at=capture.occurred_at,
             )
+    return refused
 
 
-def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Contact]) -> None:
+def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Contact], refused: list[str]) -> None:
     wanted = []
+    if refused:
+        wanted.append((LeadException.NUMBER_NOT_ALLOWED, "; ".join(refused)[:300]))
     if not points:
         wanted.append((LeadException.MISSING_IDENTITY, "no phone, email or handle to reach the person"))
     if any(p.kind == ContactPointKind.PHONE and not p.valid for p in points):

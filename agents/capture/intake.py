@@ -8,12 +8,15 @@ event whose enqueue was lost (`inbound_events_sweep`).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.http import HttpRequest
 from django.utils import timezone
 
 from crm.models import Business, InboundEvent, RejectedDelivery, Source
@@ -34,6 +37,31 @@ HEADER_ALLOW_LIST = (
 )
 MAX_BODY_BYTES = 1024 * 1024
 REJECTIONS_KEPT_DAYS = 30
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address behind TRUSTED_PROXY_COUNT proxies: the one rate
+    limits count and consent evidence records.
+
+    Each proxy appends the address it received the request from to
+    X-Forwarded-For, so with N trusted proxies the client is the N-th entry
+    from the right; anything left of it was written by the client itself.
+    With no trusted proxy the header is ignored: anyone can send it.
+    """
+    remote = str(request.META.get("REMOTE_ADDR", ""))
+    count = int(settings.TRUSTED_PROXY_COUNT)
+    if count <= 0:
+        return remote
+    forwarded = [part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
+    forwarded = [part for part in forwarded if part]
+    # A header shorter than the proxy chain did not come through all of it.
+    if len(forwarded) < count:
+        return remote
+    try:
+        return str(ipaddress.ip_address(forwarded[-count]))
+    except ValueError:
+        # Not an address: the proxies are fewer than TRUSTED_PROXY_COUNT says.
+        return remote
 
 
 def headers_kept(meta: dict[str, Any]) -> dict[str, str]:

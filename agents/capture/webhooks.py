@@ -14,7 +14,14 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
-from agents.capture.intake import MAX_BODY_BYTES, Accepted, event_accept, headers_kept, rejection_count
+from agents.capture.intake import (
+    MAX_BODY_BYTES,
+    Accepted,
+    client_address,
+    event_accept,
+    headers_kept,
+    rejection_count,
+)
 from crm.models import Business, InboundEvent, Source
 
 
@@ -57,7 +64,7 @@ def source_for(key: str, *providers: str) -> Source:
 
 
 def remote_addr(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR", ""))
+    return client_address(request)
 
 
 def reject(

@@ -2,6 +2,10 @@
 through `message_send`, and nothing else calls a provider.
 
 Checks, in order; the first that fails decides and is recorded:
+0. the recipient's number (`number_not_allowed`): outside the business's
+   contact countries, or of a type that must not get this channel
+   (crm.services.contact_numbers) — even for a compliance reply, since a
+   premium-rate number texting HELP is the pumping attack itself;
 1. hold and stop flags — the lead on hold (`hold`); automation paused for the
    person, or the lead closed (`stopped`, automated sends only);
 2. consent for the channel (`revoked`, `no_consent`: agents.consent.policy);
@@ -33,6 +37,7 @@ from django.utils import timezone
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
 from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message, Source
+from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
 from crm.services.rows import row_insert_once
 from crm.services.timers import timer_schedule
@@ -48,6 +53,7 @@ class Verdict:
     status: str  # a Message status: blocked, deferred, pending_approval, dry_run, queued
     reason: str = ""
     deferred_until: datetime | None = None
+    detail: str = ""  # said in the receipt beside the reason
 
 
 def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
@@ -58,19 +64,30 @@ def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
 def sender_for(contact: Contact, channel: str) -> str:
     """One sending number per person: a Messaging Service keeps the sender
     sticky itself; otherwise the first number this person got a text from is
-    pinned on the contact."""
+    pinned on the contact. Only the business's own: a Messaging Service or
+    number named on its Twilio sources (the server's Messaging Service is the
+    fallback), and a pinned number that is not (any more) one of them is
+    replaced, never used."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
-    if settings.TWILIO_MESSAGING_SERVICE_SID and channel == "sms":
-        return settings.TWILIO_MESSAGING_SERVICE_SID  # calls need a number: they take the pinned one below
-    if contact.sticky_from_number:
-        return contact.sticky_from_number
-    source = (
-        Source.objects.filter(business_id=contact.business_id, provider="twilio", is_active=True).order_by("pk").first()
+    sources = list(
+        Source.objects.filter(business_id=contact.business_id, provider="twilio", is_active=True).order_by("pk")
     )
-    number = str(source.config.get("phone_number", "")) if source else ""
-    if number:
-        Contact.objects.filter(pk=contact.pk, sticky_from_number="").update(sticky_from_number=number)
+    if channel == "sms":
+        # calls need a number: they take the pinned one below
+        services = [str(s.config["messaging_service_sid"]) for s in sources if s.config.get("messaging_service_sid")]
+        if services:
+            return services[0]
+        if settings.TWILIO_MESSAGING_SERVICE_SID:
+            return str(settings.TWILIO_MESSAGING_SERVICE_SID)
+    own = [str(s.config["phone_number"]) for s in sources if s.config.get("phone_number")]
+    if contact.sticky_from_number and contact.sticky_from_number in own:
+        return contact.sticky_from_number
+    number = own[0] if own else ""
+    if number != contact.sticky_from_number:
+        Contact.objects.filter(pk=contact.pk, sticky_from_number=contact.sticky_from_number).update(
+            sticky_from_number=number
+        )
         contact.sticky_from_number = number
     return number
 
@@ -78,13 +95,16 @@ def sender_for(contact: Contact, channel: str) -> str:
 def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now: datetime) -> Verdict:
     lead, contact = message.lead, message.contact
     assert contact is not None
+    point = message.contact_point
+    refusal = number_refusal(contact.business, point.value, message.channel) if point is not None else ""
+    if refusal:
+        return Verdict(S.BLOCKED, "number_not_allowed", detail=refusal)
     if compliance_reply:
         return Verdict(S.QUEUED)
     if lead is not None and lead.hold:
         return Verdict(S.BLOCKED, "hold")
     if automated and (contact.automation_paused or (lead is not None and lead.stage in CLOSED_STAGES)):
         return Verdict(S.BLOCKED, "stopped")
-    point = message.contact_point
     if point is None:
         return Verdict(S.BLOCKED, "no_consent")
     if point.contact_id == contact.pk:
@@ -249,7 +269,7 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
         subject=message.public_id,
         actor="agent:send_gate",
         action=f"message.{verdict.status}",
-        reason=verdict.reason,
+        reason=f"{verdict.reason}: {verdict.detail}" if verdict.detail else verdict.reason,
         before={"status": before},
         after={
             "status": verdict.status,

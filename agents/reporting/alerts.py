@@ -6,7 +6,11 @@ about (`alert:sla:<lead>`, `alert:complaint:<lead>`,
 `alert:webhooks:<hour>`): the unique dedupe key makes each alert exist once
 however many scans find it, and the timer runner's claim makes it post once;
 a post Slack refuses leaves the timer `failed` with the error, visible in the
-admin. Nothing is queued while `SLACK_WEBHOOK_URL` is unset.
+admin. A business's alerts go to its own webhook (business file
+`notifications: {slack_webhook_url: ...}`), else to the operator's
+`SLACK_WEBHOOK_URL`; nothing is queued for a business with neither. The
+webhook burst concerns the whole installation and goes to the operator's
+webhook only. Names and other text from outside are Slack-escaped.
 
 `alerts_scan` runs with every `run_timers` (each minute), looking back a day,
 so a breach or complaint is announced within a minute or two of being
@@ -24,6 +28,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.notify import slack_escape, slack_webhook_for
 from approvals.models import ApprovalRequest
 from crm.models import CLOSED_STAGES, Business, InboundEvent, Lead, Timer
 from crm.services.timers import timer_handler_register, timer_schedule
@@ -40,8 +45,9 @@ def _link(path: str) -> str:
 
 
 def alert_raise(*, business: Business, key: str, text: str, lead: Lead | None = None) -> Timer | None:
-    """Queue one Slack alert for `key` (once ever per key)."""
-    if not settings.SLACK_WEBHOOK_URL:
+    """Queue one Slack alert for `key` (once ever per key). `text` is posted as
+    it is: escape what came from outside with `slack_escape`."""
+    if not slack_webhook_for(business):
         return None
     return timer_schedule(
         business=business, kind=TIMER_KIND, due_at=timezone.now(), lead=lead,
@@ -60,19 +66,25 @@ def _queue(alerts: list[Timer]) -> int:
 
 def alerts_scan(*, now: datetime | None = None) -> int:
     """Queue the alerts due now; returns how many are new."""
-    if not settings.SLACK_WEBHOOK_URL:
+    operator = bool(settings.SLACK_WEBHOOK_URL)
+    if not operator and not Business.objects.exclude(slack_webhook_url="").exists():
         return 0
     now = now or timezone.now()
     alerts: list[Timer] = []
+    esc = slack_escape
 
-    def add(business_id: int, key: str, text: str, lead_id: int | None = None) -> None:
+    def add(business: Business | int, key: str, text: str, lead_id: int | None = None) -> None:
+        # A business's alert needs its webhook; an id alone files an operator's alert.
+        if isinstance(business, Business) and not slack_webhook_for(business):
+            return
+        operator_only = not isinstance(business, Business)
         alerts.append(
             Timer(
-                business_id=business_id,
+                business_id=business if isinstance(business, int) else business.pk,
                 lead_id=lead_id,
                 kind=TIMER_KIND,
                 due_at=now,
-                payload={"text": text},
+                payload={"text": text, "operator": True} if operator_only else {"text": text},
                 dedupe_key=f"alert:{key}"[:200],
             )
         )
@@ -85,9 +97,10 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     for lead in breached:
         owner = lead.owner.user.get_username() if lead.owner else "nobody"
         add(
-            lead.business_id, f"sla:{lead.public_id}",
-            f":rotating_light: {lead.business.name}: first response overdue for {lead.contact.name or lead.public_id} "
-            f"({lead.public_id}, owner {owner}) since {lead.sla_breached_at:%H:%M} UTC — "
+            lead.business, f"sla:{lead.public_id}",
+            f":rotating_light: {esc(lead.business.name)}: first response overdue for "
+            f"{esc(lead.contact.name or lead.public_id)} "
+            f"({lead.public_id}, owner {esc(owner)}) since {lead.sla_breached_at:%H:%M} UTC — "
             f"{_link(reverse('admin:crm_lead_change', args=[lead.pk]))}",
             lead.pk,
         )  # fmt: skip
@@ -104,8 +117,9 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     )
     for lead in complaints:
         add(
-            lead.business_id, f"complaint:{lead.public_id}",
-            f":warning: {lead.business.name}: complaint from {lead.contact.name or lead.public_id} ({lead.public_id}); "
+            lead.business, f"complaint:{lead.public_id}",
+            f":warning: {esc(lead.business.name)}: complaint from {esc(lead.contact.name or lead.public_id)} "
+            f"({lead.public_id}); "
             f"automation is paused until a person decides — {_link(reverse('admin:crm_lead_change', args=[lead.pk]))}",
             lead.pk,
         )  # fmt: skip
@@ -115,9 +129,10 @@ def alerts_scan(*, now: datetime | None = None) -> int:
             "business_id", "provider"
         )
     )
-    if len(failed) >= BURST_THRESHOLD:
-        # One webhook URL serves the installation, so a burst is announced
-        # once an hour for all of it, filed under the first business.
+    if operator and len(failed) >= BURST_THRESHOLD:
+        # The operator's concern, not one business's: announced once an hour
+        # for the whole installation on the operator's webhook, filed under
+        # the first business.
         home = Business.objects.order_by("pk").values_list("pk", flat=True).first()
         if home is not None:
             by_provider = Counter(provider for _, provider in failed)
@@ -131,10 +146,13 @@ def alerts_scan(*, now: datetime | None = None) -> int:
 
 
 def slack_alert_send(timer: Timer) -> None:
-    """The timer handler: post the alert; a refusal raises (the timer fails, visibly)."""
-    url = settings.SLACK_WEBHOOK_URL
+    """The timer handler: post the alert to its business's webhook (the
+    operator's for installation-wide ones); a refusal raises (the timer
+    fails, visibly)."""
+    operator = timer.payload.get("operator")
+    url = str(settings.SLACK_WEBHOOK_URL or "") if operator else slack_webhook_for(timer.business)
     if not url:
-        raise RuntimeError("SLACK_WEBHOOK_URL is not set")
+        raise RuntimeError("no Slack webhook: set the business's slack_webhook_url or SLACK_WEBHOOK_URL")
     response = requests.post(url, json={"text": timer.payload["text"]}, timeout=TIMEOUT)
     response.raise_for_status()
 

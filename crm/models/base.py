@@ -50,6 +50,15 @@ class Business(models.Model):
     # Follow-up and reporting (issues 6 and 7).
     estimate_follow_up_days = models.PositiveIntegerField(default=3)
     brief_hour = models.PositiveSmallIntegerField(default=7, help_text="Local hour the daily brief is emailed")
+    # Public intake. The countries (ISO 3166 codes) whose numbers may be texted
+    # or called; empty means the business's own `region` only.
+    contact_countries = models.JSONField(default=list, blank=True)
+    # The hosted form asks for a server-verified challenge (when the server has one configured).
+    captcha_required = models.BooleanField(default=False)
+    # Origins ("https://acme.example") allowed to frame the hosted form; empty: none.
+    embed_origins = models.JSONField(default=list, blank=True)
+    # This business's own Slack channel; the server's SLACK_WEBHOOK_URL is the fallback.
+    slack_webhook_url = models.URLField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

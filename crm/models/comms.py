@@ -21,6 +21,7 @@ BLOCK_REASONS = [
     "daily_cap",
     "other_path_active",
     "rejected",
+    "number_not_allowed",
 ]
 
 
@@ -52,6 +53,9 @@ class Message(models.Model):
         DAILY_CAP = "daily_cap"
         OTHER_PATH_ACTIVE = "other_path_active"
         REJECTED = "rejected"  # a person rejected the draft
+        # The recipient's number is outside the business's countries or of a type
+        # that must not be texted or called (premium-rate, landline for SMS…).
+        NUMBER_NOT_ALLOWED = "number_not_allowed"
 
     public_id = PublicIdField(prefix="msg")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")

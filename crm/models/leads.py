@@ -42,6 +42,7 @@ class LeadException(models.TextChoices):
     SLA_BREACHED = "sla_breached"
     MERGE_CONFLICT = "merge_conflict"
     COMPLAINT = "complaint"
+    NUMBER_NOT_ALLOWED = "number_not_allowed"
 
 
 class Lead(models.Model):

@@ -59,6 +59,7 @@ from crm.models import (
     TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
+from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.receipts import receipt_write
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -361,6 +362,12 @@ class MemberRow(Row):
 
 
 @dataclass
+class SourceRow(Row):
+    # The line of each provider setting, for refusals found against the database.
+    key_lines: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class SequenceRow(Row):
     # (template named by a step, the step's channel)
     templates: list[tuple[Ref, str]] = field(default_factory=list)
@@ -400,7 +407,8 @@ class BusinessSpec:
 
 
 _SECTIONS = (
-    "business", "sources", "service_lines", "service_areas", "team", "policy", "templates", "sequences", "availability",
+    "business", "sources", "service_lines", "service_areas", "team", "policy", "notifications", "templates",
+    "sequences", "availability",
 )  # fmt: skip
 
 
@@ -479,12 +487,13 @@ def _parse_business(doc: _Map, path: str) -> BusinessSpec:
         "timezone": m.zone("timezone"),
         "region": region,
         "currency": currency,
-        **_parse_policy(doc),
+        **_parse_policy(doc, region),
+        **_parse_notifications(doc),
     }
     return BusinessSpec(path=path, slug=m.slug("slug"), line=m.line, fields=fields)
 
 
-def _parse_policy(doc: _Map) -> dict[str, Any]:
+def _parse_policy(doc: _Map, region: str) -> dict[str, Any]:
     defaults = {
         name: _model_default(Business, name)
         for name in (
@@ -509,7 +518,7 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
             "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
             "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
             "business_hours", "sla_reassign_on_breach", "fit_rules", "scope_keywords",
-            "estimate_follow_up_days", "brief_hour",
+            "estimate_follow_up_days", "brief_hour", "contact_countries", "captcha", "embed_origins",
         ),
     )  # fmt: skip
     fields = {
@@ -527,6 +536,9 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         "scope_keywords": _scope_keywords(m),
         "estimate_follow_up_days": m.integer("estimate_follow_up_days", defaults["estimate_follow_up_days"], minimum=1),
         "brief_hour": m.integer("brief_hour", defaults["brief_hour"]),
+        "contact_countries": _contact_countries(m, region),
+        "captcha_required": m.boolean("captcha", False),
+        "embed_origins": _embed_origins(m),
     }
     if not 0 <= fields["brief_hour"] <= 23:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
@@ -534,6 +546,49 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         # May wrap midnight, so only an empty range is refused.
         fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range("quiet_hours", ordered=False)
     return fields
+
+
+# An origin a browser sends: scheme, host (a leading "*." allowed, as CSP
+# allows) and an optional port; nothing that could end the CSP directive.
+_ORIGIN = re.compile(
+    r"^https?://(\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$"
+)
+
+
+def _contact_countries(m: _Map, region: str) -> list[str]:
+    """[US, CA]: the countries whose numbers may be texted or called; left out: the region only."""
+    countries = []
+    for ref in m.texts("contact_countries"):
+        code = ref.name.upper()
+        if code not in phonenumbers.SUPPORTED_REGIONS:
+            raise BusinessFileError(ref.line, f"bad country {ref.name!r} in contact_countries (a code like US or CA)")
+        if code not in countries:
+            countries.append(code)
+    # The region alone is the default: store it as "the default" so a changed region follows.
+    return [] if countries == [region] else countries
+
+
+def _embed_origins(m: _Map) -> list[str]:
+    """["https://acme.example"]: the sites that may frame the hosted form."""
+    origins = []
+    for ref in m.texts("embed_origins"):
+        if not _ORIGIN.match(ref.name):
+            raise BusinessFileError(
+                ref.line, f"bad origin {ref.name!r} in embed_origins (like https://acme.example, no path)"
+            )
+        origins.append(ref.name.lower())
+    return origins
+
+
+def _parse_notifications(doc: _Map) -> dict[str, Any]:
+    """notifications: {slack_webhook_url: ...}: where this business's alerts and notices go."""
+    if not doc.has("notifications"):
+        return {}  # left as it is
+    m = _Map(doc.raw("notifications"), doc.line_of("notifications"), "notifications", optional=("slack_webhook_url",))
+    url = m.text("slack_webhook_url", "")
+    if url and not re.fullmatch(r"https?://[^\s]+", url):
+        raise m.error("slack_webhook_url", f"slack_webhook_url must be an http(s) URL, not {url!r}")
+    return {"slack_webhook_url": url}
 
 
 # The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.
@@ -582,7 +637,7 @@ def _state_windows(m: _Map) -> dict[str, str]:
     return windows
 
 
-def _parse_source(item: _ItemMap, region: str) -> Row:
+def _parse_source(item: _ItemMap, region: str) -> SourceRow:
     m = item.read(required=("key", "provider"), any_other=True)
     config: dict[str, Any] = {}
     for key in m.data:
@@ -593,6 +648,10 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
             raise m.error(key, f"{key!r} in source is empty")
         if key in SOURCE_PHONE_KEYS:
             value = m.phone(key, region)
+        elif key == "messaging_service_sid":
+            value = m.text(key)
+            if not re.fullmatch(r"MG[0-9a-f]{32}", value):
+                raise m.error(key, f"bad messaging_service_sid {value!r} in source (MG and 32 hex digits)")
         else:
             _check_jsonable(value, m.line_of(key), f"{key!r} in source")
         config[key] = _plain(value)
@@ -609,7 +668,7 @@ def _parse_source(item: _ItemMap, region: str) -> Row:
         fields["secret"] = m.text("secret")
     if m.has("access_token"):
         fields["page_token"] = m.text("access_token")
-    return Row(line=m.line, key=m.slug("key"), fields=fields)
+    return SourceRow(line=m.line, key=m.slug("key"), fields=fields, key_lines=dict(m.data.lines))
 
 
 def _check_jsonable(value: Any, line: int, what: str) -> None:
@@ -890,6 +949,7 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
         )
         if owner:
             raise BusinessFileError(row.line, f"source key {row.key!r} already belongs to business {owner!r}")
+        _check_source_numbers(business, row)
         _apply_row(result, "source", Source, {"business": business, "key": row.key}, row)
     for row in spec.service_lines:
         _apply_row(result, "service line", ServiceLine, {"business": business, "slug": row.key}, row)
@@ -926,6 +986,13 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
             after=result.summary(),
         )
     return result
+
+
+def _check_source_numbers(business: Business, row: Row) -> None:
+    lines = row.key_lines if isinstance(row, SourceRow) else {}
+    refusals = source_numbers_refusals(business, row.fields["provider"], row.fields["config"])
+    for key, reason in refusals.items():
+        raise BusinessFileError(lines.get(key, row.line), reason)
 
 
 def _apply_row(

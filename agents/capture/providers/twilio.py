@@ -53,6 +53,7 @@ from agents.followup.replies import reply_log
 from agents.outbound.status import status_callback_process
 from crm.models import Call, InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
+from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:call_listener"
@@ -151,6 +152,9 @@ def voice_answer(source: Source | None, params: QueryDict) -> tuple[VoiceRespons
     forward_to = str((source.config or {}).get("forward_to") or "").strip() if source else ""
     if source is not None and forward_to:
         forward_to = phone_to_e164(forward_to, source.business.region) or forward_to
+    # However the setting got there (the admin, a shell), a call is never
+    # forwarded to a number the business may not call (premium-rate, abroad).
+    if source is not None and forward_to and not number_refusal(source.business, forward_to, "voice"):
         caller = params.get("From", "")
         dial = response.dial(
             action=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("hook-twilio-voice-status"),

@@ -1,0 +1,64 @@
+"""Fixed-window rate limits kept in the shared cache, never in process memory:
+every server process (and every host) behind the same database or Redis
+counts into the same window.
+
+Redis increments atomically (`cache.incr`). Django's database cache does not
+(its `incr` is a read and a write), so two processes racing would lose hits;
+for it the count is one PostgreSQL upsert on the cache table itself, which
+the row lock makes atomic. Only this module reads those rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from django.core.cache import caches
+from django.core.cache.backends.db import DatabaseCache
+from django.db import connection
+from django.utils import timezone
+
+PREFIX = "ratelimit"
+
+
+def limit_hit(scope: str, value: str, *, limit: int, window: int) -> bool:
+    """Count one hit for `value` (an address, a phone number, a source key)
+    under `scope` in the current `window` seconds; True when it is over `limit`."""
+    now = timezone.now()
+    bucket = int(now.timestamp()) // window
+    digest = hashlib.sha256(value.encode()).hexdigest()[:32]  # bounded keys whatever was typed
+    key = f"{PREFIX}:{scope}:{digest}:{bucket}"
+    return _incr(key, window) > limit
+
+
+def _incr(key: str, window: int) -> int:
+    cache = caches["default"]  # the backend itself: `django.core.cache.cache` is a proxy
+    if isinstance(cache, DatabaseCache):
+        return _incr_in_table(cache, cache.make_and_validate_key(key), window)
+    cache.add(key, 0, timeout=window * 2)
+    return int(cache.incr(key))
+
+
+def _incr_in_table(db_cache: DatabaseCache, key: str, window: int) -> int:
+    table = connection.ops.quote_name(db_cache._table)  # type: ignore[attr-defined]  # its LOCATION
+    now = timezone.now()
+    expires = now + timedelta(seconds=window * 2)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (cache_key, value, expires) VALUES (%s, '1', %s) "  # noqa: S608 (a quoted table name)
+            f"ON CONFLICT (cache_key) DO UPDATE SET "
+            f"value = CASE WHEN {table}.expires < %s THEN '1' ELSE ({table}.value::bigint + 1)::text END, "
+            f"expires = CASE WHEN {table}.expires < %s THEN EXCLUDED.expires ELSE {table}.expires END "
+            f"RETURNING value",
+            [key, expires, now, now],
+        )
+        count = int(cursor.fetchone()[0])
+        if count == 1:
+            # A new window: drop the counters of windows gone by (the table's
+            # `expires` index keeps this cheap), so a flood of addresses
+            # cannot grow the table for ever.
+            cursor.execute(
+                f"DELETE FROM {table} WHERE expires < %s AND cache_key LIKE %s",  # noqa: S608
+                [now, f"%:{PREFIX}:%"],
+            )
+    return count

@@ -1,0 +1,101 @@
+"""Slack gets text, never markup from outside, and each business its own webhook."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from agents.notify import member_notify
+from agents.reporting.alerts import alerts_scan
+from agents.routing.sla import sla_check
+from agents.tasks import run_timers
+from crm.models import Business, Role, Timer
+from crm.services import lead_sync
+from tests.factories import lead_create, member_create
+
+pytestmark = pytest.mark.django_db
+
+EVIL = "<!channel> <https://x|Pay now>"
+
+
+@pytest.fixture
+def sink() -> Iterator[tuple[str, list[tuple[str, dict]]]]:
+    """One local HTTP server; each webhook is a path on it."""
+    posts: list[tuple[str, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            posts.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", posts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_slack_escape_leaves_no_markup():
+    from agents.notify import slack_escape
+
+    assert slack_escape(EVIL) == "&lt;!channel&gt; &lt;https://x|Pay now&gt;"
+    assert slack_escape("A & B") == "A &amp; B"
+
+
+def test_a_lead_named_with_slack_markup_arrives_escaped(settings, sink, business, django_capture_on_commit_callbacks):
+    base, posts = sink
+    settings.SLACK_WEBHOOK_URL = base + "/operator"
+    member = member_create(business, Role.SETTER, username="sam")
+    lead = lead_create(business, first_name=EVIL, last_name="")
+    with django_capture_on_commit_callbacks(execute=True):
+        member_notify(member, "New lead", f"{lead.contact.name} wants a quote")
+    ((path, payload),) = posts
+    assert path == "/operator"
+    assert "<" not in payload["text"] and "&lt;!channel&gt; &lt;https://x|Pay now&gt;" in payload["text"]
+
+
+def test_business_b_alert_goes_to_b_webhook_with_the_name_escaped(settings, sink, business, other_business):
+    base, posts = sink
+    settings.SLACK_WEBHOOK_URL = base + "/operator"
+    Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
+    setter_a = member_create(business, Role.SETTER, username="ann")
+    setter_b = member_create(other_business, Role.SETTER, username="bob")
+    leads = []
+    for biz, setter in ((business, setter_a), (other_business, setter_b)):
+        lead = lead_create(biz, first_name=EVIL, last_name="")
+        lead_sync.lead_assign(lead, setter, actor="test", reason="test")
+        sla_check(lead, now=timezone.now() + timedelta(hours=2))
+        leads.append(lead)
+    alerts_scan()
+    run_timers()
+    by_path = {path: payload["text"] for path, payload in posts if "overdue" in payload["text"]}
+    assert set(by_path) == {"/operator", "/b"}
+    assert leads[1].public_id in by_path["/b"] and leads[0].public_id in by_path["/operator"]
+    assert all("<!channel>" not in text and "&lt;!channel&gt;" in text for text in by_path.values())
+    assert Timer.objects.filter(kind="reporting.slack_alert", status="done").count() == 2
+
+
+def test_a_business_with_its_own_webhook_is_alerted_without_the_operators(settings, sink, other_business):
+    base, posts = sink
+    settings.SLACK_WEBHOOK_URL = ""
+    Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
+    member = member_create(other_business, Role.SETTER, username="bea")
+    lead = lead_create(other_business)
+    lead_sync.lead_assign(lead, member, actor="test", reason="test")
+    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    assert alerts_scan() == 1
+    run_timers()
+    assert [path for path, _ in posts] == ["/b"]
