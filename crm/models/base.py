@@ -50,6 +50,8 @@ class Business(models.Model):
     # Follow-up and reporting (issues 6 and 7).
     estimate_follow_up_days = models.PositiveIntegerField(default=3)
     brief_hour = models.PositiveSmallIntegerField(default=7, help_text="Local hour the daily brief is emailed")
+    # Raw bodies and headers of processed or ignored inbound events are pruned after this many days.
+    raw_retention_days = models.PositiveIntegerField(default=90)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -58,6 +60,9 @@ class Business(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=models.Q(brief_hour__lte=23), name="crm_business_brief_hour_valid"),
+            models.CheckConstraint(
+                condition=models.Q(raw_retention_days__gte=1), name="crm_business_raw_retention_days_valid"
+            ),
         ]
 
     def __str__(self) -> str:
