@@ -498,6 +498,7 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
             "sla_reassign_on_breach",
             "estimate_follow_up_days",
             "brief_hour",
+            "raw_retention_days",
         )
     }
     if not doc.has("policy"):
@@ -509,7 +510,7 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
             "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
             "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
             "business_hours", "sla_reassign_on_breach", "fit_rules", "scope_keywords",
-            "estimate_follow_up_days", "brief_hour",
+            "estimate_follow_up_days", "brief_hour", "raw_retention_days",
         ),
     )  # fmt: skip
     fields = {
@@ -527,6 +528,7 @@ def _parse_policy(doc: _Map) -> dict[str, Any]:
         "scope_keywords": _scope_keywords(m),
         "estimate_follow_up_days": m.integer("estimate_follow_up_days", defaults["estimate_follow_up_days"], minimum=1),
         "brief_hour": m.integer("brief_hour", defaults["brief_hour"]),
+        "raw_retention_days": m.integer("raw_retention_days", defaults["raw_retention_days"], minimum=1),
     }
     if not 0 <= fields["brief_hour"] <= 23:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
