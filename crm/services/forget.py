@@ -304,7 +304,12 @@ def _changed(row: Any, changes: dict[str, Any]) -> int:
 
 
 def _concerning(model: Any, f: Forgetting) -> Any:
-    return model.objects.filter(Q(contact_id__in=f.contact_ids) | Q(lead_id__in=f.lead_ids))
+    """Their messages or calls: by contact or lead, or (a row recorded before
+    the person was known) by their number or address."""
+    by_number = Q(to__in=f.identifiers) | Q(from_number__in=f.identifiers)
+    return model.objects.filter(
+        Q(contact_id__in=f.contact_ids) | Q(lead_id__in=f.lead_ids) | (Q(business_id=f.contact.business_id) & by_number)
+    )
 
 
 def _person_number(f: Forgetting, number: str) -> str:
