@@ -35,6 +35,7 @@ from crm.models import (
     Source,
     TeamMember,
 )
+from crm.selectors import lead_timeline
 from crm.services.forget import contact_forget
 from crm.services.receipts import receipts_verify
 from crm.services.records import estimate_record, invoice_record, payment_record, task_create
@@ -242,6 +243,24 @@ def test_readers_show_erased_in_place_of_the_forgotten_values(history: History, 
 
     shown = json.dumps(client.get(url).json())
     assert "Rosa" not in shown and PHONE not in shown and "[erased]" in shown
+
+
+def test_the_receipt_admin_and_the_timeline_show_the_values_then_erased(history: History, owner: TeamMember) -> None:
+    client = Client()
+    client.force_login(owner.user)
+    created = Receipt.objects.get(action="contact.created")
+    page = f"/admin/crm/receipt/{created.pk}/change/"
+
+    def receipt_details() -> str:
+        return " ".join(e.detail for e in lead_timeline(Lead.objects.get()) if e.kind == "receipt")
+
+    assert "Rosa Diaz" in client.get(page).content.decode() and "Rosa" in receipt_details()
+
+    contact_forget(history.contact, actor="olivia")
+
+    shown = client.get(page).content.decode()
+    assert "Rosa" not in shown and "[erased]" in shown
+    assert "Rosa" not in receipt_details() and "[erased]" in receipt_details()
 
 
 def test_forgetting_twice_erases_nothing_more_and_writes_no_second_receipt(history: History) -> None:
