@@ -50,7 +50,7 @@ def contact_forget_action(
     if form.is_valid():
         result = contact_forget(contact, actor=request.user.get_username(), reason=form.cleaned_data["reason"])
         erased = ", ".join(f"{table} {n}" for table, n in sorted(result.counts.items())) or "nothing left to erase"
-        modeladmin.message_user(request, f"{contact.public_id} forgotten: {erased}.", messages.SUCCESS)
+        modeladmin.message_user(request, f"Forgot {contact.public_id}: {erased}.", messages.SUCCESS)
         return None
     context = {
         **modeladmin.admin_site.each_context(request),
