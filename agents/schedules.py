@@ -25,6 +25,12 @@ SCHEDULES: list[dict[str, Any]] = [
         "func": "agents.tasks.daily_brief",
         "schedule_type": "H",
     },
+    {
+        # Hourly, a bounded batch each run (crm.services.retention).
+        "name": "leadops.prune_raw_bodies",
+        "func": "agents.tasks.prune_raw_bodies",
+        "schedule_type": "H",
+    },
 ]
 
 

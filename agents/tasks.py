@@ -8,6 +8,7 @@ from agents.capture.processing import event_process, inbound_events_sweep
 from agents.outbound.dispatch import message_dispatch as _message_dispatch
 from agents.outbound.dispatch import messages_reconcile
 from approvals.services import approvals_expire
+from crm.services.retention import raw_bodies_prune
 from crm.services.timers import timers_run_due
 
 
@@ -56,3 +57,7 @@ def daily_brief() -> dict[str, int]:
     scheduled = briefs_schedule()
     sent = timers_run_due(kinds=[TIMER_KIND])  # send now rather than at the next minute
     return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}
+
+
+def prune_raw_bodies() -> int:
+    return raw_bodies_prune()

@@ -21,6 +21,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from crm import models as m
+from crm.admin_forget import contact_forget_action
 from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
@@ -442,6 +443,7 @@ class ContactAdmin(ScopedAdmin):
     search_fields = ["public_id", "first_name", "last_name", "points__value"]
     readonly_fields = ["public_id", "business", "merged_into", "created_at", "updated_at"]
     inlines = [ContactPointInline]
+    actions = [contact_forget_action]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).distinct()

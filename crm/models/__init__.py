@@ -27,7 +27,7 @@ from crm.models.leads import (
     Timer,
 )
 from crm.models.playbook import MessageTemplateVersion
-from crm.models.receipts import Receipt, ReceiptImmutable
+from crm.models.receipts import Receipt, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 
@@ -62,6 +62,7 @@ __all__ = [
     "Provider",
     "Receipt",
     "ReceiptImmutable",
+    "ReceiptPersonalData",
     "Refund",
     "RejectedDelivery",
     "Role",

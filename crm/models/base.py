@@ -59,6 +59,8 @@ class Business(models.Model):
     embed_origins = models.JSONField(default=list, blank=True)
     # This business's own Slack channel; the server's SLACK_WEBHOOK_URL is the fallback.
     slack_webhook_url = models.URLField(max_length=500, blank=True)
+    # Raw bodies and headers of processed or ignored inbound events are pruned after this many days.
+    raw_retention_days = models.PositiveIntegerField(default=90)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -67,6 +69,9 @@ class Business(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=models.Q(brief_hour__lte=23), name="crm_business_brief_hour_valid"),
+            models.CheckConstraint(
+                condition=models.Q(raw_retention_days__gte=1), name="crm_business_raw_retention_days_valid"
+            ),
         ]
 
     def __str__(self) -> str:

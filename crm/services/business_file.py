@@ -507,6 +507,7 @@ def _parse_policy(doc: _Map, region: str) -> dict[str, Any]:
             "sla_reassign_on_breach",
             "estimate_follow_up_days",
             "brief_hour",
+            "raw_retention_days",
         )
     }
     if not doc.has("policy"):
@@ -518,7 +519,7 @@ def _parse_policy(doc: _Map, region: str) -> dict[str, Any]:
             "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
             "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
             "business_hours", "sla_reassign_on_breach", "fit_rules", "scope_keywords",
-            "estimate_follow_up_days", "brief_hour", "contact_countries", "captcha", "embed_origins",
+            "estimate_follow_up_days", "brief_hour", "contact_countries", "captcha", "embed_origins", "raw_retention_days",
         ),
     )  # fmt: skip
     fields = {
@@ -539,6 +540,7 @@ def _parse_policy(doc: _Map, region: str) -> dict[str, Any]:
         "contact_countries": _contact_countries(m, region),
         "captcha_required": m.boolean("captcha", False),
         "embed_origins": _embed_origins(m),
+        "raw_retention_days": m.integer("raw_retention_days", defaults["raw_retention_days"], minimum=1),
     }
     if not 0 <= fields["brief_hour"] <= 23:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
