@@ -660,14 +660,18 @@ def world() -> Samples:
     m.InboundEvent.objects.create(
         business=business, provider="website", external_id="matrix-1", body=b"{}", received_at=now, status="failed"
     )
-    m.Call.objects.create(business=business, lead=lead, contact=contact, direction="in", status="completed",
-                          started_at=now)  # fmt: skip
+    m.Call.objects.create(
+        business=business, lead=lead, contact=contact, direction="in", status="completed", started_at=now
+    )
     m.RejectedDelivery.objects.create(business=business, provider="website", day=now.date(), count=1, last_at=now)
+    assert point is not None
     consent_record(contact_point=point, channel="sms", granted=True, basis="form", actor="test")
     # A path that ended when the lead was won (the sample lead is past every trigger).
+    sequence = m.Sequence.objects.filter(business=business).first()
+    assert sequence is not None
     m.Enrollment.objects.create(
-        business=business, lead=lead, contact=contact, sequence=m.Sequence.objects.filter(business=business).first(),
-        status="stopped", stop_reason="won", ended_at=now,
+        business=business, lead=lead, contact=contact, sequence=sequence, status="stopped", stop_reason="won",
+        ended_at=now,
     )  # fmt: skip
     records: dict[str, Any] = {
         "none": None,
