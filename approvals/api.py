@@ -63,14 +63,15 @@ class ApprovalApproveSerializer(ApprovalRejectSerializer):
 
 
 _ERRORS = {401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
-_DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer}
+# 415: a body whose Content-Type no parser reads (or none at all).
+_DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer, 415: ErrorSerializer}
 
 
 @extend_schema_view(
     list=extend_schema(
         summary="Approval requests the user may see, newest first",
         parameters=[ApprovalFilterSerializer],
-        responses={200: ApprovalSerializer(many=True), 400: ErrorSerializer, 401: ErrorSerializer},
+        responses={200: ApprovalSerializer(many=True), 400: ErrorSerializer, **_ERRORS},
     ),
     retrieve=extend_schema(summary="One approval request", responses={200: ApprovalSerializer, **_ERRORS}),
 )
