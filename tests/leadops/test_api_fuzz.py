@@ -16,8 +16,8 @@ from scripts import api_fuzz
 
 # The fuzzing phase only, on a few examples per operation, keeps this
 # around a minute on two cores (the script adds the coverage phase's
-# thousand requests per role); the fixed seed makes a failure here
-# reproducible with `scripts/api_fuzz.py --seed 20261201 --max-examples 3 --no-coverage`.
+# thousand requests per role); replay a failure with
+# `scripts/api_fuzz.py --seed 20261201 --max-examples 3 --no-coverage`.
 MAX_EXAMPLES = 3
 SEED = 20261201
 
