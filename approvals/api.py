@@ -87,7 +87,8 @@ class ApprovalApproveSerializer(ApprovalRejectSerializer):
 
 
 _ERRORS = {401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
-_DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer}
+# 415: a body whose Content-Type no parser reads (or none at all).
+_DECISION_ERRORS = {**_ERRORS, 400: ErrorSerializer, 409: ErrorSerializer, 415: ErrorSerializer}
 _EDITED = OpenApiResponse(
     ApprovalSerializer, description="The edit is saved as the caller's proposal; the request waits for another person"
 )
@@ -97,7 +98,7 @@ _EDITED = OpenApiResponse(
     list=extend_schema(
         summary="Approval requests the user may see, newest first",
         parameters=[ApprovalFilterSerializer],
-        responses={200: ApprovalSerializer(many=True), 400: ErrorSerializer, 401: ErrorSerializer},
+        responses={200: ApprovalSerializer(many=True), 400: ErrorSerializer, **_ERRORS},
     ),
     retrieve=extend_schema(summary="One approval request", responses={200: ApprovalSerializer, **_ERRORS}),
 )

@@ -244,7 +244,8 @@ _AUTH_ERRORS = {401: ErrorSerializer, 403: ErrorSerializer}
 
 
 def _list_schema(summary: str, serializer: type[serializers.Serializer], filters: Any = None) -> Any:
-    responses = {200: serializer(many=True), **_AUTH_ERRORS}
+    # A `page` past the last one, or not a number, is the paginator's 404.
+    responses = {200: serializer(many=True), 404: ErrorSerializer, **_AUTH_ERRORS}
     if filters is None:
         return extend_schema(summary=summary, responses=responses)
     return extend_schema(summary=summary, parameters=[filters], responses={**responses, 400: ErrorSerializer})

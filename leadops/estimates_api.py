@@ -48,6 +48,8 @@ from crm.services.records import estimate_record
 
 _ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer}
 _STATE_ERRORS = {**_ERRORS, 409: ErrorSerializer}
+# The writes that read a body: 415 for a Content-Type no parser reads (or none).
+_BODY_ERRORS = {**_STATE_ERRORS, 415: ErrorSerializer}
 
 
 class EstimateCreateSerializer(serializers.Serializer):
@@ -96,7 +98,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
     @extend_schema(
         summary="Record an estimate for a lead, and send it when `send` is true",
         request=EstimateCreateSerializer,
-        responses={201: EstimateSerializer, **_STATE_ERRORS},
+        responses={201: EstimateSerializer, **_BODY_ERRORS},
     )
     def create(self, request: Request) -> Response:
         body = EstimateCreateSerializer(data=request.data)
@@ -149,7 +151,7 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
     @extend_schema(
         summary="The customer declined the estimate (the lead is lost unless another estimate is open)",
         request=EstimateDeclineSerializer,
-        responses={200: EstimateSerializer, **_STATE_ERRORS},
+        responses={200: EstimateSerializer, **_BODY_ERRORS},
     )
     @action(detail=True, methods=["post"])
     def decline(self, request: Request, id: str | None = None) -> Response:

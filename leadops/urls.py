@@ -7,6 +7,9 @@ from leadops import booking_views, copilot, reports, revenue, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.reports_api import LeadTraceView
 
+# A path under /api/ that no route matches answers in the API's error shape.
+handler404 = "leadops.api.not_found"
+
 estimates_router = SimpleRouter()
 estimates_router.register("estimates", EstimateViewSet, basename="estimate")
 

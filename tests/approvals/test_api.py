@@ -256,6 +256,19 @@ def test_a_payload_that_is_not_an_object_is_a_400(business: Business, manager: T
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_a_body_without_a_content_type_is_a_415_and_decides_nothing(
+    business: Business, manager: TeamMember, action: str
+) -> None:
+    request = proposal(business)
+
+    response = client_for(manager).generic("POST", url(request, action), "note=x", content_type="")
+
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_media_type"
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+
+
 def test_a_manager_rejects_through_the_api_with_a_token(business: Business, manager: TeamMember) -> None:
     request = proposal(business)
     token = Token.objects.create(user=manager.user)

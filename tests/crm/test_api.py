@@ -597,6 +597,47 @@ def test_the_schema_validates_without_warnings_and_documents_the_read_api(tmp_pa
     assert components["ConsentStatusEnum"]["enum"] == ["granted", "revoked", "unknown"]
 
 
+def test_a_page_past_the_last_is_a_json_404_and_every_list_documents_it(
+    tmp_path: Path, business: Business, manager: TeamMember
+) -> None:
+    response = client_for(manager).get("/api/v1/leads/", {"page": 99})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "Invalid page."}
+    out = tmp_path / "schema.json"
+    call_command("spectacular", "--format", "openapi-json", "--file", str(out))
+    paths = json.loads(out.read_text())["paths"]
+    lists = [
+        path
+        for path, item in paths.items()
+        if "get" in item and "page" in {p["name"] for p in item["get"].get("parameters", [])}
+    ]
+    assert len(lists) >= 13
+    for path in lists:
+        documented = paths[path]["get"]["responses"]
+        assert documented.get("404", {}).get("content", {}).get("application/json", {}).get("schema") == {
+            "$ref": "#/components/schemas/Error"
+        }, path
+
+
+@pytest.mark.parametrize("path", ["/api/v1/leads/lead.x-y/", "/api/v1/tasks/a.%C3%A9/", "/api/v1/no-such-thing/"])
+def test_an_api_path_that_matches_no_route_is_a_json_404(manager: TeamMember, path: str) -> None:
+    # An id with a dot never reached the viewset (the router's id pattern
+    # stops at dots), and Django answered with its HTML page.
+    response = client_for(manager).get(path)
+
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"] == "not_found"
+
+
+def test_a_path_outside_the_api_keeps_the_html_404(db: None) -> None:
+    response = APIClient().get("/no-such-page/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
 def test_the_schema_is_served(db: None) -> None:
     response = APIClient().get("/api/schema/")
 

@@ -20,7 +20,7 @@ from agents.orchestrator import orchestrate_pending
 from approvals.models import ApprovalRequest
 from crm.models import Appointment, Business, Estimate, Lead, Receipt, Role, Stage, TeamMember
 from crm.services import lead_sync
-from crm.services.records import appointment_record
+from crm.services.records import appointment_record, estimate_record
 from tests.agents.revenue.conftest import held_lead
 from tests.factories import ServiceLineFactory, lead_create, member_create
 
@@ -139,6 +139,17 @@ def test_a_bad_body_is_a_400_naming_the_field_and_writes_nothing(
 def test_a_body_that_is_not_json_is_a_400(hvac_lead: Lead, manager: TeamMember) -> None:
     response = token_client(manager).post(URL, b'{"lead": "', content_type="application/json")
     assert response.status_code == 400 and response.json()["error"] == "bad_request"
+
+
+@pytest.mark.parametrize("path", ["", "{id}/decline/"])
+def test_a_body_without_a_content_type_is_a_415_in_the_error_shape(
+    hvac_lead: Lead, setter: TeamMember, path: str
+) -> None:
+    estimate = estimate_record(lead=hvac_lead, amount=Decimal("100.00"), currency="USD", actor="test")
+    response = token_client(setter).generic("POST", URL + path.format(id=estimate.public_id), "lead=x", content_type="")
+
+    assert response.status_code == 415
+    assert response.json() == {"error": "unsupported_media_type", "detail": 'Unsupported media type "" in request.'}
 
 
 def test_only_leads_the_user_may_see_can_be_quoted_or_decided(
