@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
+from agents.outbound.twilio_accounts import messaging_service_for
 from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message, Source
 from crm.services.receipts import receipt_write
 from crm.services.rows import row_insert_once
@@ -61,8 +62,8 @@ def sender_for(contact: Contact, channel: str) -> str:
     pinned on the contact."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
-    if settings.TWILIO_MESSAGING_SERVICE_SID and channel == "sms":
-        return settings.TWILIO_MESSAGING_SERVICE_SID  # calls need a number: they take the pinned one below
+    if channel == "sms" and (service := messaging_service_for(contact.business_id)):
+        return service  # calls need a number: they take the pinned one below
     if contact.sticky_from_number:
         return contact.sticky_from_number
     source = (
