@@ -256,8 +256,8 @@ def voice_status(request: HttpRequest) -> HttpResponse:
         elif not (params.get("DialCallStatus") or params.get("CallStatus")):
             missing = "CallStatus"
         _store(
-            request, body=body, source=source, business=business, kind="voice_status", external_id=status_external_id(params),
-            missing=missing,
+            request, body=body, source=source, business=business, kind="voice_status",
+            external_id=status_external_id(params), missing=missing,
         )  # fmt: skip
     except WebhookError as exc:
         return exc.response()
@@ -288,8 +288,8 @@ def sms_status(request: HttpRequest) -> HttpResponse:
         sid = params.get("MessageSid") or params.get("SmsSid", "")
         status = params.get("MessageStatus") or params.get("SmsStatus", "")
         _store(
-            request, body=body, source=source, business=business, kind="sms_status", external_id=f"{sid}:status:{status}",
-            missing="" if sid and status else "MessageSid or MessageStatus",
+            request, body=body, source=source, business=business, kind="sms_status",
+            external_id=f"{sid}:status:{status}", missing="" if sid and status else "MessageSid or MessageStatus",
         )  # fmt: skip
     except WebhookError as exc:
         return exc.response()
