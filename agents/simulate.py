@@ -49,6 +49,7 @@ from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
 from agents.capture.providers.website import DEFAULT_CONSENT_TEXT, HOSTED_RATE_LIMIT
+from agents.outbound.twilio_accounts import business_account
 
 # What a delivery is meant to be.
 LEAD = "lead"  # a person's first touch, or another channel of a known person
@@ -162,14 +163,15 @@ def context_load(
         sources[source.provider].append(SourceInfo(source.key, source.provider, source.secret, config))
         reserved.update(str(source.config.get(k, "")) for k in ("phone_number", "forward_to"))
     reserved.update(TeamMember.objects.filter(business=business).values_list("phone", flat=True))
+    twilio = business_account(business.pk)  # the business's own account signs its hooks, if it has one
     return SimContext(
         business_slug=business.slug,
         business_name=business.name,
         region=business.region or "US",
         sources=dict(sources),
         meta_app_secret=settings.META_APP_SECRET,
-        twilio_auth_token=settings.TWILIO_AUTH_TOKEN,
-        twilio_account_sid=settings.TWILIO_ACCOUNT_SID,
+        twilio_auth_token=twilio.auth_token,
+        twilio_account_sid=twilio.sid,
         stripe_webhook_secret=settings.STRIPE_WEBHOOK_SECRET,
         public_base_url=(public_base_url or settings.PUBLIC_BASE_URL).rstrip("/"),
         reserved_phones=frozenset(p for p in reserved if p),

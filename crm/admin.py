@@ -549,7 +549,8 @@ class SourceAdminForm(forms.ModelForm):
         strip=True,
         max_length=1000,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="The webhook secret or signing key. Leave empty to keep the current one.",
+        help_text="The webhook secret or signing key; for twilio sources, the Twilio auth token of the account "
+        "in config's account_sid. Leave empty to keep the current one.",
     )
     clear_secret = forms.BooleanField(required=False, label="Remove the secret")
     replace_page_token = forms.CharField(
@@ -570,6 +571,8 @@ class SourceAdminForm(forms.ModelForm):
         config = self.cleaned_data.get("config")
         if isinstance(config, dict) and "access_token" in config:
             raise forms.ValidationError("The page token goes in 'replace page token', not in the config.")
+        if isinstance(config, dict) and "auth_token" in config:
+            raise forms.ValidationError("The Twilio auth token goes in 'replace secret', not in the config.")
         return config
 
     def save(self, commit: bool = True) -> m.Source:

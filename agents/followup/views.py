@@ -4,8 +4,11 @@
 `AnsweredBy` from answering-machine detection), `.../gather/` with the key
 pressed, `.../dial/` with the owner's `DialCallStatus`. Each request:
 X-Twilio-Signature checked with the real RequestValidator against
-PUBLIC_BASE_URL + path (403 JSON otherwise, counted), the call looked up (404
-JSON for a message that is not a follow-up call), the raw request stored as an
+PUBLIC_BASE_URL + path, under the auth token of the account the call was
+placed through (the message's business's, agents.outbound.twilio_accounts;
+403 JSON otherwise, counted), then 404 JSON for a message that is not a
+follow-up call (checked under the shared token, so an unsigned request
+learns nothing about which ids exist), the raw request stored as an
 InboundEvent, processed at once (a key press 9 revokes consent before the
 caller hears the confirmation), and the TwiML built from what was recorded.
 A signed request without its CallSid is stored failed and answered 400.
@@ -22,7 +25,7 @@ from django.views.decorators.http import require_POST
 from twilio.twiml.voice_response import VoiceResponse
 
 from agents.capture.processing import event_process
-from agents.capture.providers.twilio import signature_problem, twiml
+from agents.capture.providers.twilio import signature_problem, signing_account, twiml
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.followup import voice
 from crm.models import Call, InboundEvent, Message, Provider
@@ -37,10 +40,10 @@ def _twiml_view(kind: str, build: Build) -> Callable[[HttpRequest, str], HttpRes
         try:
             body = raw_body(request)
             params = request.POST
-            problem = signature_problem(request, params)
+            message = voice.followup_message(message_id)
+            problem = signature_problem(request, params, signing_account(params, stored=message))
             if problem:
                 raise reject(request, provider=Provider.TWILIO, source=None, reason=problem, status=403)
-            message = voice.followup_message(message_id)
             if message is None:
                 raise WebhookError(404, "unknown_call", f"no follow-up call {message_id!r}")
             call_sid = params.get("CallSid", "")

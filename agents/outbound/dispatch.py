@@ -12,6 +12,10 @@ The provider call runs outside any transaction. Its outcome:
 - a timeout, connection error or 5xx → `unknown`: the provider may or may not
   have sent it, so `messages_reconcile` asks the provider's message list
   before anything is sent again.
+
+Every Twilio request goes through the account of the message's business
+(agents.outbound.twilio_accounts): its own when its sources carry one, else
+the operator's shared account.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ from django.urls import reverse
 from django.utils import timezone
 from twilio.base.exceptions import TwilioException, TwilioRestException
 from twilio.http import HttpClient
-from twilio.http.http_client import TwilioHttpClient
 from twilio.rest import Client
 from twilio.twiml.voice_response import VoiceResponse
 
+from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
 from crm.models import Call, Message
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
@@ -41,7 +45,6 @@ from crm.services.timers import timer_schedule
 log = logging.getLogger(__name__)
 S = Message.Status
 ACTOR = "agent:dispatcher"
-HTTP_TIMEOUT = 10.0
 # A text Twilio cannot hand on within this many seconds expires instead of
 # arriving late (past quiet hours, say).
 VALIDITY_PERIOD_SECONDS = 600
@@ -50,17 +53,10 @@ RETRY_DELAYS = (timedelta(seconds=30), timedelta(minutes=2), timedelta(minutes=1
 UNSUBSCRIBED = 21610
 
 
-def twilio_client(http_client: HttpClient | None = None) -> Client:
-    """The real twilio client with an explicit timeout; TWILIO_API_BASE_URL
-    points it at a Twilio-compatible server (tests, staging)."""
-    client = Client(
-        settings.TWILIO_ACCOUNT_SID,
-        settings.TWILIO_AUTH_TOKEN,
-        http_client=http_client or TwilioHttpClient(timeout=HTTP_TIMEOUT),
-    )
-    if settings.TWILIO_API_BASE_URL:
-        client.api.base_url = settings.TWILIO_API_BASE_URL.rstrip("/")
-    return client
+def message_account(message: Message) -> TwilioAccount:
+    """The account this message goes out (and is reconciled) through: its
+    business's, chosen by the number or Messaging Service it is sent from."""
+    return business_account(message.business_id, number=message.from_number)
 
 
 def _claim(message_id: int) -> bool:
@@ -76,7 +72,7 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
     if message.channel == "email":
         return _email(message)
     try:
-        client = twilio_client(http_client)
+        client = twilio_client(message_account(message), http_client)
         created = _twilio_call(message, client) if message.channel == "voice" else _twilio_send(message, client)
     except TwilioRestException as exc:
         return _rest_error(message, exc)
@@ -205,7 +201,7 @@ def messages_reconcile(*, now: datetime | None = None, http_client: HttpClient |
     message list (to, from, since the attempt): found → `sent` with its id;
     not found → `queued` again, so it is sent once."""
     now = now or timezone.now()
-    client = twilio_client(http_client)
+    clients: dict[TwilioAccount, Client] = {}
     settled = {"found": 0, "requeued": 0}
     for message in Message.objects.filter(status=S.UNKNOWN, channel="sms").select_related("business", "lead"):
         listing: dict[str, Any] = {
@@ -215,6 +211,10 @@ def messages_reconcile(*, now: datetime | None = None, http_client: HttpClient |
         }
         if not message.from_number.startswith("MG"):
             listing["from_"] = message.from_number
+        account = message_account(message)
+        if account not in clients:
+            clients[account] = twilio_client(account, http_client)
+        client = clients[account]
         try:
             found = [m for m in client.messages.list(**listing) if (m.body or "") == message.body]
         except (TwilioException, requests.RequestException) as exc:

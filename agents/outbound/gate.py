@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
+from agents.outbound.twilio_accounts import messaging_service_for
 from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message, Source
 from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
@@ -73,13 +74,8 @@ def sender_for(contact: Contact, channel: str) -> str:
     sources = list(
         Source.objects.filter(business_id=contact.business_id, provider="twilio", is_active=True).order_by("pk")
     )
-    if channel == "sms":
-        # calls need a number: they take the pinned one below
-        services = [str(s.config["messaging_service_sid"]) for s in sources if s.config.get("messaging_service_sid")]
-        if services:
-            return services[0]
-        if settings.TWILIO_MESSAGING_SERVICE_SID:
-            return str(settings.TWILIO_MESSAGING_SERVICE_SID)
+    if channel == "sms" and (service := messaging_service_for(contact.business_id)):
+        return service  # calls need a number: they take the pinned one below
     own = [str(s.config["phone_number"]) for s in sources if s.config.get("phone_number")]
     if contact.sticky_from_number and contact.sticky_from_number in own:
         return contact.sticky_from_number

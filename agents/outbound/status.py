@@ -53,6 +53,9 @@ def status_callback_process(event: InboundEvent) -> str:
         raise UnknownMessage(f"no outbound message with provider id {sid!r}")
     if event.business_id is None:
         InboundEvent.objects.filter(pk=event.pk).update(business=message.business)
+    elif event.business_id != message.business_id:
+        # Accepted under another business's Twilio account: it cannot speak for this message.
+        raise MalformedPayload(f"message {sid!r} belongs to another business than the account that signed this")
     new = TWILIO_STATUS[reported]
     if RANK.get(new, 0) <= RANK.get(message.status, 0) and message.status != S.UNKNOWN:
         return InboundEvent.Status.IGNORED  # out of order or repeated: never move back

@@ -35,7 +35,7 @@ from django.views.decorators.http import require_POST
 
 from agents.capture.base import MalformedPayload
 from agents.capture.processing import handler_register
-from agents.capture.providers.twilio import form_params, signature_problem
+from agents.capture.providers.twilio import form_params, signature_problem, signing_account
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.playbook.claims_guard import claims_scan
 from crm.models import Appointment, Business, Call, InboundEvent, Provider
@@ -178,9 +178,13 @@ def recording_status(request: HttpRequest) -> HttpResponse:
         body = raw_body(request)
         params = request.POST
         call_sid = params.get("CallSid", "")
-        call = Call.objects.filter(provider_sid=call_sid).only("business_id").first() if call_sid else None
-        business = Business.objects.filter(pk=call.business_id).first() if call else None
-        problem = signature_problem(request, params)
+        call = Call.objects.filter(provider_sid=call_sid).first() if call_sid else None
+        # The call's business's account signs its recordings; a recording that
+        # outruns its call is checked under the account AccountSid names.
+        account = signing_account(params, stored=call, status=True)
+        business_id = call.business_id if call else account.business_id
+        business = Business.objects.filter(pk=business_id).first() if business_id else None
+        problem = signature_problem(request, params, account)
         if problem:
             raise reject(request, provider=Provider.TWILIO, source=None, reason=problem, status=403)
         external_id, missing = _external_id(params)
@@ -206,6 +210,8 @@ def _process_recording(event: InboundEvent) -> str:
         raise LookupError(f"no call with CallSid {call_sid!r} yet; replay after the call is recorded")
     if event.business_id is None:
         InboundEvent.objects.filter(pk=event.pk).update(business=call.business)
+    elif event.business_id != call.business_id:
+        raise MalformedPayload("the call belongs to another business than the account that signed this recording")
     text = params.get("TranscriptionText", "").strip()
     if params.get("TranscriptionSid"):
         if params.get("TranscriptionStatus", "completed") != "completed" or not text:

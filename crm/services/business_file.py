@@ -69,6 +69,8 @@ SEQUENCE_TRIGGERS = ("no_reply", "no_show", "open_estimate", "appointment")
 STEP_CLOCKS = ("absolute", "business")
 # Source settings that hold phone numbers: checked and stored as E.164.
 SOURCE_PHONE_KEYS = ("phone_number", "forward_to")
+# A twilio source's own account (or subaccount): the SIDs Twilio issues.
+TWILIO_SIDS = {"account_sid": re.compile(r"AC[0-9a-f]{32}"), "messaging_service_sid": re.compile(r"MG[0-9a-f]{32}")}
 
 _TIME_RANGE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 _AFTER = re.compile(r"^\d+[mhd]$")
@@ -641,24 +643,28 @@ def _state_windows(m: _Map) -> dict[str, str]:
 
 def _parse_source(item: _ItemMap, region: str) -> SourceRow:
     m = item.read(required=("key", "provider"), any_other=True)
+    provider = m.choice("provider", Provider.values, "provider")
     config: dict[str, Any] = {}
     for key in m.data:
-        if key in ("key", "provider", "secret", "access_token", "first_response_minutes"):
+        if key in ("key", "provider", "secret", "access_token", "auth_token", "first_response_minutes"):
             continue
         value = m.raw(key)
         if value is _MISSING:
             raise m.error(key, f"{key!r} in source is empty")
         if key in SOURCE_PHONE_KEYS:
             value = m.phone(key, region)
-        elif key == "messaging_service_sid":
+        elif provider == Provider.TWILIO and key in TWILIO_SIDS:
             value = m.text(key)
-            if not re.fullmatch(r"MG[0-9a-f]{32}", value):
-                raise m.error(key, f"bad messaging_service_sid {value!r} in source (MG and 32 hex digits)")
+            if not TWILIO_SIDS[key].fullmatch(value):
+                prefix = "AC" if key == "account_sid" else "MG"
+                raise m.error(
+                    key, f"bad {key} {value!r} in source ({prefix} and 32 hex digits, from the Twilio console)"
+                )
         else:
             _check_jsonable(value, m.line_of(key), f"{key!r} in source")
         config[key] = _plain(value)
     fields = {
-        "provider": m.choice("provider", Provider.values, "provider"),
+        "provider": provider,
         "config": config,
         # This source's own first-response standard; none: the business's.
         "first_response_minutes": m.integer("first_response_minutes", None, minimum=1),
@@ -670,6 +676,16 @@ def _parse_source(item: _ItemMap, region: str) -> SourceRow:
         fields["secret"] = m.text("secret")
     if m.has("access_token"):
         fields["page_token"] = m.text("access_token")
+    if m.has("auth_token"):
+        # A twilio source's own account: its auth token is the source's secret,
+        # and is useless without the account it belongs to.
+        if provider != Provider.TWILIO:
+            raise m.error("auth_token", "'auth_token' is for twilio sources (others take 'secret')")
+        if m.has("secret"):
+            raise m.error("auth_token", "a twilio source takes 'auth_token' or 'secret', not both")
+        if "account_sid" not in config:
+            raise m.error("auth_token", "'auth_token' in source needs the 'account_sid' it belongs to")
+        fields["secret"] = m.text("auth_token")
     return SourceRow(line=m.line, key=m.slug("key"), fields=fields, key_lines=dict(m.data.lines))
 
 

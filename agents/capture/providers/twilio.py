@@ -4,7 +4,14 @@ texts (`/hooks/twilio/sms/`).
 
 Every request is checked with twilio's own RequestValidator against
 PUBLIC_BASE_URL + the path and query Twilio requested (never the Host header,
-which a proxy may rewrite) and every POSTed parameter. The source is the
+which a proxy may rewrite) and every POSTed parameter, with the auth token of
+the business the request is about (agents.outbound.twilio_accounts): the
+business of the stored call or message a status reports on, else of the
+source of the number it is addressed to, else (status callbacks only) the
+business whose account `AccountSid` names; the operator's TWILIO_AUTH_TOKEN
+when that business has no account of its own, or no business is known. A
+request signed with one tenant's token about another tenant's number is
+refused. The source is the
 Twilio source whose `phone_number` is the business side of the call or text:
 `To`, or `From` for the status of an outbound call. A number no active source
 claims is still stored (business unknown), so nothing is lost; its processing
@@ -21,8 +28,8 @@ Answers (TwiML, text/xml, which Twilio reads):
 - voice status: an empty `<Response/>` (which ends the call after a `<Dial>`),
   with a short apology `<Say>` first when the forward was not answered.
 - sms: an empty `<Response/>`; replies are the messaging roles' job.
-- 403 JSON for a missing or bad signature (and when TWILIO_AUTH_TOKEN is not
-  set: nothing could be checked) and for a number whose source is switched off
+- 403 JSON for a missing or bad signature (and when no auth token is set for
+  it: nothing could be checked) and for a number whose source is switched off
   (like every other source), 413 over 1 MiB, 400 JSON for a signed body
   without its CallSid, MessageSid or status (stored failed, for inspection).
 """
@@ -51,7 +58,8 @@ from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body,
 from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_log
 from agents.outbound.status import status_callback_process
-from crm.models import Call, InboundEvent, Provider, Source
+from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
+from crm.models import Business, Call, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
@@ -90,30 +98,65 @@ def signature_url(request: HttpRequest) -> str:
     return settings.PUBLIC_BASE_URL.rstrip("/") + request.get_full_path()
 
 
-def signature_problem(request: HttpRequest, params: QueryDict) -> str:
-    """Why the request's X-Twilio-Signature cannot be trusted, or ""."""
-    token = settings.TWILIO_AUTH_TOKEN
+def signing_account(
+    params: QueryDict, *, stored: Call | Message | None = None, source: Source | None = None, status: bool = False
+) -> TwilioAccount:
+    """The account whose auth token must have signed a request about
+    `stored` (the call or message it reports on), else about `source`'s
+    number, else — a status callback only, whose record may not be stored
+    yet — about the account its `AccountSid` names; else the shared one."""
+    if stored is not None:
+        number = stored.from_number if stored.direction == "out" else stored.to
+        return business_account(stored.business_id, number=number)
+    if source is not None:
+        return business_account(source.business_id, number=str((source.config or {}).get("phone_number") or ""))
+    if status:
+        return account_by_sid(str(params.get("AccountSid", ""))) or shared_account()
+    return shared_account()
+
+
+def signature_problem(request: HttpRequest, params: QueryDict, account: TwilioAccount) -> str:
+    """Why the request's X-Twilio-Signature cannot be trusted under `account`, or ""."""
+    token = account.auth_token
     signature = request.META.get("HTTP_X_TWILIO_SIGNATURE", "")
     if not token:
         return "TWILIO_AUTH_TOKEN is not set: no signature can be checked"  # an empty key signs anything
     if not signature:
         return "missing X-Twilio-Signature"
     if not RequestValidator(token).validate(signature_url(request), params, signature):
-        return "X-Twilio-Signature does not match PUBLIC_BASE_URL + path and the parameters"
+        whose = "the operator's TWILIO_AUTH_TOKEN" if account.shared else "the business's own Twilio auth token"
+        return f"X-Twilio-Signature does not match PUBLIC_BASE_URL + path and the parameters under {whose}"
     return ""
 
 
-def _verified(request: HttpRequest) -> tuple[bytes, QueryDict, Source | None]:
-    """The raw body, its parameters and its source, once the signature holds."""
+def _verified(request: HttpRequest, *, status: bool = False) -> tuple[bytes, QueryDict, Source | None, Business | None]:
+    """The raw body, its parameters, its source and its business, once the
+    signature holds under that business's account."""
     body = raw_body(request)
     params = request.POST  # parsed from the body already read, so the same bytes
     source = source_for_number(business_number(params), include_inactive=True)
-    problem = signature_problem(request, params)
+    stored = _stored_record(params) if status else None
+    account = signing_account(params, stored=stored, source=source, status=status)
+    problem = signature_problem(request, params, account)
     if problem:
         raise reject(request, provider=Provider.TWILIO, source=source, reason=problem, status=403)
+    business_id = stored.business_id if stored is not None else account.business_id
+    if source is not None and business_id not in (None, source.business_id):
+        source = None  # the number is another business's: this request is not about it
     if source is not None and not source.is_active:
         raise WebhookError(403, "source_inactive", f"source {source.key!r} is switched off")
-    return body, params, source
+    if source is not None:
+        return body, params, source, source.business
+    business = Business.objects.filter(pk=business_id).first() if business_id else None
+    return body, params, None, business
+
+
+def _stored_record(params: QueryDict) -> Call | Message | None:
+    """The call or outbound message a status callback reports on, if stored."""
+    if params.get("CallSid"):
+        return Call.objects.filter(provider_sid=params["CallSid"]).first()
+    sid = params.get("MessageSid") or params.get("SmsSid", "")
+    return Message.objects.filter(provider_sid=sid, direction="out").first() if sid else None
 
 
 def _store(
@@ -121,6 +164,7 @@ def _store(
     *,
     body: bytes,
     source: Source | None,
+    business: Business | None,
     kind: str,
     external_id: str,
     missing: str = "",
@@ -134,6 +178,7 @@ def _store(
         external_id=f"{kind}:{body_digest(body)}" if missing else external_id,
         body=body,
         source=source,
+        business=business,
         kind=kind,
         malformed=f"no {missing}" if missing else "",
         extra_headers=extra_headers,
@@ -183,11 +228,11 @@ def after_dial_answer(params: QueryDict) -> VoiceResponse:
 @require_POST
 def voice(request: HttpRequest) -> HttpResponse:
     try:
-        body, params, source = _verified(request)
+        body, params, source, business = _verified(request)
         call_sid = params.get("CallSid", "")
         response, answer = voice_answer(source, params)
         _store(
-            request, body=body, source=source, kind="voice", external_id=f"{call_sid}:voice",
+            request, body=body, source=source, business=business, kind="voice", external_id=f"{call_sid}:voice",
             missing="" if call_sid else "CallSid", extra_headers={ANSWER_HEADER: answer},
         )  # fmt: skip
     except WebhookError as exc:
@@ -208,15 +253,15 @@ def status_external_id(params: QueryDict) -> str:
 @require_POST
 def voice_status(request: HttpRequest) -> HttpResponse:
     try:
-        body, params, source = _verified(request)
+        body, params, source, business = _verified(request, status=True)
         missing = ""
         if not params.get("CallSid"):
             missing = "CallSid"
         elif not (params.get("DialCallStatus") or params.get("CallStatus")):
             missing = "CallStatus"
         _store(
-            request, body=body, source=source, kind="voice_status", external_id=status_external_id(params),
-            missing=missing,
+            request, body=body, source=source, business=business, kind="voice_status",
+            external_id=status_external_id(params), missing=missing,
         )  # fmt: skip
     except WebhookError as exc:
         return exc.response()
@@ -227,10 +272,10 @@ def voice_status(request: HttpRequest) -> HttpResponse:
 @require_POST
 def sms(request: HttpRequest) -> HttpResponse:
     try:
-        body, params, source = _verified(request)
+        body, params, source, business = _verified(request)
         message_sid = params.get("MessageSid") or params.get("SmsSid", "")
         _store(
-            request, body=body, source=source, kind="sms", external_id=message_sid,
+            request, body=body, source=source, business=business, kind="sms", external_id=message_sid,
             missing="" if message_sid else "MessageSid",
         )  # fmt: skip
     except WebhookError as exc:
@@ -243,12 +288,12 @@ def sms(request: HttpRequest) -> HttpResponse:
 def sms_status(request: HttpRequest) -> HttpResponse:
     """Delivery proof for our texts (agents.outbound.status processes it)."""
     try:
-        body, params, source = _verified(request)
+        body, params, source, business = _verified(request, status=True)
         sid = params.get("MessageSid") or params.get("SmsSid", "")
         status = params.get("MessageStatus") or params.get("SmsStatus", "")
         _store(
-            request, body=body, source=source, kind="sms_status", external_id=f"{sid}:status:{status}",
-            missing="" if sid and status else "MessageSid or MessageStatus",
+            request, body=body, source=source, business=business, kind="sms_status",
+            external_id=f"{sid}:status:{status}", missing="" if sid and status else "MessageSid or MessageStatus",
         )  # fmt: skip
     except WebhookError as exc:
         return exc.response()
@@ -273,6 +318,9 @@ def event_source(event: InboundEvent, number: str) -> Source:
         raise UnknownNumber(
             f"no active Twilio source has phone_number {number!r}: add it to the business's twilio source, then replay"
         )
+    if event.business_id is not None and source.business_id != event.business_id:
+        # Accepted under one business's account: never filed under another's number.
+        raise UnknownNumber(f"phone_number {number!r} belongs to another business than the account that signed this")
     InboundEvent.objects.filter(pk=event.pk).update(source=source, business=source.business)
     event.source, event.business = source, source.business
     return source
@@ -341,6 +389,8 @@ def _process_voice_status(event: InboundEvent) -> str:
     if not params.get("CallSid"):
         raise MalformedPayload("no CallSid")
     call = Call.objects.filter(provider_sid=params["CallSid"]).first()
+    if call is not None and event.business_id is not None and call.business_id != event.business_id:
+        raise MalformedPayload("the call belongs to another business than the account that signed this status")
     if call is None:
         if params.get("Direction", "inbound").startswith("outbound"):
             return InboundEvent.Status.IGNORED  # an outbound call LeadOps did not place

@@ -36,7 +36,8 @@ badly signed: those are counted as meant to fail. Exits non-zero when any
 status is unexpected.
 
 Run it with the server's settings (the same environment or .env): it reads the
-business's sources from the database, and META_APP_SECRET, TWILIO_AUTH_TOKEN and
+business's sources from the database (a twilio source's own auth token included), and
+META_APP_SECRET, TWILIO_AUTH_TOKEN (for a business on the shared Twilio account) and
 PUBLIC_BASE_URL (Twilio signs PUBLIC_BASE_URL + path) from settings. A provider
 whose source or secret is missing is skipped, and the reason printed.
 
