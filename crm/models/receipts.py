@@ -99,8 +99,10 @@ def reason_is_personal(action: str, reason: str, moved: Iterable[Any]) -> bool:
         return False
     if action in FREE_TEXT_REASON_ACTIONS or _EMAIL_RE.search(reason) or _PHONE_RE.search(reason):
         return True
-    lowered = reason.casefold()
-    return any(len(s) >= 3 and s.casefold() in lowered for s in _strings(moved))
+    # Whole words only: the name "Pat" is not in "the path ended".
+    return any(
+        len(s) >= 3 and re.search(rf"(?<!\w){re.escape(s)}(?!\w)", reason, re.IGNORECASE) for s in _strings(moved)
+    )
 
 
 def _strings(values: Iterable[Any]) -> Iterable[str]:

@@ -45,7 +45,7 @@ def _canonical(value: Any) -> str:
 
 
 def _seal(
-    action: str, reason: str, before: dict[str, Any], after: dict[str, Any]
+    action: str, reason: str, before: dict[str, Any], after: dict[str, Any], names: list[str]
 ) -> tuple[str, dict[str, Any], dict[str, Any], str, dict[str, Any]]:
     """Move the personal values out: (reason, before, after) as stored, the
     salt, and the values by digest (empty when there were none)."""
@@ -65,9 +65,18 @@ def _seal(
                 node = node[key]
             node[path[-1]] = out(value)
         sealed.append(part)
-    if reason_is_personal(action, reason, values.values()):
+    if reason_is_personal(action, reason, [*values.values(), *names]):
         reason = out(reason)
     return reason, sealed[0], sealed[1], salt, values
+
+
+def _names_at_hand(lead: Lead | None) -> list[str]:
+    """The lead's person's names, when the caller has already loaded the
+    contact (a reason typed about them then stays out of the hashed row);
+    never a query of its own on the hot paths that write receipts."""
+    if lead is None or not Lead.contact.is_cached(lead):
+        return []
+    return [n for n in (lead.contact.first_name, lead.contact.last_name) if n]
 
 
 def receipt_hash(receipt: Receipt) -> str:
@@ -112,7 +121,7 @@ def receipt_write(
     """
     # Sealed before the lock: it is pure computation.
     sealed_reason, sealed_before, sealed_after, salt, values = _seal(
-        action, reason, _jsonable(before), _jsonable(after)
+        action, reason, _jsonable(before), _jsonable(after), _names_at_hand(lead)
     )
     # No savepoint of its own: a receipt that fails to write must fail the
     # change it records, so the caller's transaction rolls back as a whole.

@@ -63,6 +63,18 @@ def test_a_reason_quoting_a_phone_number_or_a_moved_name_is_kept_out_of_the_row(
     assert not ReceiptPersonalData.objects.filter(receipt=plain).exists()
 
 
+def test_a_reason_naming_the_leads_person_is_kept_out_of_the_row(business: Business) -> None:
+    lead = lead_create(business, first_name="Rosa", last_name="Diaz", phone="+12125550147")
+    lead.contact  # noqa: B018 - loaded, as the callers that write such reasons have it
+
+    receipt = receipt_write(
+        business=business, lead=lead, actor="t", action="t.noted", subject="x", reason="Diaz called"
+    )
+
+    assert "Diaz" not in _stored(receipt)
+    assert Receipt.objects.get(pk=receipt.pk).reason == "Diaz called"
+
+
 def test_erasing_personal_data_leaves_the_chain_verifying_and_shows_erased(business: Business) -> None:
     lead = lead_create(business, first_name="Rosa", last_name="Diaz", phone="+12125550147")
     created = Receipt.objects.get(subject=lead.contact.public_id, action="contact.created")
