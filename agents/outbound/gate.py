@@ -36,8 +36,8 @@ from django.utils import timezone
 
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
-from agents.outbound.twilio_accounts import messaging_service_for
-from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message, Source
+from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
+from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
 from crm.services.rows import row_insert_once
@@ -71,11 +71,10 @@ def sender_for(contact: Contact, channel: str) -> str:
     replaced, never used."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
-    sources = list(
-        Source.objects.filter(business_id=contact.business_id, provider="twilio", is_active=True).order_by("pk")
-    )
-    if channel == "sms" and (service := messaging_service_for(contact.business_id)):
+    every = twilio_sources(contact.business_id)
+    if channel == "sms" and (service := messaging_service_for(contact.business_id, sources=every)):
         return service  # calls need a number: they take the pinned one below
+    sources = [s for s in every if s.is_active]
     own = [str(s.config["phone_number"]) for s in sources if s.config.get("phone_number")]
     if contact.sticky_from_number and contact.sticky_from_number in own:
         return contact.sticky_from_number

@@ -51,7 +51,9 @@ def shared_account() -> TwilioAccount:
     )
 
 
-def _sources(business_id: int) -> list[Source]:
+def twilio_sources(business_id: int) -> list[Source]:
+    """The business's twilio sources, switched-on ones first: one query that
+    the sender choice and the account choice can share."""
     return list(Source.objects.filter(business_id=business_id, provider=Provider.TWILIO).order_by("-is_active", "pk"))
 
 
@@ -73,11 +75,12 @@ def _owns(source: Source, number: str) -> bool:
     return bool(number) and number in (config.get("phone_number"), config.get("messaging_service_sid"))
 
 
-def business_account(business_id: int, *, number: str = "") -> TwilioAccount:
+def business_account(business_id: int, *, number: str = "", sources: list[Source] | None = None) -> TwilioAccount:
     """The account for the business's traffic on `number` (a phone number or
     a Messaging Service SID): that of the source owning the number, else of
-    the business's first source with credentials, else the shared one."""
-    sources = _sources(business_id)
+    the business's first source with credentials, else the shared one.
+    `sources`: the business's `twilio_sources`, when the caller has them."""
+    sources = twilio_sources(business_id) if sources is None else sources
     owning = [source for source in sources if _owns(source, number)]
     for source in owning + sources:
         account = _own_account(source)
@@ -98,15 +101,16 @@ def account_by_sid(account_sid: str) -> TwilioAccount | None:
     return None
 
 
-def messaging_service_for(business_id: int) -> str:
+def messaging_service_for(business_id: int, *, sources: list[Source] | None = None) -> str:
     """The Messaging Service the business texts through: one named on its
     sources, else the shared one only while it uses the shared account (a
     service of the operator's account cannot send under a tenant's)."""
-    for source in _sources(business_id):
+    sources = twilio_sources(business_id) if sources is None else sources
+    for source in sources:
         service = str((source.config or {}).get("messaging_service_sid") or "")
         if service:
             return service
-    account = business_account(business_id)
+    account = business_account(business_id, sources=sources)
     return account.messaging_service_sid if account.shared else ""
 
 

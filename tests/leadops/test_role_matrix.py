@@ -15,6 +15,7 @@ the sample lead), technician (tom, assigned to its visit and job), outsider
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Iterator
@@ -728,9 +729,13 @@ def observe(samples: Samples, clients: dict[str, Client], route: str, sample: st
         # One logged-in client per role serves every request: a logout (or any
         # other write) happens inside the savepoint and is rolled back with it.
         client = clients[role]
+        cookies = copy.deepcopy(client.cookies)
         with transaction.atomic():
             response = client.get(path) if method == "get" else client.post(path, {})
             transaction.set_rollback(True)
+        # A logout (or a login) gives the client a new session cookie; the
+        # rolled-back session row is still the old one.
+        client.cookies = cookies
         statuses.append(response.status_code)
     return statuses
 
