@@ -135,6 +135,10 @@ class LeadTouch(models.Model):
     landing_page = models.URLField(max_length=1000, blank=True)
     answers = models.JSONField(default=dict, blank=True)
     received_at = models.DateTimeField()
+    # The touch named no service line (a form answer without service words):
+    # the identity resolver may move it to the need it belongs to when a touch
+    # made before it arrives after it. Older rows are False and never move.
+    line_unknown = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["received_at", "id"]
