@@ -3,17 +3,22 @@
 One person is one Contact; one need is one open Lead. Deliveries for the same
 person may race (a form, a call and a text within seconds), so every capture
 first takes transaction-scoped advisory locks on its normalized contact
-points, in sorted order; two captures sharing any point are serialized, and
-the unique constraints on contact points and open leads back that up.
+points, in sorted order, then one on the contact it resolved to, then locks
+the contact's open leads; two captures of one person are serialized, and the
+unique constraints on contact points and open leads back that up.
+
+Which lead a touch joins depends only on the set of touches and the times
+they were made, never on the order they arrive in (see `_home`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
@@ -106,6 +111,15 @@ def _lock(business: Business, keys: list[str]) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"identity:{business.pk}:{key}"])
 
 
+def _lock_contact(contact: Contact) -> None:
+    # Two captures reaching one person through different points (a phone, an
+    # email) share no point lock; this one serializes them before either
+    # decides about leads. Taken after the point locks, before any lead row,
+    # and an advisory lock rather than the row's: follow-up steps lock a lead
+    # and then its contact's row, so a row lock here would invert that order.
+    _lock(contact.business, [f"contact:{contact.pk}"])
+
+
 def service_line_match(business: Business, *texts: str) -> ServiceLine | None:
     haystack = " ".join(t for t in texts if t).lower()
     if not haystack:
@@ -132,9 +146,16 @@ def capture_apply(
         if seen is not None and seen.lead is not None and seen.contact is not None:
             return Applied(seen.contact, seen.lead, False, False, None, seen)
     contact, created_contact, others = _contact_for(business, capture, points)
+    _lock_contact(contact)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
-    existing_lead, reply = _open_lead_for(contact, service_line, capture)
-    touch_fields = {"channel": capture.channel, "answers": capture.answers, **_touch_columns(capture)}
+    choice = _open_lead_for(contact, service_line, capture)
+    existing_lead, reply = choice.lead, choice.reply
+    touch_fields = {
+        "channel": capture.channel,
+        "answers": capture.answers,
+        "line_unknown": service_line is None,
+        **_touch_columns(capture),
+    }
     touch = None
     if existing_lead is None:
         lead = lead_open(
@@ -166,11 +187,17 @@ def capture_apply(
             subject=touch.public_id,
             actor=ACTOR,
             action="lead.touch_added",
-            reason="same person and need: the open lead absorbs the touch",
-            after={"channel": capture.channel, "source": source.key if source else None},
+            reason=choice.reason,
+            after={
+                "channel": capture.channel,
+                "source": source.key if source else None,
+                **({"open_leads": choice.open_leads} if service_line is None else {}),
+            },
         )
         if not lead.is_test:
             lead_event(lead, "touch.added", key=touch.public_id, data={"channel": capture.channel}, actor=ACTOR)
+    if service_line is not None and choice.had_open_leads:
+        _rehome_unknown_touches(contact, window=timedelta(days=business.dedupe_window_days))
     message = None
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
@@ -272,34 +299,122 @@ def _fill_blanks(contact: Contact, capture: Capture) -> None:
         contact.save(update_fields=[*changed, "updated_at"])
 
 
-def _open_lead_for(contact: Contact, service_line: ServiceLine | None, capture: Capture) -> tuple[Lead | None, bool]:
+@dataclass
+class Choice:
+    lead: Lead | None  # None: open a new lead
+    reply: bool = False
+    reason: str = "same person and need: the open lead absorbs the touch"
+    open_leads: int = 0  # the candidates an unknown-line touch chose among
+    had_open_leads: bool = False
+
+
+def _open_lead_for(contact: Contact, service_line: ServiceLine | None, capture: Capture) -> Choice:
     """The open lead that absorbs this capture (None: open a new one), and
     whether the capture is a reply in an existing conversation."""
-    open_leads = Lead.objects.select_for_update().filter(contact=contact).exclude(stage__in=CLOSED_STAGES)
-    if capture.channel in CONVERSATION_CHANNELS and service_line is None:
-        lead = open_leads.order_by("-created_at").first()
-        if lead is not None:
-            return lead, True
-    lead = open_leads.filter(service_line=service_line).first()
-    if lead is None and service_line is not None:
-        lead = open_leads.filter(service_line__isnull=True).first()
-        if lead is not None:
-            _set_service_line(lead, service_line)
-    if lead is None:
-        return None, False
+    # Locked in primary-key order, so two captures never lock them crosswise.
+    open_leads = list(
+        Lead.objects.select_for_update().filter(contact=contact).exclude(stage__in=CLOSED_STAGES).order_by("pk")
+    )
+    if capture.channel in CONVERSATION_CHANNELS and service_line is None and open_leads:
+        return Choice(max(open_leads, key=lambda lead: (lead.created_at, lead.pk)), reply=True)
     window = timedelta(days=contact.business.dedupe_window_days)
-    last_touch = lead.touches.aggregate(last=Max("received_at"))["last"] or lead.created_at
-    if capture.occurred_at - last_touch > window:
-        # An open lead untouched for longer than the dedupe window is a past
-        # need; close it so the new inquiry opens its own lead.
-        lead_sync.lead_transition(
-            lead,
-            Stage.LOST,
-            actor=ACTOR,
-            reason=f"superseded by a new inquiry after {window.days} days without a touch",
+    if service_line is None:
+        # Any open need of the person may be the one this touch is about.
+        candidates = open_leads
+    else:
+        candidates = [lead for lead in open_leads if lead.service_line_id == service_line.pk][:1] or [
+            lead for lead in open_leads if lead.service_line_id is None
+        ][:1]
+    fresh = []
+    for lead in candidates:
+        last_touch = lead.touches.aggregate(last=Max("received_at"))["last"] or lead.created_at
+        if capture.occurred_at - last_touch > window:
+            # An open lead untouched for longer than the dedupe window is a past
+            # need; close it so the new inquiry opens its own lead.
+            lead_sync.lead_transition(
+                lead,
+                Stage.LOST,
+                actor=ACTOR,
+                reason=f"superseded by a new inquiry after {window.days} days without a touch",
+            )
+        else:
+            fresh.append(lead)
+    had = bool(open_leads)
+    if not fresh:
+        return Choice(None, had_open_leads=had)
+    if service_line is not None:
+        lead = fresh[0]
+        if lead.service_line_id is None:
+            _set_service_line(lead, service_line)
+        return Choice(lead, had_open_leads=had)
+    lead = _home(fresh, capture.occurred_at)
+    if len(fresh) == 1:
+        reason = "no service line told: the person's one open lead absorbs the touch"
+    else:
+        reason = (
+            f"no service line told: joined the newest of {len(fresh)} open leads "
+            "(the need heard last before the touch was made, else the first heard after it)"
         )
-        return None, False
-    return lead, False
+    return Choice(lead, reason=reason, open_leads=len(fresh), had_open_leads=had)
+
+
+def _heard_at(lead: Lead) -> tuple[datetime, int]:
+    # When the lead's need was first heard: its earliest touch that named a
+    # service line (the provider's time, not our arrival time), ties broken
+    # by the line so every capture ranks the leads alike.
+    touches = lead.touches.all()
+    first = touches.filter(line_unknown=False).aggregate(at=Min("received_at"))["at"]
+    first = first or touches.aggregate(at=Min("received_at"))["at"] or lead.created_at
+    return first, lead.service_line_id or 0
+
+
+def _home(leads: Sequence[Lead], made_at: datetime) -> Lead:
+    """The lead a touch that names no service line belongs to: of the open
+    leads with a service line, the newest need heard no later than the touch
+    was made; when none was heard before it, the first heard after it; with
+    no line anywhere, the one open lead without one. It depends on the times
+    the touches were made only, so every arrival order gives the same answer."""
+    lined = sorted(((_heard_at(lead), lead) for lead in leads if lead.service_line_id), key=lambda p: p[0])
+    if not lined:
+        return leads[0]
+    before = [lead for heard, lead in lined if heard[0] <= made_at]
+    return before[-1] if before else lined[0][1]
+
+
+def _rehome_unknown_touches(contact: Contact, *, window: timedelta) -> None:
+    """A touch naming a service line may have been made before a touch that
+    named none but arrived after it (a race, a late delivery): move each such
+    touch to its home lead, as if they had arrived in the order they were made.
+    The caller holds the person's locks and the open leads' rows."""
+    open_leads = list(
+        Lead.objects.filter(contact=contact)
+        .exclude(stage__in=CLOSED_STAGES)
+        .annotate(last_touch=Max("touches__received_at"))
+        .order_by("pk")
+    )
+    if len(open_leads) < 2:
+        return
+    by_pk = {lead.pk: lead for lead in open_leads}
+    floating = LeadTouch.objects.filter(lead__in=open_leads, line_unknown=True).order_by("received_at", "pk")
+    for touch in floating:
+        here = by_pk[touch.lead_id]
+        # Only a need alive when the touch was made (within the dedupe window) can be its home.
+        alive = [lead for lead in open_leads if (lead.last_touch or lead.created_at) >= touch.received_at - window]
+        home = _home(alive, touch.received_at) if alive else here
+        # A lead is never left without a touch (its line was set by a person).
+        if home.pk == here.pk or not here.touches.exclude(pk=touch.pk).exists():
+            continue
+        LeadTouch.objects.filter(pk=touch.pk).update(lead=home)
+        receipt_write(
+            business=contact.business,
+            lead=home,
+            subject=touch.public_id,
+            actor=ACTOR,
+            action="lead.touch_moved",
+            reason="a touch made earlier arrived later: the touch without a service line joins the need it belongs to",
+            before={"lead": here.public_id},
+            after={"lead": home.public_id},
+        )
 
 
 def _set_service_line(lead: Lead, service_line: ServiceLine) -> None:

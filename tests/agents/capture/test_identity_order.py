@@ -67,32 +67,29 @@ def in_order(business: Business, calls: Sequence[Callable[[], object]]) -> None:
     """Run `calls` in threads that reach the identity lock in the given order."""
     key = f"identity:{business.pk}:phone:{PHONE}"
     holder = connections.create_connection("default")
-    errors: list[BaseException] = []
-    try:
-        with holder.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
-        def run(call: Callable[[], object]) -> None:
-            try:
-                call()
-            except BaseException as exc:  # surfaced below, in the test's thread
-                errors.append(exc)
-            finally:
-                connection.close()
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        finally:
+            connection.close()
 
-        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        try:
+            with holder.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+            futures = []
             for queued, call in enumerate(calls, start=1):
-                pool.submit(run, call)
+                futures.append(pool.submit(run, call))
                 deadline = time.monotonic() + 20
                 while _waiting_on_advisory_locks() < queued:
                     assert time.monotonic() < deadline, "a capture never queued on the identity lock"
                     time.sleep(0.01)
-            with holder.cursor() as cursor:
-                cursor.execute("COMMIT")
-    finally:
-        holder.close()
-    assert not errors, errors
+        finally:
+            holder.close()  # ends its transaction: the queued captures run in turn
+        for future in futures:
+            future.result()
 
 
 def race(calls: Sequence[Callable[[], object]]) -> None:
