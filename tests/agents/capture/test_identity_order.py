@@ -207,3 +207,23 @@ def test_a_touch_that_arrives_late_moves_an_unknown_line_touch_to_the_need_heard
     moved = Receipt.objects.get(action="lead.touch_moved")
     assert moved.lead.service_line.slug == "hvac"
     assert moved.before["lead"] == Lead.objects.get(service_line__slug="plumbing").public_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_touches_of_one_person_through_different_points_still_end_on_one_lead(business):
+    lines(business)
+    known = capture_apply(
+        business=business,
+        capture=Capture(channel="form", occurred_at=timezone.now(), phones=[PHONE], emails=["a@x.com"]),
+    )
+    for round_ in range(5):
+        lead_sync.lead_transition(known.lead, "lost", actor="sam", reason="a new need each round")
+        at = timezone.now()
+        by_phone = touch("unknown", "Call me", at)
+        by_email = Capture(
+            channel="form", occurred_at=at, emails=["a@x.com"], request_text="Furnace", answers={"which": "hvac"}
+        )
+        # Neither shares a point with the other: only the contact's lock keeps them from both opening a lead.
+        race([apply(business, by_phone), apply(business, by_email)])
+        assert leads_now() == {("hvac", frozenset({"hvac", "unknown"}))}, round_
+        known.lead = Lead.objects.exclude(stage="lost").get()
