@@ -64,7 +64,7 @@ def test_a_handler_that_keeps_failing_is_retried_then_left_failed_with_its_last_
     Source.objects.create(business=business, key="second-line", provider="twilio", config={"phone_number": LINE})
     assert event_replay(event) == "processed"
     event.refresh_from_db()
-    assert (event.status, event.attempts, event.error) == ("processed", 1, "")
+    assert (event.status, event.attempts, event.error) == ("processed", MAX_ATTEMPTS + 1, "")
     assert Call.objects.get().lead == Lead.objects.get()
 
 
