@@ -4,10 +4,15 @@ a worker that died mid-event is taken over only while attempts remain."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
@@ -42,9 +47,9 @@ def call_to_an_unconfigured_line() -> InboundEvent:
 
 
 def sweep_until_quiet(start):
-    """Run the sweep the way the periodic job does, a day of minutes."""
+    """Run the sweep every five minutes for three hours (the retries span one)."""
     taken = 0
-    for minute in range(0, 24 * 60, 1):
+    for minute in range(0, 3 * 60, 5):
         taken += inbound_events_sweep(now=start + timedelta(minutes=minute))
     return taken
 
@@ -107,3 +112,31 @@ def test_a_worker_killed_on_the_last_attempt_leaves_a_failed_event_not_a_stuck_o
     assert "stopped mid-processing" in event.error and f"gave up after {MAX_ATTEMPTS} attempts" in event.error
     Source.objects.create(business=business, key="second-line", provider="twilio", config={"phone_number": LINE})
     assert event_replay(event) == "processed"
+
+
+def race(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Real threads, each with its own connection, released together."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], Any]) -> Any:
+        try:
+            barrier.wait(timeout=30)
+            return call()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_sweeps_take_over_a_stale_event_once_and_count_one_attempt(business: Business):
+    event = call_to_an_unconfigured_line()
+    Source.objects.create(business=business, key="second-line", provider="twilio", config={"phone_number": LINE})
+    claimed_at = timezone.now()
+    InboundEvent.objects.filter(pk=event.pk).update(status="processing", claimed_at=claimed_at, attempts=1)
+    later = claimed_at + STALE_PROCESSING + timedelta(seconds=1)
+    assert sorted(race([lambda: inbound_events_sweep(now=later)] * 6)) == [0, 0, 0, 0, 0, 1]
+    event.refresh_from_db()
+    assert (event.status, event.attempts) == ("processed", 2)
+    assert Call.objects.count() == 1
