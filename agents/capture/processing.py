@@ -160,7 +160,7 @@ def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATC
         error = f"the worker stopped mid-processing (gave up after {MAX_ATTEMPTS} attempts; replay once fixed)"
         # Keep what an earlier attempt reported, if anything.
         error += f" — before that: {earlier}" if earlier else ""
-        # Conditional again: a replay may have taken the event meanwhile.
+        # Conditional again: a slow (not dead) worker may have finished it meanwhile.
         abandoned.filter(pk=pk).update(status=S.FAILED, error=error[:ERROR_LIMIT], retry_at=None, processed_at=now)
     ids = list(
         InboundEvent.objects.filter(
