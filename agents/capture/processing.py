@@ -2,7 +2,19 @@
 
 django-q2 delivers at least once and a person may press "replay": a worker
 first claims the event with a conditional UPDATE (received/failed →
-processing) and goes on only if that changed exactly one row.
+processing, only while attempts remain) and goes on only if that changed
+exactly one row. The claim counts the attempt, so a worker that dies
+mid-event has spent one too.
+
+Attempts are bounded (MAX_ATTEMPTS per run, kept on the row as
+`attempt_limit`). A handler that raises leaves the event
+`failed` with its error at once (visible in the admin and the exception
+report) and the sweep tries it again after a growing delay; a handler that
+raises `RetryLater` (the record the event speaks of is not saved yet) leaves
+it `received`, waiting, not failed. When no attempt is left the event stays
+`failed` with the last error and no retry time: a dead letter that only a
+replay moves, and a replay grants a fresh allowance (`attempts` keeps
+counting every try).
 """
 
 from __future__ import annotations
@@ -32,6 +44,17 @@ _HANDLERS: dict[str, tuple[Handler, Prepare | None]] = {}
 
 STALE_PROCESSING = timedelta(minutes=10)
 LOST_ENQUEUE = timedelta(minutes=2)
+MAX_ATTEMPTS = InboundEvent.ATTEMPTS_PER_RUN
+# The wait after attempt n is RETRY_DELAYS[n - 1]: about an hour in all, long
+# enough for a provider outage to pass or a slow send to record its id.
+RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=4), timedelta(minutes=15), timedelta(minutes=40))
+SWEEP_BATCH = 500
+ERROR_LIMIT = 4000
+
+
+class RetryLater(Exception):
+    """Raised by a handler when the event refers to a record that is not
+    saved yet but is expected to be: the event waits and is tried again."""
 
 
 def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
@@ -41,66 +64,112 @@ def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Pre
 
 def _claim(event_id: int, *, now: datetime) -> bool:
     # A worker that died mid-event leaves it `processing`; after STALE_PROCESSING
-    # another may take it over.
+    # another may take it over, while attempts remain.
     claimable = Q(status__in=[S.RECEIVED, S.FAILED]) | Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
-    claimed = InboundEvent.objects.filter(claimable, pk=event_id).update(
-        status=S.PROCESSING, claimed_at=now, attempts=F("attempts") + 1
+    claimed = InboundEvent.objects.filter(claimable, pk=event_id, attempts__lt=F("attempt_limit")).update(
+        status=S.PROCESSING, claimed_at=now, attempts=F("attempts") + 1, retry_at=None
     )
     return claimed == 1
 
 
-def event_process(event_id: int) -> str:
-    """Process one stored event if it can be claimed; returns its final status
-    (or "skipped" when another worker has it or it is already done).
+def event_process(event_id: int, *, now: datetime | None = None) -> str:
+    """Process one stored event if it can be claimed; returns its status
+    after this attempt (or "skipped" when another worker has it, it is done,
+    or it has no attempt left).
 
     The handler runs in one transaction: a failure rolls back every record it
-    wrote and leaves the event `failed` with the error, ready for replay.
+    wrote and leaves the event `failed` with the error (or `received`, waiting,
+    for `RetryLater`), to be retried while attempts remain, and replayable.
     """
-    now = timezone.now()
+    now = now or timezone.now()
     if not _claim(event_id, now=now):
         return "skipped"
+    return _run(event_id, now=now)
+
+
+def _run(event_id: int, *, now: datetime) -> str:
     event = InboundEvent.objects.select_related("source", "business").get(pk=event_id)
     registered = _HANDLERS.get(f"{event.provider}:{event.kind}")
+    if registered is None:
+        return _finish(event, S.FAILED, f"no handler for {event.provider} events of kind {event.kind!r}")
+    handler, prepare = registered
     try:
-        if registered is None:
-            raise LookupError(f"no handler for {event.provider} events of kind {event.kind!r}")
-        handler, prepare = registered
         args = (prepare(event),) if prepare else ()
         with transaction.atomic():
             outcome = handler(event, *args)
-    except MalformedPayload as exc:
+    except MalformedPayload as exc:  # the same bytes fail the same way: no retry
         return _finish(event, S.FAILED, f"malformed payload: {exc}")
+    except RetryLater as exc:
+        return _retry_or_fail(event, str(exc), waiting=True, now=now)
     except Exception as exc:  # a failed event stays visible with its error
         log.exception("inbound event %s failed", event.public_id)
-        return _finish(event, S.FAILED, f"{type(exc).__name__}: {exc}")
+        return _retry_or_fail(event, f"{type(exc).__name__}: {exc}", waiting=False, now=now)
     return _finish(event, outcome, "")
 
 
-def _finish(event: InboundEvent, status: str, error: str) -> str:
+def _retry_or_fail(event: InboundEvent, error: str, *, waiting: bool, now: datetime) -> str:
+    # Counted from the last replay (or the start): attempt n of this run.
+    attempt = MAX_ATTEMPTS - (event.attempt_limit - event.attempts)
+    if event.attempts >= event.attempt_limit:
+        return _finish(event, S.FAILED, f"{error} (gave up after {attempt} attempts; replay once fixed)")
+    retry_at = now + RETRY_DELAYS[min(attempt, len(RETRY_DELAYS)) - 1]
+    status = S.RECEIVED if waiting else S.FAILED
+    note = f"{error} (attempt {attempt} of {MAX_ATTEMPTS}; tried again after {retry_at:%Y-%m-%d %H:%M:%S} UTC)"
     InboundEvent.objects.filter(pk=event.pk, status=S.PROCESSING).update(
-        status=status, error=error[:4000], processed_at=timezone.now()
+        status=status, error=note[:ERROR_LIMIT], retry_at=retry_at, processed_at=None if waiting else timezone.now()
     )
     return status
 
 
-def event_replay(event: InboundEvent) -> str:
-    """Reprocess a failed event now. Handlers are idempotent, so a replay of
-    an event that half-succeeded before cannot double its records."""
-    if event.status != S.FAILED:
+def _finish(event: InboundEvent, status: str, error: str) -> str:
+    InboundEvent.objects.filter(pk=event.pk, status=S.PROCESSING).update(
+        status=status, error=error[:ERROR_LIMIT], processed_at=timezone.now(), retry_at=None
+    )
+    return status
+
+
+def event_replay(event: InboundEvent, *, now: datetime | None = None) -> str:
+    """Reprocess a failed event now, with a fresh allowance of MAX_ATTEMPTS
+    (this one the first). Handlers are idempotent, so a replay of an event
+    that half-succeeded before cannot double its records."""
+    now = now or timezone.now()
+    # The new allowance and the claim are one UPDATE (both read the row's old
+    # attempts), so a sweep cannot take the event in between.
+    claimed = InboundEvent.objects.filter(pk=event.pk, status=S.FAILED).update(
+        status=S.PROCESSING,
+        claimed_at=now,
+        attempt_limit=F("attempts") + MAX_ATTEMPTS,
+        attempts=F("attempts") + 1,
+        retry_at=None,
+    )
+    if claimed != 1:
         return "skipped"
-    return event_process(event.pk)
+    return _run(event.pk, now=now)
 
 
-def inbound_events_sweep() -> int:
-    """Process events whose enqueue was lost (stored but never picked up) and
-    events whose worker died mid-way (claimed longer than STALE_PROCESSING ago)."""
-    now = timezone.now()
+def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATCH) -> int:
+    """Process events whose enqueue was lost (stored but never picked up),
+    events whose retry is due, and events whose worker died mid-way (claimed
+    longer than STALE_PROCESSING ago) while they have attempts left; an event
+    whose worker died on its last attempt is left `failed`. Returns how many
+    events it processed (whatever their outcome)."""
+    now = now or timezone.now()
+    stale = Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
+    abandoned = InboundEvent.objects.filter(stale, attempts__gte=F("attempt_limit"))
+    for pk, earlier in abandoned.values_list("pk", "error")[:batch]:
+        error = f"the worker stopped mid-processing (gave up after {MAX_ATTEMPTS} attempts; replay once fixed)"
+        # Keep what an earlier attempt reported, if anything.
+        error += f" — before that: {earlier}" if earlier else ""
+        # Conditional again: a slow (not dead) worker may have finished it meanwhile.
+        abandoned.filter(pk=pk).update(status=S.FAILED, error=error[:ERROR_LIMIT], retry_at=None, processed_at=now)
     ids = list(
         InboundEvent.objects.filter(
-            Q(status=S.RECEIVED, received_at__lt=now - LOST_ENQUEUE)
-            | Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
+            Q(status=S.RECEIVED, retry_at__isnull=True, received_at__lt=now - LOST_ENQUEUE)
+            | Q(status__in=[S.RECEIVED, S.FAILED], retry_at__lte=now)
+            | stale,
+            attempts__lt=F("attempt_limit"),
         )
         .order_by("received_at")
-        .values_list("pk", flat=True)[:500]
+        .values_list("pk", flat=True)[:batch]
     )
-    return sum(1 for pk in ids if event_process(pk) != "skipped")
+    return sum(1 for pk in ids if event_process(pk, now=now) != "skipped")

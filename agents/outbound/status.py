@@ -10,6 +10,7 @@ from urllib.parse import parse_qs
 from django.utils import timezone
 
 from agents.capture.base import MalformedPayload
+from agents.capture.processing import RetryLater
 from crm.models import InboundEvent, Message
 from crm.services.receipts import receipt_write
 
@@ -30,11 +31,15 @@ TWILIO_STATUS: dict[str, str] = {
 }  # fmt: skip
 
 
-class UnknownMessage(LookupError):
-    """A callback for a message id we have not recorded (yet)."""
+class UnknownMessage(RetryLater):
+    """A callback for a message id we have not recorded (yet): Twilio can
+    call back before the send's worker has saved the id it was answered
+    with, so the event waits and is tried again (bounded, then failed)."""
 
 
 def status_callback_process(event: InboundEvent) -> str:
+    """Apply one callback to its message, in the caller's transaction. Raises
+    UnknownMessage while no message carries the callback's provider id."""
     params = {
         k: v[-1] for k, v in parse_qs(bytes(event.body).decode("utf-8", "replace"), keep_blank_values=True).items()
     }
@@ -49,8 +54,7 @@ def status_callback_process(event: InboundEvent) -> str:
         .first()
     )
     if message is None:
-        # Replayable: the send may not have recorded its id yet.
-        raise UnknownMessage(f"no outbound message with provider id {sid!r}")
+        raise UnknownMessage(f"no outbound message with provider id {sid!r} (yet: its send may not have saved it)")
     if event.business_id is None:
         InboundEvent.objects.filter(pk=event.pk).update(business=message.business)
     elif event.business_id != message.business_id:

@@ -193,6 +193,9 @@ class ConsentState(models.Model):
 class InboundEvent(models.Model):
     """A provider delivery, stored verbatim before any processing (raw first)."""
 
+    # Processing attempts allowed per run: at first, and again after each replay.
+    ATTEMPTS_PER_RUN = 5
+
     class Status(models.TextChoices):
         RECEIVED = "received"
         PROCESSING = "processing"
@@ -214,10 +217,16 @@ class InboundEvent(models.Model):
     is_test = models.BooleanField(default=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED)
     error = models.TextField(blank=True)
+    # Every attempt ever made; a claim counts one only while attempts <
+    # attempt_limit, and a replay raises the limit by ATTEMPTS_PER_RUN.
     attempts = models.PositiveIntegerField(default=0)
+    attempt_limit = models.PositiveIntegerField(default=ATTEMPTS_PER_RUN)
     received_at = models.DateTimeField()
     claimed_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # Set while an automatic retry is due (the sweep takes the event again
+    # from then on); empty once it is processed or left failed for a person.
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-received_at"]
@@ -227,8 +236,17 @@ class InboundEvent(models.Model):
                 condition=models.Q(status__in=["received", "processing", "processed", "ignored", "failed"]),
                 name="crm_inboundevent_status_valid",
             ),
+            models.CheckConstraint(
+                condition=models.Q(attempts__lte=models.F("attempt_limit")),
+                name="crm_inboundevent_attempts_within_limit",
+            ),
         ]
-        indexes = [models.Index(fields=["status", "received_at"], name="crm_inboundevent_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "received_at"], name="crm_inboundevent_status_idx"),
+            models.Index(
+                fields=["retry_at"], name="crm_inboundevent_retry_idx", condition=models.Q(retry_at__isnull=False)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.external_id}"
