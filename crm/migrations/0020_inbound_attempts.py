@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crm', '0018_forget_and_retention'),
+        ('crm', '0019_identity_order'),
     ]
 
     operations = [
