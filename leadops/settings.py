@@ -106,6 +106,11 @@ SLACK_WEBHOOK_URL = env.str("SLACK_WEBHOOK_URL", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+# Django's SMTP backend waits forever by default: a stalled mail server would
+# hold a task worker (the daily brief, alerts) until the cluster kills it.
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+if EMAIL_TIMEOUT <= 0:
+    raise environ.ImproperlyConfigured("EMAIL_TIMEOUT must be a number of seconds above 0")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.cache import cache
+from django.db import ProgrammingError
 from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
@@ -14,7 +15,12 @@ def rate_limits_start_empty(django_db_setup: None, django_db_blocker: DjangoDbBl
     roll back when a test commits (live servers, races): with a reused test
     database, an earlier run's form posts would still count against this one."""
     with django_db_blocker.unblock():
-        cache.clear()
+        try:
+            cache.clear()
+        except ProgrammingError:
+            # No test in this run uses the database, so pytest-django set none
+            # up: there is no cache table, and nothing to clear.
+            return
 
 
 @pytest.fixture
