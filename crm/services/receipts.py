@@ -100,6 +100,21 @@ def receipt_hash(receipt: Receipt) -> str:
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
+def receipt_chain_lock(business_id: int) -> None:
+    """Take the business's receipt-chain lock now, in the caller's transaction.
+
+    `receipt_write` takes it at the first receipt and holds it until commit.
+    A writer that locks a row first and writes its receipt after waits for
+    the chain while holding that row, and deadlocks with a writer that holds
+    the chain and wants the row (an approval decision on the same estimate).
+    Paths that lock a row they will write a receipt about call this first, so
+    the order is always chain, then rows. Re-entrant: the advisory lock is
+    the same one, stacked within the transaction.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CHAIN_LOCK_NAMESPACE, business_id])
+
+
 def receipt_write(
     *,
     business: Business,
