@@ -130,7 +130,9 @@ def no_show_deadline(appointment: Appointment, *, now: datetime | None = None) -
     """The end of the wait: a lead still in `no_show` closes as `unresponsive`
     (no answer since the no-show) or `lost` with the reason (answered, did not
     rebook). A rebooked, closed or held lead is left alone."""
-    lead = Lead.objects.select_for_update(of=("self",)).select_related("business").get(pk=appointment.lead_id)
+    lead = (
+        Lead.objects.select_for_update(of=("self",), no_key=True).select_related("business").get(pk=appointment.lead_id)
+    )
     if lead.stage != Stage.NO_SHOW:
         return f"skipped: the lead is {lead.stage}"
     if lead.hold:

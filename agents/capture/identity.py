@@ -313,7 +313,10 @@ def _open_lead_for(contact: Contact, service_line: ServiceLine | None, capture: 
     whether the capture is a reply in an existing conversation."""
     # Locked in primary-key order, so two captures never lock them crosswise.
     open_leads = list(
-        Lead.objects.select_for_update().filter(contact=contact).exclude(stage__in=CLOSED_STAGES).order_by("pk")
+        Lead.objects.select_for_update(no_key=True)
+        .filter(contact=contact)
+        .exclude(stage__in=CLOSED_STAGES)
+        .order_by("pk")
     )
     if capture.channel in CONVERSATION_CHANNELS and service_line is None and open_leads:
         return Choice(max(open_leads, key=lambda lead: (lead.created_at, lead.pk)), reply=True)

@@ -33,7 +33,7 @@ def lead_first_response(
     """Acknowledge and hand over a new lead; a no-op for test leads, closed
     leads and leads already acknowledged (task redeliveries)."""
     lead = (
-        Lead.objects.select_for_update(of=("self",))
+        Lead.objects.select_for_update(of=("self",), no_key=True)
         .select_related("business", "contact", "owner__user")
         .get(pk=lead_id)
     )

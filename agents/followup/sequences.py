@@ -420,7 +420,9 @@ def _startable(lead: Lead) -> bool:
 
 def _load(lead: Lead) -> Lead:
     # Locks the lead first (see the module's lock order).
-    return Lead.objects.select_for_update(of=("self",)).select_related("business", "contact").get(pk=lead.pk)
+    return (
+        Lead.objects.select_for_update(of=("self",), no_key=True).select_related("business", "contact").get(pk=lead.pk)
+    )
 
 
 @transaction.atomic
@@ -557,7 +559,7 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
     # No savepoint inside a caller's transaction: a failing step fails it whole.
     with transaction.atomic(savepoint=False):
         lead = (
-            Lead.objects.select_for_update(of=("self",))
+            Lead.objects.select_for_update(of=("self",), no_key=True)
             .select_related("business", "owner__user")
             .filter(pk=lead_id)
             .first()

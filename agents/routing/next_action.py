@@ -31,7 +31,11 @@ def next_action_set(
     lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
 ) -> Task:
     """Make `title` the lead's one open next action (replacing any other)."""
-    lead = Lead.objects.select_for_update(of=("self",)).select_related("business", "owner__user").get(pk=lead.pk)
+    lead = (
+        Lead.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("business", "owner__user")
+        .get(pk=lead.pk)
+    )
     current = lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).first()
     owner = owner or lead.owner
     if (

@@ -68,7 +68,11 @@ def _refuse_second_open_lead(lead: Lead) -> None:
 
 
 def _locked(lead: Lead) -> Lead:
-    return Lead.objects.select_for_update().get(pk=lead.pk)
+    # NO KEY: writers of the lead still queue behind each other, but a row
+    # that references the lead (a receipt, a task, an event) can be inserted
+    # meanwhile; a plain FOR UPDATE made that insert's foreign-key check wait,
+    # and with the receipt chain held it deadlocked at commit.
+    return Lead.objects.select_for_update(no_key=True).get(pk=lead.pk)
 
 
 def _snapshot(lead: Lead, fields: tuple[str, ...]) -> dict[str, Any]:
