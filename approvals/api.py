@@ -71,7 +71,7 @@ class ApprovalPayloadEditSerializer(serializers.Serializer):
 
 @extend_schema_field(ApprovalPayloadEditSerializer)
 class ApprovalPayloadEditField(serializers.DictField):
-    pass
+    """An edited payload; its schema names the keys a kind lets a person change."""
 
 
 class ApprovalApproveSerializer(ApprovalRejectSerializer):
