@@ -13,6 +13,19 @@ SCHEDULES: list[dict[str, Any]] = [
         "minutes": 1,
     },
     {
+        # The safety net of the after-commit seal (crm.services.receipts).
+        "name": "leadops.seal_receipts",
+        "func": "crm.tasks.seal_receipts",
+        "schedule_type": "I",
+        "minutes": 1,
+    },
+    {
+        # To RECEIPT_CHECKPOINT_TO, when it is set.
+        "name": "leadops.export_receipt_checkpoint",
+        "func": "crm.tasks.export_receipt_checkpoint",
+        "schedule_type": "H",
+    },
+    {
         "name": "leadops.pipeline_qa",
         "func": "agents.tasks.pipeline_qa",
         "schedule_type": "I",

@@ -316,7 +316,7 @@ class LeadViewSet(ReadViewSet[Lead]):
     def receipts(self, request: Request, id: str | None = None, format: str | None = None) -> Response:
         lead = self.get_object()
         # The viewset's generic type is Lead; this page is of its receipts.
-        receipts: QuerySet[Any] = Receipt.objects.filter(lead=lead).order_by("at", "seq")
+        receipts: QuerySet[Any] = Receipt.objects.filter(lead=lead).order_by("at", "id")
         page = self.paginate_queryset(receipts)
         return self.get_paginated_response(ReceiptSerializer(page, many=True).data)
 

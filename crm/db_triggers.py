@@ -96,3 +96,67 @@ CONSENT_LEDGER_TRIGGER = (
     "CREATE TRIGGER crm_consentevent_append_only BEFORE UPDATE OR DELETE ON crm_consentevent "
     "FOR EACH ROW EXECUTE FUNCTION leadops_consent_ledger();"
 )
+
+
+# A receipt is inserted unsealed (no seq, prev_hash or hash) inside the
+# transaction whose change it records, and sealed into its business's chain
+# once, after commit, by `leadops_receipts_seal`. So the receipts' guard lets
+# exactly one UPDATE through per row: NULL → value for those three columns,
+# every other column unchanged. Anything else, and any DELETE, is refused.
+RECEIPT_GUARD_FUNCTION = """
+CREATE OR REPLACE FUNCTION leadops_receipt_seal_once() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.hash IS NULL AND OLD.seq IS NULL AND OLD.prev_hash IS NULL
+        AND NEW.hash IS NOT NULL AND NEW.seq IS NOT NULL AND NEW.prev_hash IS NOT NULL
+        AND (to_jsonb(NEW) - 'seq' - 'prev_hash' - 'hash') = (to_jsonb(OLD) - 'seq' - 'prev_hash' - 'hash') THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP USING ERRCODE = 'insufficient_privilege';
+END $$ LANGUAGE plpgsql;
+"""
+
+RECEIPT_GUARD_TRIGGER = (
+    "CREATE TRIGGER crm_receipt_append_only BEFORE UPDATE OR DELETE ON crm_receipt "
+    "FOR EACH ROW EXECUTE FUNCTION leadops_receipt_seal_once();"
+)
+
+# Namespace of the advisory lock that only the sealer takes (one business's
+# chain is extended by one sealer at a time). No domain transaction takes it.
+RECEIPT_SEAL_LOCK_NAMESPACE = 4207
+
+# The sealer: links up to `p_limit` of a business's unsealed receipts into its
+# chain, in the order it finds them committed (oldest id first), and returns
+# how many. Each link is sha256("<prev_hash>:<seq>:<content_hash>"), where
+# content_hash was computed from the row's content when it was inserted; the
+# verifier (crm.services.receipts) recomputes both from the stored row. Runs
+# in its own short transaction, never inside a domain transaction: it holds
+# the business's seal lock and the unsealed rows it updates, nothing else, so
+# it waits only for another sealer of the same business.
+RECEIPT_SEAL_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION leadops_receipts_seal(p_business bigint, p_limit integer) RETURNS integer AS $$
+DECLARE
+    last_seq bigint;
+    last_hash varchar(64);
+    row record;
+    sealed integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock({RECEIPT_SEAL_LOCK_NAMESPACE}, p_business::integer);
+    -- A fresh snapshot per statement (READ COMMITTED): this sees what the
+    -- sealer that held the lock before us committed.
+    SELECT seq, hash INTO last_seq, last_hash FROM crm_receipt
+        WHERE business_id = p_business AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1;
+    IF last_seq IS NULL THEN
+        last_seq := 0;
+        last_hash := repeat('0', 64);
+    END IF;
+    FOR row IN SELECT id, content_hash FROM crm_receipt
+            WHERE business_id = p_business AND seq IS NULL ORDER BY id LIMIT p_limit LOOP
+        UPDATE crm_receipt SET seq = last_seq + 1, prev_hash = last_hash,
+            hash = encode(sha256(convert_to(last_hash || ':' || (last_seq + 1) || ':' || row.content_hash, 'UTF8')), 'hex')
+            WHERE id = row.id
+            RETURNING seq, hash INTO last_seq, last_hash;
+        sealed := sealed + 1;
+    END LOOP;
+    RETURN sealed;
+END $$ LANGUAGE plpgsql;
+"""

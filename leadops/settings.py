@@ -103,6 +103,9 @@ META_GRAPH_URL = env.str("META_GRAPH_URL", default="https://graph.facebook.com/v
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 CALENDLY_SIGNING_KEY = env.str("CALENDLY_SIGNING_KEY", default="")
 SLACK_WEBHOOK_URL = env.str("SLACK_WEBHOOK_URL", default="")
+# Where the hourly receipt checkpoint goes (crm.services.receipt_checkpoints):
+# a file path, mailto:ADDRESS or an https:// URL; empty: not exported.
+RECEIPT_CHECKPOINT_TO = env.str("RECEIPT_CHECKPOINT_TO", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -37,7 +37,7 @@ from approvals.services import ApprovalConflict, approval_request_open
 from crm.models import Enrollment, Estimate, Lead, Payment, Stage, Timer
 from crm.selectors import business_manager
 from crm.services import lead_sync
-from crm.services.receipts import receipt_chain_lock, receipt_write
+from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 from crm.services.timers import timer_handler_register, timer_schedule
 
@@ -55,9 +55,6 @@ class EstimateError(Exception):
 
 
 def _locked(estimate: Estimate) -> Estimate:
-    # The chain before the row: an approval decision holds the chain when it
-    # locks this estimate, so taking the row first here could deadlock.
-    receipt_chain_lock(estimate.business_id)
     return (
         Estimate.objects.select_for_update(of=("self",))
         .select_related("business", "lead__business", "lead__contact", "lead__service_line", "lead__owner__user")

@@ -172,7 +172,7 @@ def _next_action_owner(lead: Lead) -> Answer:
     if not lead.is_open:
         closed = (
             Receipt.objects.filter(lead=lead, action="lead.stage_changed")
-            .order_by("-seq")
+            .order_by("-id")
             .values_list("public_id", flat=True)
             .first()
         )

@@ -197,17 +197,20 @@ class Receipt(models.Model):
     """The audit trail of every handoff and decision (invariant 10).
 
     Append-only three ways: this model refuses update and delete, PostgreSQL
-    triggers refuse UPDATE, DELETE and TRUNCATE (crm migrations 0002 and
-    0018), and each row carries the hash of the previous receipt of its
-    business, so an edit made behind all of them is found by
-    `verify_receipts`. Personal values live in `ReceiptPersonalData` (see the
+    triggers refuse UPDATE, DELETE and TRUNCATE (crm migrations 0002, 0018
+    and 0021: the one UPDATE let through is the sealer's, which sets `seq`,
+    `prev_hash` and `hash` once), and each sealed row carries the hash of the
+    previous receipt of its business, so an edit made behind all of them is
+    found by `verify_receipts`. Personal values live in `ReceiptPersonalData` (see the
     module docstring). Write through `crm.services.receipts.receipt_write`,
     never directly.
     """
 
     public_id = PublicIdField(prefix="rcpt")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
-    seq = models.PositiveBigIntegerField(help_text="Position in the business's chain, from 1")
+    # Set once, by the sealer, after the transaction that inserted the row
+    # committed (crm.services.receipts); NULL until then.
+    seq = models.PositiveBigIntegerField(null=True, blank=True, help_text="Position in the business's chain, from 1")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="receipts")
     subject = models.CharField(max_length=40, help_text="Public id of the record acted on")
     actor = models.CharField(max_length=150, help_text="A username, or agent:<role>")
@@ -216,8 +219,12 @@ class Receipt(models.Model):
     before = models.JSONField(default=dict, blank=True)
     after = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField()
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True)
+    hash = models.CharField(max_length=64, null=True, blank=True)
+    # sha256 of the row's content, computed when it was inserted; the link
+    # is sha256(prev_hash:seq:content_hash). NULL only on receipts sealed
+    # before 0021, whose hash covers their content and link directly.
+    content_hash = models.CharField(max_length=64, null=True, blank=True)
 
     objects = ReceiptQuerySet.as_manager()
 
@@ -225,11 +232,27 @@ class Receipt(models.Model):
     sealed: tuple[str, Any, Any] | None = None
 
     class Meta:
-        ordering = ["business", "seq"]
+        # Insertion order; `seq` is the chain's order, known once sealed.
+        ordering = ["business", "id"]
         constraints = [
             models.UniqueConstraint(fields=["business", "seq"], name="crm_receipt_unique_seq"),
+            # Sealed all at once or not at all.
+            models.CheckConstraint(
+                condition=models.Q(seq__isnull=True, prev_hash__isnull=True, hash__isnull=True)
+                | models.Q(seq__isnull=False, prev_hash__isnull=False, hash__isnull=False),
+                name="crm_receipt_sealed_whole",
+            ),
+            # Only a receipt sealed under the first scheme has no content hash.
+            models.CheckConstraint(
+                condition=models.Q(content_hash__isnull=False) | models.Q(seq__isnull=False),
+                name="crm_receipt_content_hashed",
+            ),
         ]
         indexes = [
+            # What the sealer reads: a business's unsealed receipts, oldest first.
+            models.Index(
+                fields=["business", "id"], condition=models.Q(seq__isnull=True), name="crm_receipt_unsealed_idx"
+            ),
             models.Index(fields=["lead", "at"], name="crm_receipt_lead_idx"),
             # "Has this already been recorded for that record?" (idempotent roles).
             models.Index(fields=["business", "subject"], name="crm_receipt_subject_idx"),

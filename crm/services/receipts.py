@@ -1,4 +1,19 @@
-"""The Audit role: writing and verifying the receipt chain.
+"""The Audit role: writing, sealing and verifying the receipt chain.
+
+A receipt is written in the transaction whose change it records, as one
+INSERT: no lock, no read of the chain. It is sealed after that transaction
+commits: `receipts_seal` (one SQL function, `leadops_receipts_seal` in
+crm.db_triggers) links the business's unsealed receipts into its chain, in
+the order they committed, under a lock only sealers take. So no request or
+task transaction waits on a business-wide lock, and two leads of one
+business are processed in parallel. The chain is a hash chain: each sealed
+receipt's `hash` is sha256("<prev_hash>:<seq>:<content_hash>"), and its
+`content_hash` the sha256 of its content as stored. A periodic sealer
+(`receipts_seal` over every business) catches receipts whose after-commit
+seal was lost (a killed process). A chain cannot show on its own that its
+newest receipts were cut off: `receipt_checkpoints` are exported outside
+the database (crm.services.receipt_checkpoints) and `verify_receipts
+--checkpoint` checks the chain against the last one.
 
 What is hashed is the row as stored, in which each personal value is a
 placeholder holding its salted digest (see `crm.models.receipts`); the values
@@ -12,7 +27,8 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -24,9 +40,12 @@ from django.utils import timezone
 from crm.models import Business, Lead, Receipt, ReceiptPersonalData
 from crm.models.receipts import personal_paths, placeholder, placeholders_in, reason_is_personal
 
+logger = logging.getLogger(__name__)
+
 GENESIS_HASH = "0" * 64
-# Namespace of the advisory lock that serializes one business's chain.
-_CHAIN_LOCK_NAMESPACE = 4207
+# Receipts one call of the sealer links at most, per business: after a commit
+# that is a handful; the periodic sealer catches up a backlog run by run.
+SEAL_BATCH = 1000
 
 
 def _jsonable(value: Any) -> Any:
@@ -79,10 +98,39 @@ def _names_at_hand(lead: Lead | None) -> list[str]:
     return [n for n in (lead.contact.first_name, lead.contact.last_name) if n]
 
 
-def receipt_hash(receipt: Receipt) -> str:
+def _stored(receipt: Receipt) -> tuple[str, Any, Any]:
     # A receipt read through a queryset shows its personal values; the chain
     # hashes the row as stored.
-    reason, before, after = receipt.sealed or (receipt.reason, receipt.before, receipt.after)
+    return receipt.sealed or (receipt.reason, receipt.before, receipt.after)
+
+
+def receipt_content_hash(receipt: Receipt) -> str:
+    """sha256 of what the receipt says, as stored (not where it sits in the chain)."""
+    reason, before, after = _stored(receipt)
+    payload = {
+        "id": receipt.public_id,
+        "business": receipt.business_id,
+        "lead": receipt.lead_id,
+        "subject": receipt.subject,
+        "actor": receipt.actor,
+        "action": receipt.action,
+        "reason": reason,
+        "before": before,
+        "after": after,
+        "at": receipt.at.isoformat(),
+    }
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def receipt_link_hash(prev_hash: str, seq: int, content_hash: str) -> str:
+    """The link the sealer computes in SQL (crm.db_triggers.RECEIPT_SEAL_FUNCTION)."""
+    return hashlib.sha256(f"{prev_hash}:{seq}:{content_hash}".encode()).hexdigest()
+
+
+def _first_scheme_hash(receipt: Receipt) -> str:
+    """How receipts sealed before migration 0021 were hashed: content and
+    link in one digest, computed in the writing transaction."""
+    reason, before, after = _stored(receipt)
     payload = {
         "id": receipt.public_id,
         "business": receipt.business_id,
@@ -100,21 +148,6 @@ def receipt_hash(receipt: Receipt) -> str:
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
-def receipt_chain_lock(business_id: int) -> None:
-    """Take the business's receipt-chain lock now, in the caller's transaction.
-
-    `receipt_write` takes it at the first receipt and holds it until commit.
-    A writer that locks a row first and writes its receipt after waits for
-    the chain while holding that row, and deadlocks with a writer that holds
-    the chain and wants the row (an approval decision on the same estimate).
-    Paths that lock a row they will write a receipt about call this first, so
-    the order is always chain, then rows. Re-entrant: the advisory lock is
-    the same one, stacked within the transaction.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CHAIN_LOCK_NAMESPACE, business_id])
-
-
 def receipt_write(
     *,
     business: Business,
@@ -126,43 +159,80 @@ def receipt_write(
     after: dict[str, Any] | None = None,
     lead: Lead | None = None,
 ) -> Receipt:
-    """Append one receipt to the business's chain.
+    """Record one handoff or decision: one INSERT, sealed after commit.
 
     Joins the caller's transaction (so the receipt and the change it records
-    commit or roll back together) and holds a transaction-scoped advisory lock
-    per business, so concurrent writers extend the chain one at a time.
-    Personal values go to the receipt's `ReceiptPersonalData` row; the
-    returned receipt holds the row as stored, placeholders and all.
+    commit or roll back together) and takes no lock: the receipt enters the
+    business's chain when `receipts_seal` runs after the commit. Personal
+    values go to the receipt's `ReceiptPersonalData` row; the returned
+    receipt holds the row as stored, placeholders and all.
     """
-    # Sealed before the lock: it is pure computation.
     sealed_reason, sealed_before, sealed_after, salt, values = _seal(
         action, reason, _jsonable(before), _jsonable(after), _names_at_hand(lead)
     )
+    receipt = Receipt(
+        business=business,
+        lead=lead,
+        subject=subject,
+        actor=actor,
+        action=action,
+        reason=sealed_reason,
+        before=sealed_before,
+        after=sealed_after,
+        at=timezone.now(),
+    )
+    receipt.content_hash = receipt_content_hash(receipt)
     # No savepoint of its own: a receipt that fails to write must fail the
     # change it records, so the caller's transaction rolls back as a whole.
     with transaction.atomic(savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CHAIN_LOCK_NAMESPACE, business.pk])
-        last = Receipt.objects.filter(business=business).order_by("-seq").values("seq", "hash").first()
-        receipt = Receipt(
-            business=business,
-            seq=(last["seq"] + 1) if last else 1,
-            lead=lead,
-            subject=subject,
-            actor=actor,
-            action=action,
-            reason=sealed_reason,
-            before=sealed_before,
-            after=sealed_after,
-            at=timezone.now(),
-            prev_hash=last["hash"] if last else GENESIS_HASH,
-        )
-        receipt.hash = receipt_hash(receipt)
         if values:
             _insert_with_personal_data(receipt, salt, values)
         else:
             receipt.save(force_insert=True)
-        return receipt
+        _seal_after_commit(business.pk)
+    return receipt
+
+
+@dataclass(frozen=True)
+class _SealAfterCommit:
+    """The after-commit call that seals a business's new receipts; one per
+    transaction and business, however many receipts the transaction wrote."""
+
+    business_id: int
+
+    def __call__(self) -> None:
+        receipts_seal(self.business_id)
+
+
+def _seal_after_commit(business_id: int) -> None:
+    # `run_on_commit` lists the callbacks of the open transaction (Django
+    # empties it on commit and rollback): one seal per business is enough.
+    if any(isinstance(f, _SealAfterCommit) and f.business_id == business_id for _, f, _ in connection.run_on_commit):
+        return
+    # Robust: a seal that fails (the database went away after the commit)
+    # must not fail the request that committed; the periodic sealer seals it.
+    transaction.on_commit(_SealAfterCommit(business_id), robust=True)
+
+
+def receipts_seal(business_id: int | None = None, *, limit: int = SEAL_BATCH) -> int:
+    """Link unsealed receipts into their chains (one business's, or every
+    business's that has any), at most `limit` per business; returns how many.
+
+    Call it outside any domain transaction: it takes the business's seal
+    lock, which is held until the transaction it runs in ends.
+    """
+    if business_id is None:
+        business_ids: Iterable[int] = (
+            Receipt.objects.filter(seq__isnull=True).order_by().values_list("business_id", flat=True).distinct()
+        )
+    else:
+        business_ids = [business_id]
+    sealed = 0
+    with connection.cursor() as cursor:
+        for pk in list(business_ids):
+            cursor.execute("SELECT leadops_receipts_seal(%s, %s)", [pk, limit])
+            sealed += cursor.fetchone()[0]
+    return sealed
 
 
 def _insert_with_personal_data(receipt: Receipt, salt: str, values: dict[str, Any]) -> None:
@@ -197,22 +267,29 @@ def receipt_personal_data_erase(receipt_ids: list[int]) -> int:
 class ChainBreak:
     business: str
     receipt: str
-    seq: int
+    seq: int | None
     problem: str
 
     def __str__(self) -> str:
-        return f"business {self.business}: receipt {self.receipt} (seq {self.seq}): {self.problem}"
+        where = f"seq {self.seq}" if self.seq is not None else "unsealed"
+        return f"business {self.business}: receipt {self.receipt} ({where}): {self.problem}"
 
 
 def receipts_verify(business: Business | None = None) -> ChainBreak | None:
-    """Walk each business's chain in order; return the first broken link
-    (a personal value that no longer matches its digest is one)."""
+    """Walk each business's chain in order, then its unsealed receipts;
+    return the first broken link (a personal value that no longer matches
+    its digest is one)."""
     businesses = [business] if business else list(Business.objects.order_by("pk"))
     for biz in businesses:
-        rows = Receipt.objects.filter(business=biz).order_by("seq").iterator(chunk_size=_CHUNK)
-        broken = _verify_chain(biz, _with_personal_data(rows))
+        receipts = Receipt.objects.filter(business=biz)
+        sealed = receipts.filter(seq__isnull=False).order_by("seq").iterator(chunk_size=_CHUNK)
+        broken = _verify_chain(biz, _with_personal_data(sealed))
         if broken:
             return broken
+        unsealed = receipts.filter(seq__isnull=True).order_by("id").iterator(chunk_size=_CHUNK)
+        for receipt, personal in _with_personal_data(unsealed):
+            if problem := _content_problem(receipt) or _personal_problem(receipt, personal):
+                return ChainBreak(biz.slug, receipt.public_id, None, problem)
     return None
 
 
@@ -225,6 +302,17 @@ def _with_personal_data(receipts: Iterator[Receipt]) -> Iterator[tuple[Receipt, 
         found = {p.receipt_id: p for p in ReceiptPersonalData.objects.filter(receipt_id__in=[r.pk for r in chunk])}
         for receipt in chunk:
             yield receipt, found.get(receipt.pk)
+
+
+def _content_problem(receipt: Receipt) -> str | None:
+    if receipt.content_hash is None and receipt.seq is not None:
+        # Sealed under the first scheme: its hash covers content and link.
+        if _first_scheme_hash(receipt) != receipt.hash:
+            return "content does not match its hash: the receipt was altered"
+        return None
+    if receipt_content_hash(receipt) != receipt.content_hash:
+        return "content does not match its hash: the receipt was altered"
+    return None
 
 
 def _personal_problem(receipt: Receipt, personal: ReceiptPersonalData | None) -> str | None:
@@ -257,9 +345,59 @@ def _verify_chain(
             return brk(f"expected seq {expected_seq}: a receipt before it was removed")
         if receipt.prev_hash != expected_prev:
             return brk("prev_hash does not match the previous receipt: the chain was rewritten")
-        if receipt_hash(receipt) != receipt.hash:
-            return brk("content does not match its hash: the receipt was altered")
+        if problem := _content_problem(receipt):
+            return brk(problem)
+        if receipt.content_hash is not None and receipt_link_hash(
+            receipt.prev_hash, receipt.seq, receipt.content_hash
+        ) != receipt.hash:
+            return brk("hash does not match its link: the chain was rewritten")
         if problem := _personal_problem(receipt, personal):
             return brk(problem)
         expected_prev, expected_seq = receipt.hash, expected_seq + 1
+    return None
+
+
+# Checkpoints: each business's sealed head, exported outside the database.
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    business: str
+    seq: int
+    hash: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"business": self.business, "seq": self.seq, "hash": self.hash}
+
+
+def receipt_checkpoints() -> list[Checkpoint]:
+    """Each business's newest sealed receipt (businesses with none are left out)."""
+    heads = (
+        Receipt.objects.filter(seq__isnull=False)
+        .order_by("business_id", "-seq")
+        .distinct("business_id")
+        .values_list("business__slug", "seq", "hash")
+    )
+    return [Checkpoint(slug, seq, digest) for slug, seq, digest in heads]
+
+
+def checkpoint_verify(checkpoint: Checkpoint) -> str | None:
+    """What is wrong with the chain as this checkpoint saw it, or None: the
+    receipt at its seq must still be there with the same hash. With the
+    chain itself whole (`receipts_verify`), every receipt up to it is then
+    the one that was exported."""
+    business = Business.objects.filter(slug=checkpoint.business).first()
+    if business is None:
+        return f"business {checkpoint.business}: in the checkpoint, but not in the database"
+    found = Receipt.objects.filter(business=business, seq=checkpoint.seq).values_list("hash", flat=True).first()
+    if found is None:
+        return (
+            f"business {checkpoint.business}: the chain ends before seq {checkpoint.seq}, "
+            "which the checkpoint saw: its newest receipts were cut off"
+        )
+    if found != checkpoint.hash:
+        return (
+            f"business {checkpoint.business}: the receipt at seq {checkpoint.seq} no longer has the hash "
+            "the checkpoint saw: the chain was rewritten"
+        )
     return None

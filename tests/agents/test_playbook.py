@@ -161,7 +161,7 @@ def test_revising_and_approving_each_write_a_receipt(acme: Business) -> None:
     version = template_revise(_template(acme), ACK_V2, _user("sam"))
     template_approve(version, _user("mia"))
 
-    revised, approved = Receipt.objects.filter(subject=version.public_id).order_by("seq")
+    revised, approved = Receipt.objects.filter(subject=version.public_id).order_by("id")
     assert (revised.actor, revised.action) == ("sam", "template.revised")
     assert (revised.before["body"], revised.after["body"], revised.after["version"]) == (ACK, ACK_V2, 2)
     assert (approved.actor, approved.action) == ("mia", "template.approved")

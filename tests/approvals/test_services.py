@@ -79,7 +79,7 @@ def draft_open(business: Business, *, proposed_by: str = "agent:sms_assistant", 
 
 
 def receipts_of(request: ApprovalRequest) -> list[Receipt]:
-    return list(Receipt.objects.filter(subject=request.public_id).order_by("seq"))
+    return list(Receipt.objects.filter(subject=request.public_id).order_by("id"))
 
 
 def decisions_of(request: ApprovalRequest) -> list[Receipt]:

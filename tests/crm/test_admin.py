@@ -157,7 +157,7 @@ def test_stage_form_on_the_lead_page_calls_crm_sync(business, two_setters):
     client.post(url, {"stage": "contacted", "reason": "left a voicemail"})
     lead.refresh_from_db()
     assert lead.stage == "contacted"
-    receipt = lead.receipts.order_by("-seq").first()
+    receipt = lead.receipts.order_by("-id").first()
     assert (receipt.actor, receipt.reason, receipt.after) == ("sam", "left a voicemail", {"stage": "contacted"})
 
 

@@ -85,7 +85,7 @@ def test_an_allowed_transition_moves_the_lead_and_writes_one_receipt(
     assert stored.stage == to_stage
     assert (stored.closed_at is not None) == (to_stage in CLOSED_STAGES)
     assert receipts_of(lead) == before + 1
-    receipt = Receipt.objects.filter(lead=lead).latest("seq")
+    receipt = Receipt.objects.filter(lead=lead).latest("id")
     assert (receipt.actor, receipt.action, receipt.reason, receipt.subject) == (
         "sam",
         "lead.stage_changed",
@@ -149,7 +149,7 @@ def test_assigning_a_new_lead_gives_it_an_owner_and_moves_it_to_assigned(
 
     stored = Lead.objects.get(pk=lead.pk)
     assert (stored.owner, stored.stage) == (setter, Stage.ASSIGNED)
-    receipt = Receipt.objects.filter(lead=lead).latest("seq")
+    receipt = Receipt.objects.filter(lead=lead).latest("id")
     assert (receipt.actor, receipt.action, receipt.reason) == ("agent:router", "lead.owner_changed", "round robin")
     assert receipt.before == {"owner": None, "stage": "new"}
     assert receipt.after == {"owner": "sam", "stage": "assigned"}
@@ -166,7 +166,7 @@ def test_reassigning_a_contacted_lead_keeps_its_stage(
 
     stored = Lead.objects.get(pk=lead.pk)
     assert (stored.owner, stored.stage) == (manager, Stage.CONTACTED)
-    receipt = Receipt.objects.filter(lead=lead).latest("seq")
+    receipt = Receipt.objects.filter(lead=lead).latest("id")
     assert (receipt.before, receipt.after) == ({"owner": "sam"}, {"owner": "mia"})
 
 
@@ -229,7 +229,7 @@ def test_a_next_action_with_a_due_time_is_set_with_a_receipt(business: Business)
 
     stored = Lead.objects.get(pk=lead.pk)
     assert (stored.next_action, stored.next_action_due_at) == ("Call back", due)
-    receipt = Receipt.objects.filter(lead=lead).latest("seq")
+    receipt = Receipt.objects.filter(lead=lead).latest("id")
     assert receipt.action == "lead.next_action_set"
     assert receipt.before == {"next_action": "", "next_action_due_at": None}
     assert receipt.after["next_action"] == "Call back"
@@ -261,7 +261,7 @@ def test_putting_a_lead_on_hold_and_releasing_it_each_write_a_receipt(business: 
 
     assert (held.hold, held.hold_reason) == (True, "customer complained")
     assert (released.hold, released.hold_reason) == (False, "")
-    hold_set, hold_released = Receipt.objects.filter(lead=lead).order_by("seq")[1:]
+    hold_set, hold_released = Receipt.objects.filter(lead=lead).order_by("id")[1:]
     assert (hold_set.action, hold_set.reason, hold_set.after) == (
         "lead.hold_set",
         "customer complained",

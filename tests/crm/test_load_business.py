@@ -219,7 +219,7 @@ def test_a_changed_file_updates_only_what_changed_and_writes_one_receipt(tmp_pat
     assert Source.objects.get(key="site").secret == "rotated-secret"
     assert after["team"][1] == before["team"][1], "mia's row is untouched"
     assert after["receipts"] == before["receipts"] + 1
-    receipt = Receipt.objects.filter(business__slug="acme").order_by("-seq").first()
+    receipt = Receipt.objects.filter(business__slug="acme").order_by("-id").first()
     assert receipt is not None
     assert receipt.after["updated"] == {"source": 1, "template": 1, "team member": 1}
     assert "team member sam: weight, service_lines" in receipt.after["changes"]

@@ -1,25 +1,40 @@
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import ProgrammingError, connection, transaction
+from django.utils import timezone
 
 from crm.models import Business, Receipt, ReceiptImmutable
-from crm.services.receipts import GENESIS_HASH, receipt_hash, receipt_write, receipts_verify
+from crm.services.receipts import (
+    GENESIS_HASH,
+    receipt_content_hash,
+    receipt_link_hash,
+    receipt_write,
+    receipts_seal,
+    receipts_verify,
+)
 from tests.factories import BusinessFactory
 
 
 def _write(business: Business, n: int, *, actor: str = "test") -> list[Receipt]:
-    return [
+    written = [
         receipt_write(business=business, actor=actor, action="test.noted", subject=f"thing_{i}", reason=f"note {i}")
         for i in range(n)
     ]
+    # What the after-commit seal does; the test's own transaction never commits.
+    receipts_seal(business.pk)
+    return list(Receipt.objects.filter(pk__in=[r.pk for r in written]).order_by("id"))
 
 
 @contextmanager
@@ -152,11 +167,14 @@ def test_a_receipt_deleted_from_the_middle_is_found_as_a_seq_gap(business: Busin
 def test_a_receipt_altered_and_rehashed_breaks_the_link_to_the_next_one(business: Business) -> None:
     _, altered, last = _write(business, 3)
     altered.reason = "nothing happened"
-    forged_hash = receipt_hash(altered)
+    altered.sealed = None
+    forged_content = receipt_content_hash(altered)
+    forged_hash = receipt_link_hash(altered.prev_hash, altered.seq, forged_content)
 
     with _append_only_guard_off(), connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE crm_receipt SET reason = %s, hash = %s WHERE id = %s", [altered.reason, forged_hash, altered.pk]
+            "UPDATE crm_receipt SET reason = %s, content_hash = %s, hash = %s WHERE id = %s",
+            [altered.reason, forged_content, forged_hash, altered.pk],
         )
 
     broken = receipts_verify(business)
@@ -238,3 +256,212 @@ def test_concurrent_writers_extend_one_chain_without_gaps(transactional_db: None
     seqs = list(Receipt.objects.filter(business=business).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, writers * per_writer + 1))
     assert receipts_verify(business) is None
+
+
+# Sealing: inserted unsealed, linked into the chain once
+
+
+def test_a_receipt_is_inserted_unsealed_and_sealed_once(business: Business) -> None:
+    receipt = receipt_write(business=business, actor="test", action="test.noted", subject="thing_1")
+    stored = Receipt.objects.get(pk=receipt.pk)
+    assert (stored.seq, stored.prev_hash, stored.hash) == (None, None, None)
+    assert stored.content_hash == receipt_content_hash(stored)
+
+    assert receipts_seal(business.pk) == 1
+    assert receipts_seal(business.pk) == 0
+    sealed = Receipt.objects.get(pk=receipt.pk)
+    assert (sealed.seq, sealed.prev_hash) == (1, GENESIS_HASH)
+    assert sealed.hash == receipt_link_hash(GENESIS_HASH, 1, sealed.content_hash)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # Sealing again, even to the same values.
+        "UPDATE crm_receipt SET seq = seq, prev_hash = prev_hash, hash = hash WHERE id = %s",
+        # Unsealing.
+        "UPDATE crm_receipt SET seq = NULL, prev_hash = NULL, hash = NULL WHERE id = %s",
+    ],
+)
+def test_the_trigger_refuses_a_second_seal_or_an_unseal(business: Business, sql: str) -> None:
+    (receipt,) = _write(business, 1)
+
+    with pytest.raises(ProgrammingError, match="append-only: UPDATE refused"), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [receipt.pk])
+
+
+def test_the_trigger_refuses_a_seal_that_changes_the_content(business: Business) -> None:
+    receipt = receipt_write(business=business, actor="test", action="test.noted", subject="thing_1")
+
+    with pytest.raises(ProgrammingError, match="append-only: UPDATE refused"), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE crm_receipt SET seq = 1, prev_hash = %s, hash = %s, actor = 'someone else' WHERE id = %s",
+                [GENESIS_HASH, "f" * 64, receipt.pk],
+            )
+
+
+def test_an_unsealed_receipt_altered_behind_the_trigger_is_found(business: Business) -> None:
+    _write(business, 2)
+    pending = receipt_write(business=business, actor="test", action="test.noted", subject="thing_9")
+
+    with _append_only_guard_off(), connection.cursor() as cursor:
+        cursor.execute("UPDATE crm_receipt SET reason = 'nothing happened' WHERE id = %s", [pending.pk])
+
+    broken = receipts_verify(business)
+    assert broken is not None
+    assert (broken.receipt, broken.seq) == (pending.public_id, None)
+    assert "altered" in broken.problem
+
+
+def test_the_periodic_sealer_seals_what_every_business_left_unsealed(
+    business: Business, other_business: Business
+) -> None:
+    from crm.tasks import seal_receipts
+
+    for biz in (business, other_business, business):
+        receipt_write(business=biz, actor="test", action="test.noted", subject="thing")
+
+    assert seal_receipts() == 3
+    assert not Receipt.objects.filter(seq__isnull=True).exists()
+    assert list(Receipt.objects.filter(business=business).order_by("seq").values_list("seq", flat=True)) == [1, 2]
+    assert receipts_verify() is None
+
+
+def test_receipts_sealed_under_the_first_scheme_still_verify_and_the_chain_goes_on(business: Business) -> None:
+    """A database migrated from before 0021 holds receipts hashed the old way
+    (content and link in one digest, no content_hash)."""
+    import hashlib
+    import json
+
+    old = Receipt(business=business, seq=1, subject="thing_0", actor="test", action="test.noted", reason="old")
+    old.at, old.prev_hash = timezone.now(), GENESIS_HASH
+    payload = {
+        "id": old.public_id, "business": business.pk, "seq": 1, "lead": None, "subject": "thing_0",
+        "actor": "test", "action": "test.noted", "reason": "old", "before": {}, "after": {},
+        "at": old.at.isoformat(), "prev": GENESIS_HASH,
+    }  # fmt: skip
+    old.hash = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    old.save(force_insert=True)
+
+    (new,) = _write(business, 1)
+
+    assert (new.seq, new.prev_hash) == (2, old.hash)
+    assert receipts_verify(business) is None
+    with _append_only_guard_off(), connection.cursor() as cursor:
+        cursor.execute("UPDATE crm_receipt SET reason = 'rewritten' WHERE id = %s", [old.pk])
+    broken = receipts_verify(business)
+    assert broken is not None and broken.receipt == old.public_id and "altered" in broken.problem
+
+
+# Checkpoints exported outside the database
+
+
+def _checkpoint_file(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoints.jsonl"
+    call_command("export_receipt_checkpoint", "--to", str(path), stdout=StringIO())
+    return path
+
+
+def test_an_exported_checkpoint_holds_each_business_head(
+    business: Business, other_business: Business, tmp_path: Path
+) -> None:
+    *_, head = _write(business, 3)
+    _write(other_business, 1)
+    receipt_write(business=business, actor="test", action="test.noted", subject="pending")  # sealed by the export
+
+    lines = [json.loads(line) for line in _checkpoint_file(tmp_path).read_text().splitlines()]
+
+    ours = next(line for line in lines if line["business"] == "acme")
+    assert (ours["seq"], ours["hash"]) == (4, Receipt.objects.get(business=business, seq=4).hash)
+    assert {line["business"] for line in lines} == {"acme", "other"}
+    assert head.seq == 3
+
+
+def test_a_chain_that_grew_after_its_checkpoint_verifies_against_it(business: Business, tmp_path: Path) -> None:
+    _write(business, 2)
+    path = _checkpoint_file(tmp_path)
+    _write(business, 2)
+    out = StringIO()
+
+    call_command("verify_receipts", "--checkpoint", str(path), stdout=out)
+
+    assert f"and holds the 1 checkpoints of {path}" in out.getvalue()
+
+
+def test_a_tail_cut_below_the_checkpoint_is_found(business: Business, tmp_path: Path) -> None:
+    *_, last = _write(business, 3)
+    path = _checkpoint_file(tmp_path)
+    call_command("verify_receipts", stdout=StringIO())  # the chain alone cannot tell
+
+    with _append_only_guard_off(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM crm_receipt WHERE id = %s", [last.pk])
+    call_command("verify_receipts", stdout=StringIO())  # still whole on its own
+
+    with pytest.raises(CommandError, match="ends before seq 3.*cut off"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_chain_rewritten_through_the_checkpoint_is_found(business: Business, tmp_path: Path) -> None:
+    _, _, last = _write(business, 3)
+    path = _checkpoint_file(tmp_path)
+    # Rewritten consistently: content, content hash and link, so the chain
+    # alone verifies.
+    last.reason, last.sealed = "nothing happened", None
+    content = receipt_content_hash(last)
+    with _append_only_guard_off(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE crm_receipt SET reason = %s, content_hash = %s, hash = %s WHERE id = %s",
+            [last.reason, content, receipt_link_hash(last.prev_hash, 3, content), last.pk],
+        )
+    assert receipts_verify(business) is None
+
+    with pytest.raises(CommandError, match="seq 3 no longer has the hash.*rewritten"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_checkpoint_file_that_is_not_one_is_a_clear_error(business: Business, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"business": "acme", "seq": 1}\n')
+
+    with pytest.raises(CommandError, match="line 1 of .* is not a checkpoint"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_checkpoint_goes_by_email(business: Business, settings: Any, mailoutbox: list[Any]) -> None:
+    _write(business, 1)
+    settings.RECEIPT_CHECKPOINT_TO = "mailto:ops@example.com"
+    from crm.tasks import export_receipt_checkpoint
+
+    assert export_receipt_checkpoint() == 1
+
+    (mail,) = mailoutbox
+    assert mail.to == ["ops@example.com"]
+    assert '"business": "acme", "seq": 1' in mail.body
+
+
+def test_a_checkpoint_goes_to_a_url_and_a_refusal_is_a_clear_error(business: Business) -> None:
+    _write(business, 1)
+    received: list[bytes] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(204 if len(received) == 1 else 503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/checkpoints"
+    try:
+        call_command("export_receipt_checkpoint", "--to", url, stdout=StringIO())
+        with pytest.raises(CommandError, match="checkpoint POST to .* failed"):
+            call_command("export_receipt_checkpoint", "--to", url, stdout=StringIO())
+    finally:
+        server.shutdown()
+
+    assert json.loads(received[0].decode().splitlines()[0])["business"] == "acme"

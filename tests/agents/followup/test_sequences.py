@@ -79,7 +79,7 @@ def test_a_whole_no_reply_path_runs_step_by_step_and_ends_unresponsive(lead: Lea
     lead.refresh_from_db()
     assert (enrollment.status, enrollment.stop_reason, enrollment.ended_at) == ("completed", "completed", T_END)
     assert lead.stage == Stage.UNRESPONSIVE
-    actions = list(Receipt.objects.filter(subject=enrollment.public_id).order_by("seq").values_list("action", "reason"))
+    actions = list(Receipt.objects.filter(subject=enrollment.public_id).order_by("id").values_list("action", "reason"))
     assert actions[0] == ("enrollment.started", "trigger no_reply")
     assert [a for a, _ in actions].count("enrollment.step_ran") == 4
     assert actions[-1] == ("enrollment.completed", "completed")

@@ -109,7 +109,7 @@ def test_every_answer_links_its_evidence_by_public_id(leads_by_break):
     consent_event = lead.contact.points.get().consent_events.get()
     assert answers["may_contact"].evidence == [consent_event.public_id]
     # A won lead needs no next action: the stage change that closed it is the evidence.
-    closing = lead.receipts.filter(action="lead.stage_changed").order_by("-seq").first()
+    closing = lead.receipts.filter(action="lead.stage_changed").order_by("-id").first()
     assert answers["next_action_owner"].evidence == [closing.public_id]
     assert answers["appointment_happened"].evidence == [lead.appointments.get().public_id]
     assert answers["job_completed"].evidence == [lead.jobs.get().public_id]
