@@ -120,10 +120,6 @@ RECEIPT_GUARD_TRIGGER = (
     "FOR EACH ROW EXECUTE FUNCTION leadops_receipt_seal_once();"
 )
 
-# Namespace of the advisory lock that only the sealer takes (one business's
-# chain is extended by one sealer at a time). No domain transaction takes it.
-RECEIPT_SEAL_LOCK_NAMESPACE = 4207
-
 # The sealer: links up to `p_limit` of a business's unsealed receipts into its
 # chain, in the order it finds them committed (oldest id first), and returns
 # how many. Each link is sha256("<prev_hash>:<seq>:<content_hash>"), where
@@ -132,7 +128,7 @@ RECEIPT_SEAL_LOCK_NAMESPACE = 4207
 # in its own short transaction, never inside a domain transaction: it holds
 # the business's seal lock and the unsealed rows it updates, nothing else, so
 # it waits only for another sealer of the same business.
-RECEIPT_SEAL_FUNCTION = f"""
+RECEIPT_SEAL_FUNCTION = """
 CREATE OR REPLACE FUNCTION leadops_receipts_seal(p_business bigint, p_limit integer) RETURNS integer AS $$
 DECLARE
     last_seq bigint;
@@ -140,7 +136,8 @@ DECLARE
     row record;
     sealed integer := 0;
 BEGIN
-    PERFORM pg_advisory_xact_lock({RECEIPT_SEAL_LOCK_NAMESPACE}, p_business::integer);
+    -- The seal lock (namespace 4207): only sealers take it.
+    PERFORM pg_advisory_xact_lock(4207, p_business::integer);
     -- A fresh snapshot per statement (READ COMMITTED): this sees what the
     -- sealer that held the lock before us committed.
     SELECT seq, hash INTO last_seq, last_hash FROM crm_receipt

@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
 from agents.orchestrator import lead_event
 from approvals.services import approval_request_open
+from crm.locks import xact_lock
 from crm.models import (
     CLOSED_STAGES,
     Business,
@@ -106,9 +107,8 @@ def _withheld(raw: str) -> bool:
 def _lock(business: Business, keys: list[str]) -> None:
     # Sorted keys: two captures always take shared locks in the same order,
     # so they queue instead of deadlocking.
-    with connection.cursor() as cursor:
-        for key in sorted(keys):
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"identity:{business.pk}:{key}"])
+    for key in sorted(keys):
+        xact_lock(f"identity:{business.pk}:{key}")
 
 
 def _lock_contact(contact: Contact) -> None:

@@ -134,11 +134,14 @@ def contact_forget(contact: Contact, *, actor: str, reason: str = "") -> ForgetR
     """Erase a contact's personal data everywhere, keep every record and sum.
 
     Owns one transaction: the erasure and its receipt commit together or not
-    at all. The contact row is locked first, so two erasures of one person
-    run one after the other; the second finds nothing left and writes no
-    receipt (its counts are empty).
+    at all. The person's leads and then the contact row are locked first
+    (the order of crm.locks: a follow-up step locks a lead, then its
+    contact), so two erasures of one person run one after the other; the
+    second finds nothing left and writes no receipt (its counts are empty).
     """
     with transaction.atomic():
+        person = Q(contact=contact) | Q(contact__merged_into=contact)
+        list(Lead.objects.select_for_update(of=("self",), no_key=True).filter(person).order_by("pk").values("pk"))
         contact = Contact.objects.select_for_update(no_key=True).get(pk=contact.pk)
         forgetting = _forgetting(contact)
         _erase_contacts(forgetting)

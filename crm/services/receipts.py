@@ -26,8 +26,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import secrets
 import logging
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -207,7 +207,7 @@ class _SealAfterCommit:
 def _seal_after_commit(business_id: int) -> None:
     # `run_on_commit` lists the callbacks of the open transaction (Django
     # empties it on commit and rollback): one seal per business is enough.
-    if any(isinstance(f, _SealAfterCommit) and f.business_id == business_id for _, f, _ in connection.run_on_commit):
+    if any(isinstance(e[1], _SealAfterCommit) and e[1].business_id == business_id for e in connection.run_on_commit):
         return
     # Robust: a seal that fails (the database went away after the commit)
     # must not fail the request that committed; the periodic sealer seals it.
@@ -347,13 +347,15 @@ def _verify_chain(
             return brk("prev_hash does not match the previous receipt: the chain was rewritten")
         if problem := _content_problem(receipt):
             return brk(problem)
-        if receipt.content_hash is not None and receipt_link_hash(
-            receipt.prev_hash, receipt.seq, receipt.content_hash
-        ) != receipt.hash:
+        # (Its prev_hash and seq are the expected ones, checked above.)
+        if (
+            receipt.content_hash is not None
+            and receipt_link_hash(expected_prev, expected_seq, receipt.content_hash) != receipt.hash
+        ):
             return brk("hash does not match its link: the chain was rewritten")
         if problem := _personal_problem(receipt, personal):
             return brk(problem)
-        expected_prev, expected_seq = receipt.hash, expected_seq + 1
+        expected_prev, expected_seq = receipt.hash or "", expected_seq + 1
     return None
 
 
@@ -378,7 +380,7 @@ def receipt_checkpoints() -> list[Checkpoint]:
         .distinct("business_id")
         .values_list("business__slug", "seq", "hash")
     )
-    return [Checkpoint(slug, seq, digest) for slug, seq, digest in heads]
+    return [Checkpoint(slug, seq or 0, digest or "") for slug, seq, digest in heads]  # sealed: never None
 
 
 def checkpoint_verify(checkpoint: Checkpoint) -> str | None:

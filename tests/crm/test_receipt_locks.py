@@ -103,12 +103,11 @@ def test_a_row_locked_then_a_receipt_against_a_receipt_then_the_row_does_not_dea
 def test_one_transaction_is_sealed_once_after_commit_however_many_receipts_it_wrote(business: Business) -> None:
     other = BusinessFactory.create(slug="other")
 
-    with CaptureQueriesContext(connection) as queries:
-        with transaction.atomic():
-            for n in range(3):
-                _write(business, f"ours-{n}")
-            _write(other, "theirs")
-            assert Receipt.objects.filter(seq__isnull=True).count() == 4
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        for n in range(3):
+            _write(business, f"ours-{n}")
+        _write(other, "theirs")
+        assert Receipt.objects.filter(seq__isnull=True).count() == 4
 
     seals = [q["sql"] for q in queries.captured_queries if "leadops_receipts_seal" in q["sql"]]
     assert len(seals) == 2  # one per business

@@ -169,7 +169,7 @@ def test_a_receipt_altered_and_rehashed_breaks_the_link_to_the_next_one(business
     altered.reason = "nothing happened"
     altered.sealed = None
     forged_content = receipt_content_hash(altered)
-    forged_hash = receipt_link_hash(altered.prev_hash, altered.seq, forged_content)
+    forged_hash = receipt_link_hash(str(altered.prev_hash), 2, forged_content)
 
     with _append_only_guard_off(), connection.cursor() as cursor:
         cursor.execute(
@@ -271,7 +271,7 @@ def test_a_receipt_is_inserted_unsealed_and_sealed_once(business: Business) -> N
     assert receipts_seal(business.pk) == 0
     sealed = Receipt.objects.get(pk=receipt.pk)
     assert (sealed.seq, sealed.prev_hash) == (1, GENESIS_HASH)
-    assert sealed.hash == receipt_link_hash(GENESIS_HASH, 1, sealed.content_hash)
+    assert sealed.hash == receipt_link_hash(GENESIS_HASH, 1, str(sealed.content_hash))
 
 
 @pytest.mark.parametrize(
@@ -286,20 +286,20 @@ def test_a_receipt_is_inserted_unsealed_and_sealed_once(business: Business) -> N
 def test_the_trigger_refuses_a_second_seal_or_an_unseal(business: Business, sql: str) -> None:
     (receipt,) = _write(business, 1)
 
-    with pytest.raises(ProgrammingError, match="append-only: UPDATE refused"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [receipt.pk])
+    refused = pytest.raises(ProgrammingError, match="append-only: UPDATE refused")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, [receipt.pk])
 
 
 def test_the_trigger_refuses_a_seal_that_changes_the_content(business: Business) -> None:
     receipt = receipt_write(business=business, actor="test", action="test.noted", subject="thing_1")
 
-    with pytest.raises(ProgrammingError, match="append-only: UPDATE refused"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE crm_receipt SET seq = 1, prev_hash = %s, hash = %s, actor = 'someone else' WHERE id = %s",
-                [GENESIS_HASH, "f" * 64, receipt.pk],
-            )
+    refused = pytest.raises(ProgrammingError, match="append-only: UPDATE refused")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE crm_receipt SET seq = 1, prev_hash = %s, hash = %s, actor = 'someone else' WHERE id = %s",
+            [GENESIS_HASH, "f" * 64, receipt.pk],
+        )
 
 
 def test_an_unsealed_receipt_altered_behind_the_trigger_is_found(business: Business) -> None:
@@ -399,7 +399,7 @@ def test_a_tail_cut_below_the_checkpoint_is_found(business: Business, tmp_path: 
         cursor.execute("DELETE FROM crm_receipt WHERE id = %s", [last.pk])
     call_command("verify_receipts", stdout=StringIO())  # still whole on its own
 
-    with pytest.raises(CommandError, match="ends before seq 3.*cut off"):
+    with pytest.raises(CommandError, match=r"ends before seq 3.*cut off"):
         call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
 
 
@@ -413,11 +413,11 @@ def test_a_chain_rewritten_through_the_checkpoint_is_found(business: Business, t
     with _append_only_guard_off(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE crm_receipt SET reason = %s, content_hash = %s, hash = %s WHERE id = %s",
-            [last.reason, content, receipt_link_hash(last.prev_hash, 3, content), last.pk],
+            [last.reason, content, receipt_link_hash(str(last.prev_hash), 3, content), last.pk],
         )
     assert receipts_verify(business) is None
 
-    with pytest.raises(CommandError, match="seq 3 no longer has the hash.*rewritten"):
+    with pytest.raises(CommandError, match=r"seq 3 no longer has the hash.*rewritten"):
         call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
 
 
@@ -425,7 +425,7 @@ def test_a_checkpoint_file_that_is_not_one_is_a_clear_error(business: Business, 
     path = tmp_path / "bad.jsonl"
     path.write_text('{"business": "acme", "seq": 1}\n')
 
-    with pytest.raises(CommandError, match="line 1 of .* is not a checkpoint"):
+    with pytest.raises(CommandError, match=r"line 1 of .* is not a checkpoint"):
         call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
 
 
@@ -446,7 +446,7 @@ def test_a_checkpoint_goes_to_a_url_and_a_refusal_is_a_clear_error(business: Bus
     received: list[bytes] = []
 
     class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_POST(self) -> None:
             received.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(204 if len(received) == 1 else 503)
             self.end_headers()
@@ -459,7 +459,7 @@ def test_a_checkpoint_goes_to_a_url_and_a_refusal_is_a_clear_error(business: Bus
     url = f"http://127.0.0.1:{server.server_port}/checkpoints"
     try:
         call_command("export_receipt_checkpoint", "--to", url, stdout=StringIO())
-        with pytest.raises(CommandError, match="checkpoint POST to .* failed"):
+        with pytest.raises(CommandError, match=r"checkpoint POST to .* failed"):
             call_command("export_receipt_checkpoint", "--to", url, stdout=StringIO())
     finally:
         server.shutdown()

@@ -44,7 +44,7 @@ sources:
 
 
 @pytest.fixture
-def acme(transactional_db: None, live_server, settings, tmp_path: Path) -> Iterator[Business]:
+def acme(transactional_db: None, live_server, settings, tmp_path: Path) -> Iterator[tuple[Business, GraphServer, str]]:
     call_command("load_business", str(ROOT / "demo" / "acme-hvac.yaml"), stdout=StringIO())
     extra = tmp_path / "hosted.yaml"
     extra.write_text(HOSTED_FORM_FILE)

@@ -40,7 +40,7 @@ import re
 from urllib.parse import parse_qs
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.urls import path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -59,6 +59,7 @@ from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_log
 from agents.outbound.status import status_callback_process
 from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
+from crm.locks import xact_lock
 from crm.models import Business, Call, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.contact_numbers import number_refusal
@@ -333,8 +334,7 @@ def call_inbound_record(*, source: Source, params: dict[str, str], event: Inboun
     is processed first. A transaction-scoped advisory lock on the CallSid keeps
     two of its events from both making it."""
     call_sid = params["CallSid"]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"twilio-call:{call_sid}"])
+    xact_lock(f"twilio-call:{call_sid}")
     existing = Call.objects.filter(provider_sid=call_sid).first()
     if existing is not None:
         return existing

@@ -47,9 +47,7 @@ def test_one_sms_step_runs_within_its_query_budget(lead: Lead, django_assert_max
     step_timers = dict(Timer.objects.filter(kind=STEP_TIMER, lead=lead).values_list("dedupe_key", "status"))
     assert step_timers == {f"seq:{enrollment.public_id}:0": "done", f"seq:{enrollment.public_id}:1": "pending"}
     actions = list(
-        Receipt.objects.filter(business=lead.business)
-        .order_by("id")
-        .values_list("action", flat=True)[receipts_before:]
+        Receipt.objects.filter(business=lead.business).order_by("id").values_list("action", flat=True)[receipts_before:]
     )
     assert actions == ["message.dry_run", "enrollment.step_ran"]
     assert receipts_verify(lead.business) is None

@@ -1,0 +1,43 @@
+"""Named transaction locks, and the one order every lock is taken in.
+
+Deadlocks come from two transactions taking the same two locks in opposite
+orders. LeadOps takes its locks in this order, outermost first, and a path
+that needs a lock earlier in the list than one it holds must take it first
+(or not at all). Within one level, several rows of one kind are locked in
+primary-key (or, for names, sorted) order.
+
+1. Named locks (`xact_lock`): a business file load (its own namespace, by
+   slug), a call's first record (`twilio-call:<CallSid>`), the identity of a
+   contact point (`identity:<business>:<point>`, sorted) and then of the
+   contact it leads to (`identity:<business>:contact:<pk>`; a named lock, not
+   the contact's row, because of level 3).
+2. Lead rows, FOR NO KEY UPDATE, by pk: writers of one lead queue behind each
+   other, while rows that only reference the lead (receipts, events, tasks,
+   timers) insert without waiting on it.
+3. Contact rows (a follow-up step's stop rules lock the lead, then its
+   contact; forgetting a person locks their leads, then the contact).
+4. The records of a lead, in this order: an ApprovalRequest, then the record
+   its decision changes (Estimate, Message, Appointment, Enrollment, Call,
+   MessageTemplate and its version); Payment before Invoice.
+5. Tasks (the next action), ConsentState, setters' TeamMember rows (round
+   robin, by pk).
+6. Timer rows: claimed FOR UPDATE SKIP LOCKED, so a claim never waits.
+
+The receipt chain takes no lock in these transactions: a receipt is one
+INSERT, and the sealer (crm.services.receipts) links it into the chain after
+commit under a lock of its own that only sealers take, in a transaction that
+holds nothing else. Keep it that way: a lock shared by every write of a
+business is what made approval decisions and dispatch deadlock.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+
+def xact_lock(name: str) -> None:
+    """Wait for the transaction-scoped lock `name` (held until commit or
+    rollback; re-entrant within the transaction). Take it inside
+    `transaction.atomic()`: outside one it is released at once."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
