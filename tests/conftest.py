@@ -10,17 +10,16 @@ from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
 from tests.factories import BusinessFactory, member_create
-from tests.redis_server import redis_server
+from tests.redis_server import MISSING, redis_available, redis_server
 
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
     """A Redis for this run (tests/redis_server.py); started once, on first use."""
-    try:
-        with redis_server() as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    if not redis_available():
+        pytest.fail(MISSING, pytrace=False)
+    with redis_server() as url:
+        yield url
 
 
 @pytest.fixture

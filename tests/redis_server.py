@@ -47,6 +47,10 @@ def wait_for_ping(url: str, *, deadline_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def redis_available() -> bool:
+    return bool(os.environ.get("REDIS_TEST_URL") or shutil.which("redis-server"))
+
+
 @contextmanager
 def redis_server() -> Iterator[str]:
     """Yields the URL of an empty Redis database."""
