@@ -59,6 +59,7 @@ check: $(STAMP)
 
 pytest: $(STAMP)
 	scripts/ensure-chromium
+	scripts/ensure-redis
 	$(VENV)/bin/pytest
 
 test: check pytest

@@ -27,7 +27,8 @@ class QueueHealth:
 
 
 def queue_health(now: datetime | None = None) -> QueueHealth:
-    from django_q.models import OrmQ, Success
+    from django_q.brokers import get_broker
+    from django_q.models import Success
 
     now = now or timezone.now()
     last = (
@@ -36,4 +37,6 @@ def queue_health(now: datetime | None = None) -> QueueHealth:
         .values_list("stopped", flat=True)
         .first()
     )
-    return QueueHealth(alive=bool(last and now - last < STALE_AFTER), last_run_at=last, queued=OrmQ.objects.count())
+    # From the configured broker: the OrmQ table stays empty with Redis.
+    queued = int(get_broker().queue_size() or 0)
+    return QueueHealth(alive=bool(last and now - last < STALE_AFTER), last_run_at=last, queued=queued)

@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agents.queue import task_enqueue
 from crm.models import Lead, Task, Timer
 from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
@@ -123,15 +124,9 @@ def lead_event(
         payload={"event": event, "data": data or {}, "actor": actor}, dedupe_key=f"evt:{event}:{key}"[:200],
     )  # fmt: skip
     if timer.status == Timer.Status.PENDING and due_at is None:
-        timer_id = timer.pk
-        transaction.on_commit(lambda: _enqueue(timer_id))
+        # A lost enqueue leaves the timer pending and due: run_timers takes it.
+        task_enqueue("agents.tasks.orchestrate", timer.pk, group="orchestrator")
     return timer
-
-
-def _enqueue(timer_id: int) -> None:
-    from django_q.tasks import async_task
-
-    async_task("agents.tasks.orchestrate", timer_id, q_options={"group": "orchestrator"})
 
 
 def orchestrate(timer_id: int) -> str:

@@ -107,6 +107,14 @@ SLACK_WEBHOOK_URL = env.str("SLACK_WEBHOOK_URL", default="")
 # a file path, mailto:ADDRESS or an https:// URL; empty: not exported.
 RECEIPT_CHECKPOINT_TO = env.str("RECEIPT_CHECKPOINT_TO", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
+# The django-q2 broker: "orm" (the database, the default) or "redis" (REDIS_URL).
+# A separate switch, not implied by REDIS_URL: the cache may move to Redis
+# without changing how tasks are delivered (see "Redis" below Q_CLUSTER).
+Q_BROKER = env.str("Q_BROKER", default="orm")
+if Q_BROKER not in ("orm", "redis"):
+    raise environ.ImproperlyConfigured(f"Q_BROKER must be 'orm' or 'redis', not {Q_BROKER!r}")
+if Q_BROKER == "redis" and not REDIS_URL:
+    raise environ.ImproperlyConfigured("Q_BROKER=redis needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
 # Django's SMTP backend waits forever by default: a stalled mail server would
@@ -253,7 +261,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# django-q2: the ORM broker, so an enqueue joins the caller's transaction.
+# django-q2: the ORM broker unless Q_BROKER=redis (below); tasks are enqueued
+# after the caller's commit either way (agents.queue).
 # `timeout` must stay below `retry`, or a slow task is handed to a second
 # worker while the first still runs it.
 Q_CLUSTER = {
@@ -268,6 +277,24 @@ Q_CLUSTER = {
     "ack_failures": True,
 }
 
+# --- Redis as the django-q2 broker (Q_BROKER=redis) ---------------------------
+# Kept apart from the tuning above. Every enqueue happens after the caller's
+# commit (agents.queue), so a task never names a row that is not there yet,
+# with either broker. Redis hands a task out once and keeps no receipt:
+# `retry`, `max_attempts` and `ack_failures` do nothing there, and a task lost
+# with a dead worker or a lost enqueue is found again by the periodic sweeps
+# (inbound events, timers, messages), which read state from PostgreSQL.
+if Q_BROKER == "redis":
+    from urllib.parse import parse_qsl, urlencode
+
+    _redis = urlsplit(REDIS_URL)
+    # BLPOP waits 1 s for a task: the read timeout must be longer; a web
+    # process enqueuing must not hang on a Redis that stopped answering.
+    _broker_query = {"socket_timeout": "5", "socket_connect_timeout": "2", "health_check_interval": "30"}
+    _broker_query.update(parse_qsl(_redis.query))
+    Q_CLUSTER.pop("orm", None)
+    Q_CLUSTER["redis"] = _redis._replace(query=urlencode(_broker_query)).geturl()
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -280,25 +307,33 @@ LOGGING = {
 # --- Public intake: shared cache, client address, challenge -------------------
 # Rate limits must be shared by every server process, so the cache is never
 # process memory: the database (its table is created by a crm migration), or
-# Redis when REDIS_URL is set.
+# Redis when REDIS_URL is set. The database alias exists either way: the rate
+# limits count there while Redis does not answer (agents.capture.ratelimit).
+_DATABASE_CACHE = {
+    "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+    "LOCATION": "leadops_cache",
+    # Past MAX_ENTRIES a write culls a third of the rows, counters
+    # included: keep that rare (expired counters are pruned anyway).
+    "OPTIONS": {"MAX_ENTRIES": 100_000},
+}
 if REDIS_URL:
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": REDIS_URL,
-            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-        }
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                # A webhook checks its rate limit on the way in: an unreachable
+                # Redis must fail that check in well under a second, not hold
+                # the request until the provider gives up on it.
+                "SOCKET_CONNECT_TIMEOUT": 0.5,
+                "SOCKET_TIMEOUT": 0.5,
+            },
+        },
+        "database": _DATABASE_CACHE,
     }
 else:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-            "LOCATION": "leadops_cache",
-            # Past MAX_ENTRIES a write culls a third of the rows, counters
-            # included: keep that rare (expired counters are pruned anyway).
-            "OPTIONS": {"MAX_ENTRIES": 100_000},
-        }
-    }
+    CACHES = {"default": _DATABASE_CACHE, "database": _DATABASE_CACHE}
 CAPTCHA_PROVIDER = env.str("CAPTCHA_PROVIDER", default="")
 if CAPTCHA_PROVIDER not in ("", "turnstile", "hcaptcha"):
     raise environ.ImproperlyConfigured(f"CAPTCHA_PROVIDER must be 'turnstile' or 'hcaptcha', not {CAPTCHA_PROVIDER!r}")

@@ -1,12 +1,32 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import redis
 from django.core.cache import cache
 from django.db import ProgrammingError
 from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
 from tests.factories import BusinessFactory, member_create
+from tests.redis_server import MISSING, redis_available, redis_server
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """A Redis for this run (tests/redis_server.py); started once, on first use."""
+    if not redis_available():
+        pytest.fail(MISSING, pytrace=False)
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> str:
+    """The run's Redis database, emptied for this test."""
+    redis.Redis.from_url(redis_server_url).flushdb()
+    return redis_server_url
 
 
 @pytest.fixture(scope="session", autouse=True)

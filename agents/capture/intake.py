@@ -19,6 +19,7 @@ from django.db.models import F
 from django.http import HttpRequest
 from django.utils import timezone
 
+from agents.queue import task_enqueue
 from crm.models import Business, InboundEvent, RejectedDelivery, Source
 
 # Headers worth keeping for inspection and re-verification; never cookies or
@@ -128,12 +129,10 @@ def event_accept(
 
 
 def event_enqueue(event: InboundEvent) -> None:
-    from django_q.tasks import async_task
-
-    event_id = event.pk
-    transaction.on_commit(
-        lambda: async_task("agents.tasks.process_inbound_event", event_id, q_options={"group": "inbound"})
-    )
+    # After commit, and never raising: the event is stored, so a broker that
+    # is down must not turn the provider's answer into an error (the sweep
+    # processes an event whose enqueue was lost).
+    task_enqueue("agents.tasks.process_inbound_event", event.pk, group="inbound")
 
 
 def rejection_count(*, provider: str, source: Source | None, reason: str, remote_addr: str | None) -> None:

@@ -6,18 +6,31 @@ Redis increments atomically (`cache.incr`). Django's database cache does not
 (its `incr` is a read and a write), so two processes racing would lose hits;
 for it the count is one PostgreSQL upsert on the cache table itself, which
 the row lock makes atomic. Only this module reads those rows.
+
+When Redis does not answer, a hit is counted in that database table instead
+(the `database` cache alias; a warning is logged). Neither fail open (no
+limit: an outage would be a window for a flood of fake leads, each costing a
+text and a person's time) nor fail closed (every submission refused: real
+leads lost, and an authenticated provider's delivery with them): the limit
+keeps holding across every process through PostgreSQL, which the submission
+is about to be stored in anyway. Counts restart in the table, so for one
+window a client may get up to twice its budget.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import timedelta
 
 from django.core.cache import caches
 from django.core.cache.backends.db import DatabaseCache
 from django.db import connection
 from django.utils import timezone
+from django_redis.exceptions import ConnectionInterrupted
+from redis.exceptions import RedisError
 
+log = logging.getLogger(__name__)
 PREFIX = "ratelimit"
 
 
@@ -35,8 +48,14 @@ def _incr(key: str, window: int) -> int:
     cache = caches["default"]  # the backend itself: `django.core.cache.cache` is a proxy
     if isinstance(cache, DatabaseCache):
         return _incr_in_table(cache, cache.make_and_validate_key(key), window)
-    cache.add(key, 0, timeout=window * 2)
-    return int(cache.incr(key))
+    try:
+        cache.add(key, 0, timeout=window * 2)
+        return int(cache.incr(key))
+    except (ConnectionInterrupted, RedisError) as exc:
+        log.warning("rate limit counted in the database: the cache did not answer (%s)", exc)
+        fallback = caches["database"]
+        assert isinstance(fallback, DatabaseCache)  # settings define it so
+        return _incr_in_table(fallback, fallback.make_and_validate_key(key), window)
 
 
 def _incr_in_table(db_cache: DatabaseCache, key: str, window: int) -> int:

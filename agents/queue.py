@@ -1,0 +1,48 @@
+"""Enqueue a django-q2 task once the caller's transaction has committed.
+
+After commit, so a worker never looks for a row that is not there yet, with
+either broker (the database or Redis), and never runs work for a change that
+rolled back. Robust: a broker that refuses the enqueue (Redis down, a broken
+connection) is logged, never raised, because the change it follows is already
+committed — a webhook stays accepted (its answer is not turned into a 500)
+and a task's transaction is not reported failed after it succeeded. Every
+enqueue is for work whose state lives in PostgreSQL (an event `received`, a
+timer `pending`, a message `queued`), so the periodic sweeps find what a lost
+enqueue left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from typing import Any
+
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+@cache
+def _broker() -> Any:
+    # One per process: django-q2 builds a new broker (for Redis, a new
+    # connection pool) on every enqueue otherwise. Made on first use, so a
+    # forked server worker makes its own.
+    from django_q.brokers import get_broker
+
+    return get_broker()
+
+
+def task_enqueue(func: str, *args: Any, group: str) -> None:
+    """Enqueue `func(*args)` in `group` when the current transaction commits
+    (at once outside one); a failure to enqueue is logged, not raised."""
+
+    def enqueue() -> None:
+        from django_q.tasks import async_task
+
+        try:
+            async_task(func, *args, q_options={"group": group, "broker": _broker()})
+        except Exception:
+            # Logged here with what was lost, so the line names the task the sweep will recover.
+            log.exception("could not enqueue %s%r; the periodic sweep will pick it up", func, args)
+
+    transaction.on_commit(enqueue, robust=True)
