@@ -131,7 +131,8 @@ def lead_event(
 def _enqueue(timer_id: int) -> None:
     from django_q.tasks import async_task
 
-    async_task("agents.tasks.orchestrate", timer_id, q_options={"group": "orchestrator"})
+    # The timer row records the outcome: no result row per step (failures are kept).
+    async_task("agents.tasks.orchestrate", timer_id, q_options={"group": "orchestrator", "save": False})
 
 
 def orchestrate(timer_id: int) -> str:

@@ -131,8 +131,13 @@ def event_enqueue(event: InboundEvent) -> None:
     from django_q.tasks import async_task
 
     event_id = event.pk
+    # `save: False`: the event row records the outcome; a result row per task
+    # would only cost the cluster's single monitor process a write (and a
+    # prune of the result table) for every lead. Failures are still kept.
     transaction.on_commit(
-        lambda: async_task("agents.tasks.process_inbound_event", event_id, q_options={"group": "inbound"})
+        lambda: async_task(
+            "agents.tasks.process_inbound_event", event_id, q_options={"group": "inbound", "save": False}
+        )
     )
 
 
