@@ -125,7 +125,8 @@ def lead_event(
     )  # fmt: skip
     if timer.status == Timer.Status.PENDING and due_at is None:
         # A lost enqueue leaves the timer pending and due: run_timers takes it.
-        task_enqueue("agents.tasks.orchestrate", timer.pk, group="orchestrator")
+        # The timer row records the outcome: no result row per step (failures are kept).
+        task_enqueue("agents.tasks.orchestrate", timer.pk, group="orchestrator", save=False)
     return timer
 
 

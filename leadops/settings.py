@@ -143,18 +143,22 @@ INSTALLED_APPS = [
     "leadops",
 ]
 
+# The browser-session layers (sessions, CSRF, login, messages) are skipped for provider webhooks under WEBHOOK_PATH_PREFIX
+# (leadops.middleware): a webhook proves itself by its signature, never by a
+# cookie, so none of them protects or serves it, and they cost its acceptance.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "leadops.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "leadops.middleware.CsrfViewMiddleware",
+    "leadops.middleware.AuthenticationMiddleware",
+    "leadops.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login refused for too many failures into a 429 page.
     "axes.middleware.AxesMiddleware",
 ]
+WEBHOOK_PATH_PREFIX = "/hooks/"
 
 ROOT_URLCONF = "leadops.urls"
 WSGI_APPLICATION = "leadops.wsgi.application"
@@ -190,7 +194,14 @@ DATABASES = {"default": env.db_url_config(_database_url())}
 # Django and its tools (dbshell, test helpers) look for it.
 if not DATABASES["default"].get("HOST") and "host" in DATABASES["default"].get("OPTIONS", {}):
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
+# Persistent connections: a new PostgreSQL connection per request (or per
+# task) costs more than the work of accepting a webhook. Health checks make a
+# reused connection that the server dropped (a restart, a failover) be
+# replaced before the request uses it, instead of failing it.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("CONN_HEALTH_CHECKS", default=True)
+if DATABASES["default"]["CONN_MAX_AGE"] < 0:
+    raise environ.ImproperlyConfigured("CONN_MAX_AGE must be 0 (a connection per request) or more seconds")
 # Lets two test runs share one server without sharing a test database.
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

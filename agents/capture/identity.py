@@ -145,10 +145,11 @@ def capture_apply(
         seen = Message.objects.filter(provider_sid=capture.message_sid).select_related("lead", "contact").first()
         if seen is not None and seen.lead is not None and seen.contact is not None:
             return Applied(seen.contact, seen.lead, False, False, None, seen)
-    contact, created_contact, others = _contact_for(business, capture, points)
+    contact, created_contact, others, stored = _contact_for(business, capture, points)
     _lock_contact(contact)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
-    choice = _open_lead_for(contact, service_line, capture)
+    # A contact made just now has no lead yet: nothing to look up or lock.
+    choice = Choice(None) if created_contact else _open_lead_for(contact, service_line, capture)
     existing_lead, reply = choice.lead, choice.reply
     touch_fields = {
         "channel": capture.channel,
@@ -201,7 +202,7 @@ def capture_apply(
     message = None
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
-    refused = _consent(business, points, capture, event)
+    refused = _consent(business, points, capture, event, stored)
     _flags(lead, points, capture, others, refused)
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
@@ -223,7 +224,11 @@ def _touch_columns(capture: Capture) -> dict[str, object]:
     return columns
 
 
-def _contact_for(business: Business, capture: Capture, points: list[Point]) -> tuple[Contact, bool, list[Contact]]:
+def _contact_for(
+    business: Business, capture: Capture, points: list[Point]
+) -> tuple[Contact, bool, list[Contact], dict[tuple[str, str], ContactPoint]]:
+    """The contact (made when nobody matched), whether it was made, the other
+    contacts the points matched, and every valid point's stored row."""
     # Only valid (normalized) points identify a person; an unparseable phone is
     # kept on the contact but matches nobody.
     valid = [p for p in points if p.valid]
@@ -233,7 +238,9 @@ def _contact_for(business: Business, capture: Capture, points: list[Point]) -> t
     existing = (
         {
             (cp.kind, cp.value): cp
-            for cp in ContactPoint.objects.filter(match, business=business, is_valid=True).select_related("contact")
+            for cp in ContactPoint.objects.filter(match, business=business, is_valid=True).select_related(
+                "contact__business"
+            )
         }
         if valid
         else {}
@@ -274,12 +281,15 @@ def _contact_for(business: Business, capture: Capture, points: list[Point]) -> t
         contact = ranked[0]
         _fill_blanks(contact, capture)
     kept_invalid = set() if created else set(contact.points.filter(is_valid=False).values_list("value", flat=True))
+    stored = dict(existing)
     for p in points:
         if (p.kind, p.value) not in existing and (p.valid or p.value not in kept_invalid):
-            ContactPoint.objects.create(
+            point = ContactPoint.objects.create(
                 business=business, contact=contact, kind=p.kind, value=p.value, raw_value=p.raw[:254], is_valid=p.valid
             )
-    return contact, created, ranked[1:]
+            if p.valid:
+                stored[(p.kind, p.value)] = point
+    return contact, created, ranked[1:], stored
 
 
 def _fill_blanks(contact: Contact, capture: Capture) -> None:
@@ -469,9 +479,16 @@ def _inbound_message(
     return message
 
 
-def _consent(business: Business, points: list[Point], capture: Capture, event: InboundEvent | None) -> list[str]:
+def _consent(
+    business: Business,
+    points: list[Point],
+    capture: Capture,
+    event: InboundEvent | None,
+    stored: dict[tuple[str, str], ContactPoint],
+) -> list[str]:
     """Record the form's grant per point and channel; returns why a grant was
-    refused for a number the business may not text or call (the lead is kept)."""
+    refused for a number the business may not text or call (the lead is kept).
+    `stored` holds the points' rows as the resolver read or made them."""
     evidence = capture.consent
     if evidence is None or not evidence.granted:
         return []  # an unticked box is no permission, and no revocation of an earlier one
@@ -484,7 +501,7 @@ def _consent(business: Business, points: list[Point], capture: Capture, event: I
             if refusal:
                 refused.append(f"no {channel} consent recorded: {refusal}")
                 continue
-            point = ContactPoint.objects.get(business=business, kind=p.kind, value=p.value)
+            point = stored[(p.kind, p.value)]
             consent_record(
                 contact_point=point,
                 channel=channel,

@@ -131,8 +131,10 @@ def event_accept(
 def event_enqueue(event: InboundEvent) -> None:
     # After commit, and never raising: the event is stored, so a broker that
     # is down must not turn the provider's answer into an error (the sweep
-    # processes an event whose enqueue was lost).
-    task_enqueue("agents.tasks.process_inbound_event", event.pk, group="inbound")
+    # processes an event whose enqueue was lost). `save=False`: the event row
+    # records the outcome; a result row per task would only cost the
+    # cluster's single monitor process a write (and a prune) for every lead.
+    task_enqueue("agents.tasks.process_inbound_event", event.pk, group="inbound", save=False)
 
 
 def rejection_count(*, provider: str, source: Source | None, reason: str, remote_addr: str | None) -> None:

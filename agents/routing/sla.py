@@ -32,20 +32,20 @@ def sla_minutes(lead: Lead) -> int:
     return lead.business.first_response_minutes
 
 
-def sla_deadline(lead: Lead, start: datetime) -> datetime:
+def sla_deadline(lead: Lead, start: datetime, *, minutes: int | None = None) -> datetime:
     business = lead.business
-    return business_minutes_after(start, sla_minutes(lead), business.business_hours or {}, ZoneInfo(business.timezone))
+    minutes = sla_minutes(lead) if minutes is None else minutes
+    return business_minutes_after(start, minutes, business.business_hours or {}, ZoneInfo(business.timezone))
 
 
 def sla_start(lead: Lead, *, now: datetime | None = None) -> datetime:
     """Set the lead's SLA due time and schedule its check (once per lead)."""
     from agents.orchestrator import lead_event
 
-    due = sla_deadline(lead, lead.created_at or now or timezone.now())
+    minutes = sla_minutes(lead)  # one read of the first touch's source for both uses
+    due = sla_deadline(lead, lead.created_at or now or timezone.now(), minutes=minutes)
     if lead.sla_due_at != due:
-        lead_sync.lead_set_sla(
-            lead, due, actor=ACTOR, reason=f"first response within {sla_minutes(lead)} business minutes"
-        )
+        lead_sync.lead_set_sla(lead, due, actor=ACTOR, reason=f"first response within {minutes} business minutes")
     lead_event(lead, "sla.due", key=lead.public_id, due_at=due, actor=ACTOR)
     return due
 

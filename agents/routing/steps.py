@@ -69,13 +69,19 @@ def _first_contact_title(lead: Lead, fit: Fit) -> str:
     return f"First contact: reach {name}"
 
 
+def _reread(lead: Lead) -> None:
+    # One query, and the business, contact and owner come with it (a plain
+    # refresh drops them, and each is then read again on first use).
+    lead.refresh_from_db(from_queryset=Lead.objects.select_related("business", "contact", "owner__user"))
+
+
 def new_lead(lead: Lead, data: dict[str, Any]) -> str:
     """Fit, owner, first response, next action and SLA clock for a new lead."""
     if lead.is_test or not lead.is_open:
         return "skipped"
     fit = _apply_fit(lead, "new lead")
     rule = _route(lead, fit, "new lead")
-    lead.refresh_from_db()
+    _reread(lead)
     if not lead.contact.points.filter(is_valid=True).exists():
         # Nobody can be contacted: no acknowledgement, no clock; a person finds a way.
         raise MissingInformation(
@@ -86,7 +92,7 @@ def new_lead(lead: Lead, data: dict[str, Any]) -> str:
     ack = lead_first_response(
         lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at)
     )
-    lead.refresh_from_db()
+    _reread(lead)
     sla_start(lead)
     return f"fit {fit.score}, {rule}, acknowledgement {ack}"
 

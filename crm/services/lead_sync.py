@@ -68,11 +68,20 @@ def _refuse_second_open_lead(lead: Lead) -> None:
 
 
 def _locked(lead: Lead) -> Lead:
+    """Lock the lead's row and re-read it into `lead` itself, in one query
+    (the caller's object is then current: no re-read after the change).
+    What the receipt and the snapshots need comes in the same query."""
     # NO KEY: writers of the lead still queue behind each other, but a row
     # that references the lead (a receipt, a task, an event) can be inserted
     # meanwhile; a plain FOR UPDATE made that insert's foreign-key check wait,
-    # and with the receipt chain held it deadlocked at commit.
-    return Lead.objects.select_for_update(no_key=True).get(pk=lead.pk)
+    # and with the receipt chain held it deadlocked at commit. `of` self: the
+    # joined business, contact and owner rows are read, never locked.
+    lead.refresh_from_db(
+        from_queryset=Lead.objects.select_for_update(no_key=True, of=("self",)).select_related(
+            "business", "contact", "owner__user"
+        )
+    )
+    return lead
 
 
 def _snapshot(lead: Lead, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -92,7 +101,10 @@ def _save(lead: Lead, changes: dict[str, Any], *, actor: str, action: str, reaso
     before = _snapshot(lead, fields)
     for field, value in changes.items():
         setattr(lead, field, value)
-    lead.full_clean(exclude=["contact", "business", "service_line"], validate_unique=False)
+    # Only what changes is validated: the row was valid when it was read, and
+    # each constraint or foreign key checked costs a query.
+    unchanged = [f.name for f in Lead._meta.concrete_fields if f.name not in changes]
+    lead.full_clean(exclude=unchanged, validate_unique=False)
     lead.save(update_fields=[*fields, "updated_at"])
     receipt_write(
         business=lead.business,
@@ -126,7 +138,6 @@ def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Le
         _refuse_second_open_lead(current)
         changes["closed_at"] = None
     saved = _save(current, changes, actor=actor, action="lead.stage_changed", reason=reason)
-    lead.refresh_from_db()
     return saved
 
 
@@ -149,7 +160,6 @@ def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str, advan
     if current.stage == Stage.NEW and advance:
         changes["stage"] = Stage.ASSIGNED
     saved = _save(current, changes, actor=actor, action="lead.owner_changed", reason=reason)
-    lead.refresh_from_db()
     return saved
 
 
@@ -166,7 +176,6 @@ def lead_set_next_action(lead: Lead, action: str, due_at: datetime | None, *, ac
         action="lead.next_action_set",
         reason=reason,
     )
-    lead.refresh_from_db()
     return saved
 
 
@@ -183,7 +192,6 @@ def lead_set_hold(lead: Lead, hold: bool, *, actor: str, reason: str) -> Lead:
         action="lead.hold_set" if hold else "lead.hold_released",
         reason=reason,
     )
-    lead.refresh_from_db()
     return saved
 
 
@@ -196,7 +204,6 @@ def lead_flag_exception(lead: Lead, flag: str, *, actor: str, reason: str, prese
     if flags == set(current.exceptions):
         return current
     saved = _save(current, {"exceptions": sorted(flags)}, actor=actor, action="lead.exceptions_changed", reason=reason)
-    lead.refresh_from_db()
     return saved
 
 
@@ -219,7 +226,6 @@ def lead_record_fit(
         if not clash:
             changes["service_line"] = service_line
     saved = _save(current, changes, actor=actor, action="lead.fit_recorded", reason=reason)
-    lead.refresh_from_db()
     return saved
 
 
@@ -227,7 +233,6 @@ def lead_record_fit(
 def lead_set_sla(lead: Lead, due_at: datetime | None, *, actor: str, reason: str) -> Lead:
     current = _locked(lead)
     saved = _save(current, {"sla_due_at": due_at}, actor=actor, action="lead.sla_set", reason=reason)
-    lead.refresh_from_db()
     return saved
 
 
@@ -240,7 +245,6 @@ def lead_set_routing_reason(lead: Lead, routing_reason: str, *, actor: str) -> L
         current, {"routing_reason": routing_reason}, actor=actor, action="lead.routing_reason_set",
         reason=routing_reason or "routed",
     )  # fmt: skip
-    lead.refresh_from_db()
     return saved
 
 
