@@ -104,10 +104,9 @@ def _stored(receipt: Receipt) -> tuple[str, Any, Any]:
     return receipt.sealed or (receipt.reason, receipt.before, receipt.after)
 
 
-def receipt_content_hash(receipt: Receipt) -> str:
-    """sha256 of what the receipt says, as stored (not where it sits in the chain)."""
+def _content(receipt: Receipt) -> dict[str, Any]:
     reason, before, after = _stored(receipt)
-    payload = {
+    return {
         "id": receipt.public_id,
         "business": receipt.business_id,
         "lead": receipt.lead_id,
@@ -119,7 +118,11 @@ def receipt_content_hash(receipt: Receipt) -> str:
         "after": after,
         "at": receipt.at.isoformat(),
     }
-    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def receipt_content_hash(receipt: Receipt) -> str:
+    """sha256 of what the receipt says, as stored (not where it sits in the chain)."""
+    return hashlib.sha256(_canonical(_content(receipt)).encode()).hexdigest()
 
 
 def receipt_link_hash(prev_hash: str, seq: int, content_hash: str) -> str:
@@ -130,21 +133,7 @@ def receipt_link_hash(prev_hash: str, seq: int, content_hash: str) -> str:
 def _first_scheme_hash(receipt: Receipt) -> str:
     """How receipts sealed before migration 0021 were hashed: content and
     link in one digest, computed in the writing transaction."""
-    reason, before, after = _stored(receipt)
-    payload = {
-        "id": receipt.public_id,
-        "business": receipt.business_id,
-        "seq": receipt.seq,
-        "lead": receipt.lead_id,
-        "subject": receipt.subject,
-        "actor": receipt.actor,
-        "action": receipt.action,
-        "reason": reason,
-        "before": before,
-        "after": after,
-        "at": receipt.at.isoformat(),
-        "prev": receipt.prev_hash,
-    }
+    payload = {**_content(receipt), "seq": receipt.seq, "prev": receipt.prev_hash}
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 

@@ -31,16 +31,12 @@ from approvals.services import ApprovalNotPending, SelfApproval, approval_approv
 from crm.models import Appointment, Business, Estimate, InboundEvent, Lead, Receipt
 from crm.services.receipts import receipts_verify
 from crm.services.timers import timers_run_due
+from tests.agents.test_simulate import HOSTED_FORM_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 META_SECRET = "stress-meta-app-secret"
 TWILIO_TOKEN = "stress-twilio-auth-token"
 CALENDLY_KEY = "stress-calendly-signing-key"
-HOSTED_FORM_FILE = """\
-business: {slug: acme-hvac, name: "Acme Heating & Air", timezone: America/Chicago, region: US}
-sources:
-  - {key: acme-quote, provider: hosted_form}
-"""
 
 
 @pytest.fixture
