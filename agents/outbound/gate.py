@@ -252,7 +252,9 @@ def _gate(
     before = message.status
     message.status, message.block_reason = verdict.status, verdict.reason if verdict.status == S.BLOCKED else ""
     message.deferred_until = verdict.deferred_until
-    message.save(update_fields=["status", "block_reason", "deferred_until", "from_number"])
+    # The lost-enqueue sweep's clock: the queue's wall time, not the judged `now`.
+    message.queued_at = timezone.now() if verdict.status == S.QUEUED else None
+    message.save(update_fields=["status", "block_reason", "deferred_until", "from_number", "queued_at"])
     _after(message, verdict, before, requested_by)
     return message
 

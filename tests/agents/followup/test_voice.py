@@ -41,6 +41,10 @@ def run_path(lead: Lead) -> Enrollment:
     assert enrollment is not None
     for days in (0, 1, 3, 7):
         run_at(NOON_NY + timedelta(minutes=15, days=days))
+        # Live, a text or email counts as gone out once the provider took it:
+        # hand each queued one over (the voice step comes after both).
+        for message in lead.messages.filter(status="queued").exclude(channel="voice"):
+            assert message_dispatch(message.pk, http_client=ScriptedTwilio([created(f"SM{message.pk:032x}")])) == "sent"
     return enrollment
 
 
