@@ -97,7 +97,7 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
     return _finish(message, S.SENT, sid=created.sid)
 
 
-def _sid_save(message: Message, sid: str) -> None:
+def message_sid_save(message: Message, sid: str) -> None:
     # Autocommit, at once: whatever happens before the finish commits (a
     # killed worker, a failed receipt), the row names what the provider took.
     Message.objects.filter(pk=message.pk, status=S.SENDING, provider_sid__isnull=True).update(provider_sid=sid)
@@ -115,7 +115,7 @@ def _twilio_send(message: Message, client: Client) -> Any:
     else:
         params["from_"] = message.from_number
     created = client.messages.create(**params)
-    _sid_save(message, created.sid)
+    message_sid_save(message, created.sid)
     return created
 
 
@@ -140,7 +140,7 @@ def _twilio_call(message: Message, client: Client) -> Any:
         twiml.say(message.body)
         params["twiml"] = str(twiml)
     call = client.calls.create(**params)
-    _sid_save(message, call.sid)
+    message_sid_save(message, call.sid)
     call_row_ensure(message, call.sid)
     return call
 
