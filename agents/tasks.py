@@ -116,6 +116,12 @@ def message_dispatch(message_id: int) -> str:
     return _message_dispatch(message_id)
 
 
+def notice_deliver(email: str, subject: str, text: str, slack_url: str = "") -> None:
+    from agents.notify import notice_deliver as _notice_deliver
+
+    _notice_deliver(email, subject, text, slack_url=slack_url)
+
+
 def orchestrate(timer_id: int) -> str:
     from agents.orchestrator import orchestrate as _orchestrate
 
