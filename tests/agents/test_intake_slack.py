@@ -17,6 +17,7 @@ from agents.routing.sla import sla_check
 from agents.tasks import alerts as alerts_job
 from crm.models import Business, Role, Timer
 from crm.services import lead_sync
+from tests.agents.notices import run_queued_notices
 from tests.factories import lead_create, member_create
 
 pytestmark = pytest.mark.django_db
@@ -62,6 +63,7 @@ def test_a_lead_named_with_slack_markup_arrives_escaped(settings, sink, business
     lead = lead_create(business, first_name=EVIL, last_name="")
     with django_capture_on_commit_callbacks(execute=True):
         member_notify(member, "New lead", f"{lead.contact.name} wants a quote")
+    assert run_queued_notices() == 1
     ((path, payload),) = posts
     assert path == "/operator"
     assert "<" not in payload["text"] and "&lt;!channel&gt; &lt;https://x|Pay now&gt;" in payload["text"]
