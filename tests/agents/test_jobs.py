@@ -111,3 +111,16 @@ def test_a_failing_job_records_its_error_and_keeps_its_last_success(business: An
     run = JobRun.objects.get(name="leadops.test_failing")
     assert run.succeeded_at is not None and run.failed_at is not None and run.failed_at >= run.succeeded_at
     assert run.error == "RuntimeError: the provider is down" and run.result == {"ok": 1} and run.runs == 2
+
+
+def test_one_expiry_run_expires_at_most_its_limit(business: Any) -> None:
+    from approvals.models import ApprovalRequest
+    from approvals.services import approval_request_open, approvals_expire
+
+    for n in range(3):
+        approval_request_open(business=business, kind="exception", summary=f"a{n}", proposed_by="agent:fit")
+    ApprovalRequest.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+
+    assert approvals_expire(limit=2) == 2
+    assert approvals_expire(limit=2) == 1
+    assert ApprovalRequest.objects.filter(status="pending").count() == 0
