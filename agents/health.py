@@ -1,42 +1,81 @@
-"""Is the task cluster alive? Judged by the one thing it must keep doing:
-running the `leadops.run_timers` schedule every minute."""
+"""Is the task cluster doing its work? Judged per periodic job (agents.schedules)
+by when it last succeeded (its `JobRun` row): a job whose last success is
+older than its `overdue_after` — or that never succeeded — is overdue, and
+any overdue job turns the check red. `alive` is the timer job's own verdict:
+it runs every minute, so it is the cluster's pulse."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.utils import timezone
 
-# Three missed runs of a one-minute schedule: the cluster is down or stuck.
-STALE_AFTER = timedelta(minutes=3)
+from agents.schedules import JOBS
+from crm.models import JobRun
+
+PULSE = "leadops.timers"
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    name: str
+    last_succeeded_at: datetime | None
+    last_failed_at: datetime | None
+    error: str
+    overdue: bool
+
+    def as_dict(self) -> dict[str, object]:
+        failed_last = bool(
+            self.last_failed_at and (self.last_succeeded_at is None or self.last_failed_at > self.last_succeeded_at)
+        )
+        return {
+            "last_succeeded_at": self.last_succeeded_at.isoformat() if self.last_succeeded_at else None,
+            "overdue": self.overdue,
+            "last_error": self.error[:300] if failed_last else "",
+        }
 
 
 @dataclass(frozen=True)
 class QueueHealth:
-    alive: bool
-    last_run_at: datetime | None
+    jobs: list[JobHealth]
     queued: int
+
+    @property
+    def alive(self) -> bool:
+        return not any(job.overdue for job in self.jobs if job.name == PULSE)
+
+    @property
+    def healthy(self) -> bool:
+        return not any(job.overdue for job in self.jobs)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "alive": self.alive,
-            "last_run_timers_at": self.last_run_at.isoformat() if self.last_run_at else None,
+            "healthy": self.healthy,
+            "overdue": [job.name for job in self.jobs if job.overdue],
+            "jobs": {job.name: job.as_dict() for job in self.jobs},
             "queued_tasks": self.queued,
         }
 
 
 def queue_health(now: datetime | None = None) -> QueueHealth:
     from django_q.brokers import get_broker
-    from django_q.models import Success
 
     now = now or timezone.now()
-    last = (
-        Success.objects.filter(func="agents.tasks.run_timers")
-        .order_by("-stopped")
-        .values_list("stopped", flat=True)
-        .first()
-    )
+    runs = {run.name: run for run in JobRun.objects.filter(name__in=[job.name for job in JOBS])}
+    jobs = []
+    for job in JOBS:
+        run = runs.get(job.name)
+        last = run.succeeded_at if run else None
+        jobs.append(
+            JobHealth(
+                name=job.name,
+                last_succeeded_at=last,
+                last_failed_at=run.failed_at if run else None,
+                error=run.error if run else "",
+                overdue=last is None or now - last > job.overdue_after,
+            )
+        )
     # From the configured broker: the OrmQ table stays empty with Redis.
-    queued = int(get_broker().queue_size() or 0)
-    return QueueHealth(alive=bool(last and now - last < STALE_AFTER), last_run_at=last, queued=queued)
+    return QueueHealth(jobs=jobs, queued=int(get_broker().queue_size() or 0))

@@ -1,7 +1,9 @@
 """Tell a person something now: email to a team member and, for the whole
-business, its Slack channel. Sent after commit and outside any transaction,
-so a slow mail or Slack server never holds a lead and a failure here never
-undoes the change it reports.
+business, its Slack channel. Handed to a task of its own after commit
+(`notice_deliver`), so a slow mail or Slack server never holds a lead, a
+request or the timer loop (most notices are raised by timer handlers: SLA
+breaches, orchestrator steps), and a failure here never undoes the change it
+reports.
 
 Slack reads `<...>` as markup (`<!channel>`, `<https://x|Pay now>`) and
 `&` as the start of an entity; text that came from anybody (a name typed on a
@@ -17,10 +19,13 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
+from agents.queue import task_enqueue
 from crm.models import Business, TeamMember
 
 log = logging.getLogger(__name__)
 SLACK_TIMEOUT = (3.05, 5)
+# Above the SMTP and Slack timeouts together, below Q_CLUSTER's retry.
+NOTICE_TIMEOUT = 30
 
 
 def slack_escape(text: str) -> str:
@@ -37,10 +42,18 @@ def slack_webhook_for(business: Business | None) -> str:
 def member_notify(member: TeamMember | None, subject: str, text: str, *, slack: bool = True) -> None:
     email = (member.email or member.user.email) if member is not None else ""
     url = slack_webhook_for(member.business if member is not None else None) if slack else ""
-    transaction.on_commit(lambda: _deliver(email, subject, text, slack_url=url))
+    transaction.on_commit(lambda: notice_enqueue(email, subject, text, slack_url=url))
 
 
-def _deliver(email: str, subject: str, text: str, *, slack_url: str) -> None:
+def notice_enqueue(email: str, subject: str, text: str, *, slack_url: str = "") -> None:
+    """Queue one notice for `notice_deliver` (call it after commit)."""
+    if not (email or slack_url):
+        return
+    task_enqueue("agents.tasks.notice_deliver", email, subject, text, slack_url, group="notify", timeout=NOTICE_TIMEOUT)
+
+
+def notice_deliver(email: str, subject: str, text: str, *, slack_url: str = "") -> None:
+    """The task: send one notice by email and to Slack (each with its own timeout)."""
     if email:
         try:
             send_mail(subject, text, None, [email])

@@ -32,17 +32,21 @@ def _broker() -> Any:
     return get_broker()
 
 
-def task_enqueue(func: str, *args: Any, group: str, save: bool = True) -> None:
+def task_enqueue(func: str, *args: Any, group: str, save: bool = True, timeout: int | None = None) -> None:
     """Enqueue `func(*args)` in `group` when the current transaction commits
     (at once outside one); a failure to enqueue is logged, not raised.
     `save=False` keeps no result row when the task succeeds (failures are
-    kept): for tasks whose own row records the outcome."""
+    kept): for tasks whose own row records the outcome. `timeout`: this
+    task's own limit in seconds, instead of the cluster's."""
+    options: dict[str, Any] = {"group": group, "save": save}
+    if timeout is not None:
+        options["timeout"] = timeout
 
     def enqueue() -> None:
         from django_q.tasks import async_task
 
         try:
-            async_task(func, *args, q_options={"group": group, "save": save, "broker": _broker()})
+            async_task(func, *args, q_options={**options, "broker": _broker()})
         except Exception:
             # Logged here with what was lost, so the line names the task the sweep will recover.
             log.exception("could not enqueue %s%r; the periodic sweep will pick it up", func, args)

@@ -1,59 +1,72 @@
-"""The cluster's periodic schedules, registered by name so that migrating
-again (or on another host) never duplicates one."""
+"""The cluster's periodic jobs, registered by name so that migrating again
+(or on another host) never duplicates one.
+
+Each job is its own task with its own timeout (django-q2 takes `timeout` from
+the schedule's `q_options`) and does a bounded batch per run (agents.tasks),
+so a slow provider stalls one job, not the others. Every timeout stays below
+Q_CLUSTER's `retry` (90 s): a task still running at `retry` would be handed to
+a second worker. `overdue_after` is when the health check calls a job overdue.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-SCHEDULES: list[dict[str, Any]] = [
-    {
-        "name": "leadops.run_timers",
-        "func": "agents.tasks.run_timers",
-        "schedule_type": "I",  # minutes
-        "minutes": 1,
-    },
-    {
-        # The safety net of the after-commit seal (crm.services.receipts).
-        "name": "leadops.seal_receipts",
-        "func": "crm.tasks.seal_receipts",
-        "schedule_type": "I",
-        "minutes": 1,
-    },
-    {
-        # To RECEIPT_CHECKPOINT_TO, when it is set.
-        "name": "leadops.export_receipt_checkpoint",
-        "func": "crm.tasks.export_receipt_checkpoint",
-        "schedule_type": "H",
-    },
-    {
-        "name": "leadops.pipeline_qa",
-        "func": "agents.tasks.pipeline_qa",
-        "schedule_type": "I",
-        "minutes": 15,
-    },
-    {
-        # Hourly: each business's brief goes out on the first run at or after
-        # its local `brief_hour`, once per member and day (agents.reporting.brief).
-        "name": "leadops.daily_brief",
-        "func": "agents.tasks.daily_brief",
-        "schedule_type": "H",
-    },
-    {
-        # Hourly, a bounded batch each run (crm.services.retention).
-        "name": "leadops.prune_raw_bodies",
-        "func": "agents.tasks.prune_raw_bodies",
-        "schedule_type": "H",
-    },
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    func: str
+    minutes: int  # runs every this many minutes
+    timeout: int  # seconds
+    overdue_after: timedelta
+
+    def schedule_fields(self) -> dict[str, Any]:
+        return {
+            "func": self.func,
+            "schedule_type": "I",
+            "minutes": self.minutes,
+            "kwargs": repr({"q_options": {"timeout": self.timeout}}),
+        }
+
+
+JOBS: list[Job] = [
+    # Due timer rows (SLA checks, sequence steps, reminders, orchestrator steps).
+    Job("leadops.timers", "agents.tasks.run_timers", 1, 55, timedelta(minutes=3)),
+    # Inbound events whose enqueue was lost, whose retry is due or whose worker died.
+    Job("leadops.event_sweep", "agents.tasks.events_sweep", 1, 55, timedelta(minutes=5)),
+    # Messages stuck sending, unknown, or queued with a lost enqueue (agents.outbound.reconcile).
+    Job("leadops.messages_sweep", "agents.tasks.messages_sweep", 1, 55, timedelta(minutes=5)),
+    Job("leadops.approvals_expire", "agents.tasks.approvals_expire", 5, 55, timedelta(minutes=15)),
+    # The safety net of the after-commit seal of receipts (crm.services.receipts).
+    Job("leadops.seal_receipts", "agents.tasks.seal_receipts", 1, 55, timedelta(minutes=5)),
+    # Each chain's head to RECEIPT_CHECKPOINT_TO, when it is set (crm.services.receipt_checkpoints).
+    Job("leadops.export_receipt_checkpoint", "agents.tasks.export_receipt_checkpoint", 60, 80, timedelta(hours=3)),
+    # Slack alerts: the scan, then the posts (the only Slack calls of the periodic work).
+    Job("leadops.alerts", "agents.tasks.alerts", 1, 55, timedelta(minutes=5)),
+    Job("leadops.pipeline_qa", "agents.tasks.pipeline_qa", 15, 80, timedelta(minutes=45)),
+    # Hourly: each business's brief goes out on the first run at or after its
+    # local `brief_hour`, once per member and day (agents.reporting.brief).
+    Job("leadops.daily_brief", "agents.tasks.daily_brief", 60, 80, timedelta(hours=3)),
+    # Hourly, a bounded batch each run (crm.services.retention).
+    Job("leadops.prune_raw_bodies", "agents.tasks.prune_raw_bodies", 60, 80, timedelta(hours=3)),
 ]
+JOBS_BY_NAME = {job.name: job for job in JOBS}
+assert len(JOBS_BY_NAME) == len(JOBS), "two jobs share a name"
+# Schedules of ours are named `leadops.*`; one that is no longer a job (the old
+# combined `leadops.run_timers`) is deleted on migrate, so a deployed site
+# never runs both it and the jobs that replaced it.
+PREFIX = "leadops."
 
 
 def schedules_ensure() -> None:
     from django_q.models import Schedule
 
-    for spec in SCHEDULES:
-        name = spec["name"]
-        defaults = {k: v for k, v in spec.items() if k != "name"}
-        Schedule.objects.update_or_create(name=name, defaults=defaults)
+    Schedule.objects.filter(name__startswith=PREFIX).exclude(name__in=list(JOBS_BY_NAME)).delete()
+    for job in JOBS:
+        Schedule.objects.update_or_create(name=job.name, defaults=job.schedule_fields())
 
 
 def schedules_ensure_on_migrate(**kwargs: Any) -> None:

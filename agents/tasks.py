@@ -1,34 +1,127 @@
-"""django-q2 task entry points: thin wrappers that call one service."""
+"""django-q2 task entry points: thin wrappers that call one service.
+
+The periodic jobs (agents.schedules) each record their run in a `JobRun` row
+(`_job`): the queue health check reads when each last succeeded.
+"""
 
 from __future__ import annotations
 
-from django.conf import settings
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.utils import timezone
 
 from agents.capture.processing import event_process, inbound_events_sweep
 from agents.outbound.dispatch import message_dispatch as _message_dispatch
-from agents.outbound.dispatch import messages_reconcile
-from approvals.services import approvals_expire
-from crm.services.retention import raw_bodies_prune
+from crm.services.jobs import job_run_record
 from crm.services.timers import timers_run_due
 
+log = logging.getLogger(__name__)
+R = TypeVar("R")
 
+# Per run: the event sweep may fetch from Meta's Graph for each event (ten
+# seconds' read timeout, retried), so it takes a few at a time; the others
+# are database work or one quick provider call per row.
+EVENT_SWEEP_BATCH = 25
+MESSAGE_SWEEP_BATCH = 100
+
+
+def _job(name: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Record each run of the job `name`: its counts on success, its error
+    on failure (a timeout included: django-q2 raises it as SystemExit)."""
+
+    def wrap(run: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(run)
+        def recorded(*args: Any, **kwargs: Any) -> R:
+            started = timezone.now()
+            try:
+                result = run(*args, **kwargs)
+            except BaseException as exc:
+                try:
+                    job_run_record(name, started_at=started, error=f"{type(exc).__name__}: {exc}")
+                except Exception:
+                    log.exception("job %s: its failure could not be recorded", name)
+                raise
+            job_run_record(name, started_at=started, result=result if isinstance(result, dict) else {"result": result})
+            return result
+
+        return recorded
+
+    return wrap
+
+
+@_job("leadops.timers")
 def run_timers() -> dict[str, int]:
-    from agents.reporting.alerts import alerts_scan
-
-    alerts = alerts_scan()  # queued as timers, so this same run posts them
+    """Due timers, except the kinds that call the network (their own jobs)."""
     result = timers_run_due()
-    swept = inbound_events_sweep()
-    reconciled = messages_reconcile() if settings.SEND_MODE == "live" else {}
-    expired = approvals_expire()
-    return {
-        "claimed": result.claimed,
-        "done": result.done,
-        "failed": result.failed,
-        "events_swept": swept,
-        "approvals_expired": expired,
-        "alerts_queued": alerts,
-        **reconciled,
-    }
+    return {"claimed": result.claimed, "done": result.done, "failed": result.failed}
+
+
+@_job("leadops.event_sweep")
+def events_sweep() -> dict[str, int]:
+    return {"events_swept": inbound_events_sweep(batch=EVENT_SWEEP_BATCH)}
+
+
+@_job("leadops.messages_sweep")
+def messages_sweep() -> dict[str, int]:
+    from agents.outbound.reconcile import messages_reconcile
+
+    return messages_reconcile(batch=MESSAGE_SWEEP_BATCH)
+
+
+@_job("leadops.seal_receipts")
+def seal_receipts() -> dict[str, int]:
+    """What an after-commit seal left unsealed (a process killed between
+    its commit and its seal)."""
+    from crm.services.receipts import receipts_seal
+
+    return {"receipts_sealed": receipts_seal()}
+
+
+@_job("leadops.export_receipt_checkpoint")
+def export_receipt_checkpoint() -> dict[str, int]:
+    from crm.services.receipt_checkpoints import checkpoint_export_scheduled
+
+    return {"checkpoints_exported": checkpoint_export_scheduled()}
+
+
+@_job("leadops.approvals_expire")
+def approvals_expire() -> dict[str, int]:
+    from approvals.services import approvals_expire as _approvals_expire
+
+    return {"approvals_expired": _approvals_expire()}
+
+
+@_job("leadops.alerts")
+def alerts() -> dict[str, int]:
+    from agents.reporting.alerts import alerts_run
+
+    return alerts_run()
+
+
+@_job("leadops.pipeline_qa")
+def pipeline_qa() -> dict[str, object]:
+    from agents.reporting.pipeline_qa import pipeline_qa_run
+
+    return pipeline_qa_run().as_dict()
+
+
+@_job("leadops.daily_brief")
+def daily_brief() -> dict[str, int]:
+    from agents.reporting.brief import TIMER_KIND, briefs_schedule
+
+    scheduled = briefs_schedule()
+    sent = timers_run_due(kinds=[TIMER_KIND])  # send now rather than at the next run
+    return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}
+
+
+@_job("leadops.prune_raw_bodies")
+def prune_raw_bodies() -> int:
+    from crm.services.retention import raw_bodies_prune
+
+    return raw_bodies_prune()
 
 
 def process_inbound_event(event_id: int) -> str:
@@ -39,25 +132,13 @@ def message_dispatch(message_id: int) -> str:
     return _message_dispatch(message_id)
 
 
+def notice_deliver(email: str, subject: str, text: str, slack_url: str = "") -> None:
+    from agents.notify import notice_deliver as _notice_deliver
+
+    _notice_deliver(email, subject, text, slack_url=slack_url)
+
+
 def orchestrate(timer_id: int) -> str:
     from agents.orchestrator import orchestrate as _orchestrate
 
     return _orchestrate(timer_id)
-
-
-def pipeline_qa() -> dict[str, object]:
-    from agents.reporting.pipeline_qa import pipeline_qa_run
-
-    return pipeline_qa_run().as_dict()
-
-
-def daily_brief() -> dict[str, int]:
-    from agents.reporting.brief import TIMER_KIND, briefs_schedule
-
-    scheduled = briefs_schedule()
-    sent = timers_run_due(kinds=[TIMER_KIND])  # send now rather than at the next minute
-    return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}
-
-
-def prune_raw_bodies() -> int:
-    return raw_bodies_prune()

@@ -376,8 +376,10 @@ def approval_reject(request: ApprovalRequest, *, user: Any, note: str = "") -> A
     return decided
 
 
-def approvals_expire(now: datetime | None = None) -> int:
-    """Expire pending requests whose `expires_at` has passed; returns how many.
+def approvals_expire(now: datetime | None = None, *, limit: int = 500) -> int:
+    """Expire pending requests whose `expires_at` has passed, at most `limit`
+    of them (the oldest; the periodic job's next run takes the rest); returns
+    how many.
 
     Each request is its own transaction (lock, compare-and-set, receipt,
     the kind's `on_expired` handler, never `on_rejected`: nobody decided).
@@ -389,7 +391,7 @@ def approvals_expire(now: datetime | None = None) -> int:
     now = now or timezone.now()
     due = ApprovalRequest.objects.filter(status=PENDING, expires_at__lte=now).order_by("expires_at", "pk")
     expired = 0
-    for pk in due.values_list("pk", flat=True):
+    for pk in due.values_list("pk", flat=True)[:limit]:
         try:
             expired += _expire_one(pk, now)
         except Exception:

@@ -466,15 +466,35 @@ class ReceiptAdmin(ReadOnlyAdmin):
 EVENT_REPLAY: list[Callable[[m.InboundEvent], str]] = []
 
 
+class DeadLetterFilter(admin.SimpleListFilter):
+    """Failed events the sweep will try again (a retry time) apart from dead
+    letters: attempts spent, waiting for a person to fix the cause and replay."""
+
+    title = "retries"
+    parameter_name = "retries"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("dead", "dead letter (no retry left)"), ("waiting", "failed, retry scheduled")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        failed = queryset.filter(status=m.InboundEvent.Status.FAILED)
+        if self.value() == "dead":
+            return failed.filter(retry_at__isnull=True)
+        if self.value() == "waiting":
+            return failed.filter(retry_at__isnull=False)
+        return queryset
+
+
 @admin.register(m.InboundEvent)
 class InboundEventAdmin(ReadOnlyAdmin):
     lead_path = None
-    list_display = ["public_id", "provider", "kind", "external_id", "status", "error_short", "is_test", "attempts", "received_at", "business"]  # fmt: skip
+    list_display = ["public_id", "provider", "kind", "external_id", "status", "error_short", "is_test", "attempts", "retry_at", "received_at", "business"]  # fmt: skip
     list_select_related = ["business"]
-    list_filter = ["status", "provider", "kind", "is_test", BusinessFilter]
+    list_filter = ["status", DeadLetterFilter, "provider", "kind", "is_test", BusinessFilter]
     search_fields = ["public_id", "external_id"]
     fields = (
-        "public_id", "provider", "kind", "external_id", "status", "error", "attempts", "source", "business",
+        "public_id", "provider", "kind", "external_id", "status", "error", "attempts", "attempt_limit", "retry_at",
+        "source", "business",
         "signature_ok", "is_test", "received_at", "claimed_at", "processed_at", "headers", "body_text",
     )  # fmt: skip
     readonly_fields = fields

@@ -19,7 +19,8 @@ from django import forms
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -27,7 +28,7 @@ from django.utils import timezone
 
 from agents.reporting.brief import BRIEF_ROLES, KINDS, brief_build, brief_text
 from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
-from agents.reporting.pipeline_qa import QA_KINDS
+from agents.reporting.pipeline_qa import IN_FLIGHT, QA_KINDS, STUCK_SEND
 from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit
 from approvals.models import ApprovalRequest
 from crm.exports import SafeCsvWriter
@@ -197,6 +198,17 @@ def _exception_data(request: HttpRequest) -> dict[str, Any]:
         .annotate(n=Count("pk"))
         .order_by("-n", "block_reason")
     )
+    # Sends in flight longer than Pipeline QA allows, and failed sends of the window, by status and error.
+    in_flight = Coalesce("claimed_at", "queued_at", "created_at")
+    stuck_or_failed = Q(status__in=IN_FLIGHT, since__lt=now - STUCK_SEND) | Q(status="failed", created_at__gte=since)
+    sends = list(
+        in_business(scoped(Message.objects.filter(direction="out"), user, lead_path="lead"))
+        .alias(since=in_flight)
+        .filter(stuck_or_failed)
+        .values("status", "error_code")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "status", "error_code")
+    )
     failed_events = in_business(scoped(InboundEvent.objects.filter(status="failed"), user)).defer("body", "headers")
     rejections = list(
         in_business(scoped(RejectedDelivery.objects.filter(day__gte=since.date()), user))
@@ -216,6 +228,7 @@ def _exception_data(request: HttpRequest) -> dict[str, Any]:
         "counts": counts,
         "items": items,
         "blocked": blocked,
+        "sends": sends,
         "failed_events": failed_events.select_related("source").order_by("-received_at", "-pk"),
         "rejections": rejections,
         "waiting": waiting.order_by("created_at", "pk"),
@@ -236,6 +249,8 @@ def _exception_csv_rows(data: dict[str, Any]) -> Iterator[list[Any]]:
         yield ["exception", kind, subject, lead or "", owner or "", detail, at.isoformat(), 1, status]
     for row in data["blocked"]:
         yield ["blocked_send", row["block_reason"], "", "", "", "", "", row["n"], ""]
+    for row in data["sends"]:
+        yield ["stuck_or_failed_send", row["status"], "", "", "", row["error_code"], "", row["n"], row["status"]]
     events = data["failed_events"].values_list("provider", "kind", "public_id", "error", "received_at", "status")
     for provider, kind, public_id, error, at, status in events.iterator(chunk_size=2000):
         yield ["failed_event", f"{provider}:{kind}", public_id, "", "", error[:300], at.isoformat(), 1, status]
@@ -253,7 +268,8 @@ class _Echo:
 @staff_member_required
 def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """The manager's exception queue: Pipeline QA and routing items, blocked
-    sends, failed inbound events, rejected signatures, approvals waiting."""
+    sends, stuck and failed sends, failed inbound events, rejected signatures,
+    approvals waiting."""
     _require_reports(request)
     data = _exception_data(request)
     if request.GET.get("format") == "csv":
@@ -275,6 +291,7 @@ def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpRespons
         {
             **data,
             "title": "Exception report",
+            "stuck_minutes": int(STUCK_SEND.total_seconds() // 60),
             "page": page,
             "failed_total": data["failed_events"].count(),
             "failed_events": list(data["failed_events"][:20]),

@@ -123,6 +123,17 @@ EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 if EMAIL_TIMEOUT <= 0:
     raise environ.ImproperlyConfigured("EMAIL_TIMEOUT must be a number of seconds above 0")
 
+# --- Message sweeps (agents.outbound.sweep) ------------------------------------
+# A message `sending` longer than this lost its worker mid-send: it is asked of
+# the provider, never blindly resent. One `queued` longer than this with no
+# task waiting lost its enqueue: it is enqueued again.
+MESSAGE_SENDING_STALE_SECONDS = env.int("MESSAGE_SENDING_STALE_SECONDS", default=300)
+MESSAGE_QUEUED_STALE_SECONDS = env.int("MESSAGE_QUEUED_STALE_SECONDS", default=300)
+if min(MESSAGE_SENDING_STALE_SECONDS, MESSAGE_QUEUED_STALE_SECONDS) < 60:
+    # Below a minute the sweep would race workers that are merely slow (a
+    # provider call may take its whole HTTP timeout).
+    raise environ.ImproperlyConfigured("MESSAGE_SENDING/QUEUED_STALE_SECONDS must be at least 60")
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -151,7 +162,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "leadops.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "leadops.middleware.CsrfViewMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
     "leadops.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -17,6 +17,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def healthz_queue(request: HttpRequest) -> JsonResponse:
-    """For monitoring: 503 when the task cluster has stopped running its schedule."""
+    """For monitoring: when each periodic job last succeeded; 503 while any is overdue."""
     health = queue_health()
-    return JsonResponse(health.as_dict(), status=200 if health.alive else 503)
+    return JsonResponse(health.as_dict(), status=200 if health.healthy else 503)

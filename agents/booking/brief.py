@@ -15,11 +15,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
 
 from agents.booking.slots import when_label
+from agents.notify import notice_enqueue
 from crm.models import Appointment, ContactPointKind, Receipt
 from crm.services.receipts import receipt_write
 
@@ -147,13 +147,6 @@ def brief_email(appointment: Appointment) -> str:
         action=EMAILED, after={"to": address, "technician": tech.public_id},
     )  # fmt: skip
     subject = f"Brief: {appointment.lead.contact.name or appointment.lead.public_id}, {appointment.public_id}"
-    transaction.on_commit(lambda: _send(subject, text, address))
+    # A task of its own, after commit: a slow mail server never holds the booking or the timer loop.
+    transaction.on_commit(lambda: notice_enqueue(address, subject, text))
     return f"emailed to {address}"
-
-
-def _send(subject: str, text: str, address: str) -> None:
-    # After commit and outside any transaction: a slow mail server never holds the booking.
-    try:
-        send_mail(subject, text, None, [address])
-    except OSError as exc:
-        log.warning("technician brief to %s failed: %s", address, exc)

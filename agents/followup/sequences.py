@@ -96,8 +96,10 @@ TRIGGER_STAGES: dict[str, frozenset[str]] = {
 COMPLETE_AFTER = timedelta(days=1)
 # Messages of an ended path that have not gone out: blocked as `stopped`.
 UNSENT = (M.DRAFT, M.DEFERRED, M.PENDING_APPROVAL, M.QUEUED)
-# Statuses where the gate let the message go (or would have, in dry run).
-WENT_OUT = (M.DRY_RUN, M.QUEUED, M.SENDING, M.SENT, M.DELIVERED, M.UNKNOWN)
+# Statuses of a message that went out: the provider accepted it (or, in dry
+# run, would have been asked to). Queued, sending and unknown are not yet
+# known to have gone anywhere, and a sweep may still fail them.
+WENT_OUT = (M.DRY_RUN, M.SENT, M.DELIVERED)
 
 _AFTER = re.compile(r"^(\d+)([mhd])$")
 _UNIT_MINUTES = {"m": 1, "h": 60, "d": 24 * 60}
@@ -761,7 +763,7 @@ def _preview_gate(
 
 
 def sent_on_path(lead: Lead, channel: str) -> Q:
-    """Automated messages of this channel that went out (or would have, in dry run)."""
+    """Automated messages of this channel the provider accepted (or, in dry run, would have been handed)."""
     return Q(lead=lead, direction="out", channel=channel, automated=True, status__in=WENT_OUT)
 
 

@@ -10,8 +10,14 @@ The provider call runs outside any transaction. Its outcome:
   opt-out recorded in the consent ledger;
 - any other 4xx → `failed` with the error;
 - a timeout, connection error or 5xx → `unknown`: the provider may or may not
-  have sent it, so `messages_reconcile` asks the provider's message list
-  before anything is sent again.
+  have sent it, so the message sweep (agents.outbound.reconcile) asks the
+  provider before anything is sent again.
+
+The provider's id is saved the moment the provider answers, in its own
+statement, before the finish (status and receipt): a worker that dies in
+between leaves a `sending` row the sweep settles by that id. Each claim
+spends one of the message's MAX_DISPATCH_ATTEMPTS; past them it is given up
+(`message_give_up`): failed, with an exception item for a person.
 
 Every Twilio request goes through the account of the message's business
 (agents.outbound.twilio_accounts): its own when its sources carry one, else
@@ -20,15 +26,14 @@ the operator's shared account.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 import requests
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 from twilio.base.exceptions import TwilioException, TwilioRestException
@@ -37,12 +42,13 @@ from twilio.rest import Client
 from twilio.twiml.voice_response import VoiceResponse
 
 from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
-from crm.models import Call, Message
+from agents.queue import task_enqueue
+from crm.models import Call, ExceptionItem, Message
+from crm.selectors import business_manager
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 
-log = logging.getLogger(__name__)
 S = Message.Status
 ACTOR = "agent:dispatcher"
 # A text Twilio cannot hand on within this many seconds expires instead of
@@ -51,6 +57,8 @@ VALIDITY_PERIOD_SECONDS = 600
 RETRY_TIMER = "outbound.retry"
 RETRY_DELAYS = (timedelta(seconds=30), timedelta(minutes=2), timedelta(minutes=10))
 UNSUBSCRIBED = 21610
+GAVE_UP = "gave_up"  # the error code of a message no worker or sweep will try again
+GAVE_UP_EXCEPTION = "send_gave_up"
 
 
 def message_account(message: Message) -> TwilioAccount:
@@ -59,14 +67,22 @@ def message_account(message: Message) -> TwilioAccount:
     return business_account(message.business_id, number=message.from_number)
 
 
-def _claim(message_id: int) -> bool:
-    return Message.objects.filter(pk=message_id, status=S.QUEUED).update(status=S.SENDING) == 1
+def message_claim(message_id: int, *, now: datetime | None = None) -> bool:
+    """queued → sending for one worker (the conditional UPDATE is the claim),
+    spending one dispatch attempt; False when another worker has it, it is
+    no longer queued, or its attempts are spent."""
+    return (
+        Message.objects.filter(pk=message_id, status=S.QUEUED, attempts__lt=Message.MAX_DISPATCH_ATTEMPTS).update(
+            status=S.SENDING, attempts=F("attempts") + 1, claimed_at=now or timezone.now()
+        )
+        == 1
+    )
 
 
 def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) -> str:
     """Send one queued message if this worker wins its claim; returns the
     message's new status, or "skipped"."""
-    if not _claim(message_id):
+    if not message_claim(message_id):
         return "skipped"
     message = Message.objects.select_related("business", "lead", "contact_point").get(pk=message_id)
     if message.channel == "email":
@@ -82,6 +98,12 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
     return _finish(message, S.SENT, sid=created.sid)
 
 
+def message_sid_save(message: Message, sid: str) -> None:
+    # Autocommit, at once: whatever happens before the finish commits (a
+    # killed worker, a failed receipt), the row names what the provider took.
+    Message.objects.filter(pk=message.pk, status=S.SENDING, provider_sid__isnull=True).update(provider_sid=sid)
+
+
 def _twilio_send(message: Message, client: Client) -> Any:
     params: dict[str, Any] = {
         "to": message.to,
@@ -93,7 +115,9 @@ def _twilio_send(message: Message, client: Client) -> Any:
         params["messaging_service_sid"] = message.from_number
     else:
         params["from_"] = message.from_number
-    return client.messages.create(**params)
+    created = client.messages.create(**params)
+    message_sid_save(message, created.sid)
+    return created
 
 
 def _twilio_call(message: Message, client: Client) -> Any:
@@ -117,16 +141,23 @@ def _twilio_call(message: Message, client: Client) -> Any:
         twiml.say(message.body)
         params["twiml"] = str(twiml)
     call = client.calls.create(**params)
+    message_sid_save(message, call.sid)
+    call_row_ensure(message, call.sid)
+    return call
+
+
+def call_row_ensure(message: Message, sid: str) -> None:
+    """The Call row of an outbound call placed for `message` (the sweep makes
+    it too when the worker died before it could)."""
     # get_or_create: Twilio's first TwiML request for the call may get here first.
     Call.objects.get_or_create(
-        provider_sid=call.sid,
+        provider_sid=sid,
         defaults={
             "business": message.business, "lead": message.lead, "contact": message.contact, "direction": "out",
             "status": "queued", "from_number": message.from_number, "to": message.to, "started_at": timezone.now(),
             "enrollment_id": message.enrollment_id,
         },
     )  # fmt: skip
-    return call
 
 
 def _rest_error(message: Message, exc: TwilioRestException) -> str:
@@ -150,17 +181,19 @@ def _rest_error(message: Message, exc: TwilioRestException) -> str:
 
 
 def _retry_later(message: Message, error: str) -> str:
-    attempts = Message.objects.filter(pk=message.pk).values_list("attempts", flat=True).get()
-    if attempts >= len(RETRY_DELAYS):
-        return _finish(message, S.FAILED, error=f"gave up after {attempts} throttled attempts ({error})")
-    due = timezone.now() + RETRY_DELAYS[attempts]
-    with transaction.atomic():
-        Message.objects.filter(pk=message.pk, status=S.SENDING).update(
-            status=S.QUEUED, attempts=attempts + 1, error_code="429"
+    attempts = Message.objects.filter(pk=message.pk).values_list("attempts", flat=True).get()  # this claim's included
+    if attempts >= Message.MAX_DISPATCH_ATTEMPTS:
+        gave_up = message_give_up(
+            message, from_status=S.SENDING, reason=f"the provider throttled all {attempts} attempts ({error})"
         )
+        return S.FAILED if gave_up else "skipped"
+    due = timezone.now() + RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
+    with transaction.atomic():
+        # Ready again only at the backoff's end: the queued sweep leaves it to the timer until then.
+        Message.objects.filter(pk=message.pk, status=S.SENDING).update(status=S.QUEUED, error_code="429", queued_at=due)
         timer_schedule(
             business=message.business, lead=message.lead, kind=RETRY_TIMER, due_at=due,
-            payload={"message": message.pk}, dedupe_key=f"{RETRY_TIMER}:{message.pk}:{attempts + 1}",
+            payload={"message": message.pk}, dedupe_key=f"{RETRY_TIMER}:{message.pk}:{attempts}",
         )  # fmt: skip
     return S.QUEUED
 
@@ -182,7 +215,10 @@ def _finish(message: Message, status: str, *, sid: str | None = None, error: str
             changes["sent_at"] = timezone.now()
         if block_reason:
             changes["block_reason"] = block_reason
-        Message.objects.filter(pk=message.pk, status=S.SENDING).update(**changes)
+        if not Message.objects.filter(pk=message.pk, status=S.SENDING).update(**changes):
+            # The sweep settled it meanwhile (this worker was slow, not dead),
+            # or its status callback moved it on: that outcome stands.
+            return status
         receipt_write(
             business=message.business,
             lead=message.lead,
@@ -196,51 +232,33 @@ def _finish(message: Message, status: str, *, sid: str | None = None, error: str
     return status
 
 
-def messages_reconcile(*, now: datetime | None = None, http_client: HttpClient | None = None) -> dict[str, int]:
-    """Settle messages whose send outcome is unknown by asking Twilio's
-    message list (to, from, since the attempt): found → `sent` with its id;
-    not found → `queued` again, so it is sent once."""
-    now = now or timezone.now()
-    clients: dict[TwilioAccount, Client] = {}
-    settled = {"found": 0, "requeued": 0}
-    for message in Message.objects.filter(status=S.UNKNOWN, channel="sms").select_related("business", "lead"):
-        listing: dict[str, Any] = {
-            "to": message.to,
-            "date_sent_after": message.created_at - timedelta(minutes=1),
-            "limit": 20,
-        }
-        if not message.from_number.startswith("MG"):
-            listing["from_"] = message.from_number
-        account = message_account(message)
-        if account not in clients:
-            clients[account] = twilio_client(account, http_client)
-        client = clients[account]
-        try:
-            found = [m for m in client.messages.list(**listing) if (m.body or "") == message.body]
-        except (TwilioException, requests.RequestException) as exc:
-            log.warning("reconcile %s: %s", message.public_id, exc)
-            continue
-        with transaction.atomic():
-            if found:
-                updated = Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(
-                    status=S.SENT, provider_sid=found[0].sid
-                )
-                action, key = "message.reconciled_sent", "found"
-            else:
-                updated = Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(status=S.QUEUED)
-                action, key = "message.reconciled_requeued", "requeued"
-            if updated:
-                settled[key] += 1
-                receipt_write(
-                    business=message.business, lead=message.lead, subject=message.public_id, actor=ACTOR,
-                    action=action, reason="the provider's message list settles an unknown outcome",
-                )  # fmt: skip
-                if key == "requeued":
-                    transaction.on_commit(partial(_enqueue, message.pk))
-    return settled
-
-
 def _enqueue(message_id: int) -> None:
-    from django_q.tasks import async_task
+    # After commit, never raising: a lost enqueue leaves the message queued,
+    # and the messages sweep enqueues it again (agents.outbound.reconcile).
+    task_enqueue("agents.tasks.message_dispatch", message_id, group="outbound")
 
-    async_task("agents.tasks.message_dispatch", message_id, q_options={"group": "outbound"})
+
+@transaction.atomic
+def message_give_up(message: Message, *, from_status: str, reason: str, actor: str = ACTOR) -> bool:
+    """`from_status` → failed (error `gave_up`), with `reason` in the receipt
+    and an open `send_gave_up` exception item for the business's manager: a
+    person decides whether to send it again. Conditional: False when the
+    message has moved on meanwhile. One transaction."""
+    if not Message.objects.filter(pk=message.pk, status=from_status).update(status=S.FAILED, error_code=GAVE_UP):
+        return False
+    receipt_write(
+        business=message.business, lead=message.lead, subject=message.public_id, actor=actor,
+        action="message.gave_up", reason=reason[:500], before={"status": from_status},
+        after={"status": S.FAILED, "attempts": message.attempts, "reconcile_attempts": message.reconcile_attempts},
+    )  # fmt: skip
+    detail = f"{message.channel} to {message.to} not sent: {reason}"[:500]
+    try:
+        with transaction.atomic():
+            ExceptionItem.objects.create(
+                business=message.business, lead=message.lead, owner=business_manager(message.business_id),
+                kind=GAVE_UP_EXCEPTION, subject=message.public_id, detail=detail, detected_at=timezone.now(),
+            )  # fmt: skip
+    except IntegrityError:
+        # Already open for this message (the partial unique constraint): it says the same.
+        pass
+    return True

@@ -37,6 +37,7 @@ from django.utils import timezone
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
+from agents.queue import task_enqueue
 from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
@@ -252,7 +253,9 @@ def _gate(
     before = message.status
     message.status, message.block_reason = verdict.status, verdict.reason if verdict.status == S.BLOCKED else ""
     message.deferred_until = verdict.deferred_until
-    message.save(update_fields=["status", "block_reason", "deferred_until", "from_number"])
+    # The lost-enqueue sweep's clock: the queue's wall time, not the judged `now`.
+    message.queued_at = timezone.now() if verdict.status == S.QUEUED else None
+    message.save(update_fields=["status", "block_reason", "deferred_until", "from_number", "queued_at"])
     _after(message, verdict, before, requested_by)
     return message
 
@@ -305,6 +308,6 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
 
 
 def _enqueue_dispatch(message_id: int) -> None:
-    from django_q.tasks import async_task
-
-    async_task("agents.tasks.message_dispatch", message_id, q_options={"group": "outbound"})
+    # After commit, never raising: a lost enqueue leaves the message queued,
+    # and the messages sweep enqueues it again (agents.outbound.reconcile).
+    task_enqueue("agents.tasks.message_dispatch", message_id, group="outbound")

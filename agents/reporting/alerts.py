@@ -12,7 +12,7 @@ admin. A business's alerts go to its own webhook (business file
 webhook burst concerns the whole installation and goes to the operator's
 webhook only. Names and other text from outside are Slack-escaped.
 
-`alerts_scan` runs with every `run_timers` (each minute), looking back a day,
+`alerts_run` (the `leadops.alerts` job, each minute) scans, looking back a day,
 so a breach or complaint is announced within a minute or two of being
 recorded; `alert_raise` lets any role queue an alert of its own.
 """
@@ -31,7 +31,7 @@ from django.utils import timezone
 from agents.notify import slack_escape, slack_webhook_for
 from approvals.models import ApprovalRequest
 from crm.models import CLOSED_STAGES, Business, InboundEvent, Lead, Timer
-from crm.services.timers import timer_handler_register, timer_schedule
+from crm.services.timers import timer_handler_register, timer_schedule, timers_run_due
 
 TIMER_KIND = "reporting.slack_alert"
 LOOKBACK = timedelta(days=1)
@@ -145,6 +145,14 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     return _queue(alerts) if alerts else 0
 
 
+def alerts_run(*, now: datetime | None = None, limit: int = 200) -> dict[str, int]:
+    """The alerts job: queue what is new, then post the alerts due (at most
+    `limit` a run; the rest wait for the next)."""
+    queued = alerts_scan(now=now)
+    posted = timers_run_due(now=now, kinds=[TIMER_KIND], limit=limit)
+    return {"alerts_queued": queued, "posted": posted.done, "failed": posted.failed}
+
+
 def slack_alert_send(timer: Timer) -> None:
     """The timer handler: post the alert to its business's webhook (the
     operator's for installation-wide ones); a refusal raises (the timer
@@ -158,4 +166,4 @@ def slack_alert_send(timer: Timer) -> None:
 
 
 def register() -> None:
-    timer_handler_register(TIMER_KIND, slack_alert_send)
+    timer_handler_register(TIMER_KIND, slack_alert_send, own_job=True)  # posts to Slack: the alerts job runs it

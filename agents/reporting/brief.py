@@ -361,4 +361,4 @@ def brief_send(timer: Timer) -> None:
 
 
 def register() -> None:
-    timer_handler_register(TIMER_KIND, brief_send)
+    timer_handler_register(TIMER_KIND, brief_send, own_job=True)  # sends email: the brief job runs it

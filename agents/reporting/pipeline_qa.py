@@ -14,7 +14,8 @@ itself on the next run.
 | `stale_stage` | lead | open, unchanged longer than its stage allows (STALE_DAYS), and nobody is on it: no next action, or one overdue by more than STALE_OVERDUE |
 | `sla_breached` | lead | open, SLA breached, and still no first human contact |
 | `stuck_enrollment` | enrollment | active, but its step is overdue by an hour, has no due time, or its lead is closed |
-| `undelivered_message` | message | outbound, undelivered/failed/unknown in the last week, on an open lead, not delivered since |
+| `undelivered_message` | message | outbound, undelivered/failed in the last week, on an open lead, not delivered since (a send the sweep gave up on has its own `send_gave_up` item) |
+| `stuck_message` | message | outbound and still queued, sending or unknown STUCK_SEND after it was last queued or claimed: the message sweep has not settled it |
 | `unmatched_payment` | payment | unmatched or ambiguous |
 | `appointment_no_outcome` | appointment | scheduled or confirmed, ended more than two hours ago |
 | `job_not_invoiced` | job | completed more than a day ago, with no (non-void) invoice |
@@ -37,9 +38,10 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Case, CharField, Exists, F, Func, OuterRef, Q, QuerySet, Value, When
-from django.db.models.functions import Cast, Concat
+from django.db.models.functions import Cast, Coalesce, Concat
 from django.utils import timezone
 
+from agents.outbound.dispatch import GAVE_UP
 from agents.reporting.sql import without_jit
 from crm.ids import _ALPHABET, new_public_id
 from crm.models import (
@@ -82,7 +84,11 @@ STUCK_AFTER = timedelta(hours=1)
 UNDELIVERED_WINDOW = timedelta(days=7)
 OUTCOME_GRACE = timedelta(hours=2)
 INVOICE_GRACE = timedelta(days=1)
-FAILED_SENDS = (Message.Status.UNDELIVERED, Message.Status.FAILED, Message.Status.UNKNOWN)
+FAILED_SENDS = (Message.Status.UNDELIVERED, Message.Status.FAILED)
+IN_FLIGHT = (Message.Status.QUEUED, Message.Status.SENDING, Message.Status.UNKNOWN)
+# Longer than the message sweep needs (its bounds are minutes): a send still in
+# flight after this is one the sweep cannot settle on its own.
+STUCK_SEND = timedelta(minutes=30)
 DETAIL_MAX = 500
 BASE64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "+/"
 ANALYZE_AFTER = 1000
@@ -208,11 +214,27 @@ def _undelivered(now: datetime) -> QuerySet[Any]:
         Message.objects.filter(direction="out", status__in=FAILED_SENDS, created_at__gte=now - UNDELIVERED_WINDOW)
         .filter(lead__isnull=False)
         .exclude(lead__stage__in=CLOSED_STAGES)
+        .exclude(error_code=GAVE_UP)
         .exclude(Exists(delivered_since))
     )
     detail = Func(
         _text(F("channel"), " ", F("status"), " ", F("error_code")), function="btrim", output_field=CharField()
     )
+    return _found(qs, detail)
+
+
+def _stuck_message(now: datetime) -> QuerySet[Any]:
+    # Whatever its lead: a send in flight is a side effect nobody has settled.
+    since = Coalesce("claimed_at", "queued_at", "created_at")
+    qs = (
+        Message.objects.filter(direction="out", status__in=IN_FLIGHT)
+        .alias(since=since)
+        .filter(since__lt=now - STUCK_SEND)
+    )
+    detail = _text(
+        F("channel"), " ", F("status"), " since ", _minute("since"), " UTC, ", Cast("attempts", CharField()),
+        " dispatch attempt(s)",
+    )  # fmt: skip
     return _found(qs, detail)
 
 
@@ -249,6 +271,7 @@ CHECKS: dict[str, Callable[[datetime], QuerySet[Any]]] = {
     "sla_breached": _sla_breached,
     "stuck_enrollment": _stuck_enrollment,
     "undelivered_message": _undelivered,
+    "stuck_message": _stuck_message,
     "unmatched_payment": _unmatched_payment,
     "appointment_no_outcome": _appointment_no_outcome,
     "job_not_invoiced": _job_not_invoiced,

@@ -13,6 +13,7 @@ from crm.models.contacts import (
     RejectedDelivery,
     Source,
 )
+from crm.models.jobs import JobRun
 from crm.models.leads import (
     CLOSED_STAGES,
     Enrollment,
@@ -52,6 +53,7 @@ __all__ = [
     "InboundEvent",
     "Invoice",
     "Job",
+    "JobRun",
     "Lead",
     "LeadException",
     "LeadTouch",

@@ -23,6 +23,11 @@ BLOCK_REASONS = [
     "rejected",
     "number_not_allowed",
 ]
+# Provider hand-offs per message: every claim (queued → sending) spends a
+# dispatch attempt, every reconciliation that cannot settle the outcome a
+# reconcile attempt; past either cap the message is failed for a person.
+MAX_DISPATCH_ATTEMPTS = 4
+MAX_RECONCILE_ATTEMPTS = 5
 
 
 class Message(models.Model):
@@ -57,6 +62,9 @@ class Message(models.Model):
         # that must not be texted or called (premium-rate, landline for SMS…).
         NUMBER_NOT_ALLOWED = "number_not_allowed"
 
+    MAX_DISPATCH_ATTEMPTS = MAX_DISPATCH_ATTEMPTS
+    MAX_RECONCILE_ATTEMPTS = MAX_RECONCILE_ATTEMPTS
+
     public_id = PublicIdField(prefix="msg")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="messages")
@@ -75,7 +83,12 @@ class Message(models.Model):
     provider_sid = models.CharField(max_length=255, null=True, blank=True, unique=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     error_code = models.CharField(max_length=32, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)  # claims by a dispatching worker
+    reconcile_attempts = models.PositiveIntegerField(default=0)
+    # When the message last became ready for a worker (a backoff's end for a
+    # throttled one), and when a worker last claimed it: the sweeps' clocks.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
     subject = models.CharField(max_length=200, blank=True)
     actor = models.CharField(max_length=150, blank=True, help_text="Who asked for this send")
     # An automated path's send (sequence step, acknowledgement) rather than a
@@ -101,6 +114,13 @@ class Message(models.Model):
                 condition=models.Q(block_reason="") | models.Q(block_reason__in=BLOCK_REASONS),
                 name="crm_message_block_reason_valid",
             ),
+            models.CheckConstraint(
+                condition=models.Q(attempts__lte=MAX_DISPATCH_ATTEMPTS), name="crm_message_attempts_capped"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(reconcile_attempts__lte=MAX_RECONCILE_ATTEMPTS),
+                name="crm_message_reconcile_attempts_capped",
+            ),
         ]
         indexes = [
             models.Index(fields=["lead", "created_at"], name="crm_message_lead_idx"),
@@ -110,6 +130,12 @@ class Message(models.Model):
             # The exception report's blocked sends by reason, last 7 days.
             models.Index(
                 fields=["business", "created_at"], condition=models.Q(status="blocked"), name="crm_message_blocked_idx"
+            ),
+            # The message sweep's work: rows in flight between the gate and the provider.
+            models.Index(
+                fields=["status", "created_at"],
+                condition=models.Q(status__in=["queued", "sending", "unknown"]),
+                name="crm_message_in_flight_idx",
             ),
         ]
 

@@ -9,6 +9,7 @@ needs no import of agents.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,20 +32,31 @@ _HANDLERS: dict[str, TimerHandler] = {}
 # work and the done mark commit or roll back together).
 _ATOMIC_KINDS: set[str] = set()
 
+# Kinds whose handler calls the network (a Slack post, an email): the timer
+# loop leaves them to a job of their own (`timers_run_due(kinds=[...])`), so a
+# slow provider never holds every lead's clock behind it.
+_OWN_JOB_KINDS: set[str] = set()
+
 # A timer claimed longer ago than this by a process that died is claimable again.
 STALE_CLAIM = timedelta(minutes=10)
+# One run's bound: the loop stops claiming past this many timers or this much
+# time, well inside its task's timeout, and the next run goes on.
+RUN_LIMIT = 2000
+RUN_BUDGET = timedelta(seconds=40)
 
 
-def timer_handler_register(kind: str, handler: TimerHandler, *, atomic: bool = False) -> None:
+def timer_handler_register(kind: str, handler: TimerHandler, *, atomic: bool = False, own_job: bool = False) -> None:
     """`atomic=True`: the handler's work is one transaction with no effect
     outside the database before commit (on_commit hooks are fine), so the run
     wraps it with its done mark in one transaction. Otherwise the handler runs
-    on its own and the mark is written after it returns."""
+    on its own and the mark is written after it returns. `own_job=True`: the
+    handler calls the network; only a run naming the kind runs it."""
     _HANDLERS[kind] = handler
-    if atomic:
-        _ATOMIC_KINDS.add(kind)
-    else:
-        _ATOMIC_KINDS.discard(kind)
+    for flag, kinds in ((atomic, _ATOMIC_KINDS), (own_job, _OWN_JOB_KINDS)):
+        if flag:
+            kinds.add(kind)
+        else:
+            kinds.discard(kind)
 
 
 def timer_schedule(
@@ -81,6 +93,8 @@ def _claim(now: datetime, batch: int, kinds: list[str] | None = None) -> list[Ti
         )
         if kinds is not None:
             due_rows = due_rows.filter(kind__in=kinds)
+        elif _OWN_JOB_KINDS:
+            due_rows = due_rows.exclude(kind__in=sorted(_OWN_JOB_KINDS))
         due = list(due_rows.order_by("due_at")[:batch])
         Timer.objects.filter(pk__in=[t.pk for t in due]).update(
             status=Timer.Status.RUNNING, claimed_at=now, attempts=F("attempts") + 1
@@ -121,22 +135,32 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
         result.done += 1
 
 
-def timers_run_due(*, now: datetime | None = None, batch: int = 500, kinds: list[str] | None = None) -> TimerRun:
-    """Run every timer due at `now`, batch by batch, until none is left.
+def timers_run_due(
+    *, now: datetime | None = None, batch: int = 500, kinds: list[str] | None = None, limit: int = RUN_LIMIT,
+    budget: timedelta = RUN_BUDGET,
+) -> TimerRun:  # fmt: skip
+    """Run the timers due at `now`, batch by batch, until none is left or the
+    run has claimed `limit` of them or spent `budget` (what is left is the
+    next run's).
 
     Each timer is claimed once; its handler runs outside the claim transaction
     and the outcome (done, or failed with the error) is written on the row.
-    `kinds` limits the run to some timer kinds (tests, targeted backstops).
+    `kinds` limits the run to some timer kinds (their own job, tests); without
+    it, the kinds registered `own_job=True` are left to their jobs.
     """
     now = now or timezone.now()
+    stop_at = time.monotonic() + budget.total_seconds()
     result = TimerRun()
-    while True:
-        claimed = _claim(now, batch, kinds)
+    while result.claimed < limit and time.monotonic() < stop_at:
+        # Claimed timers are run, whatever the clock says: a claim left
+        # unrun would wait STALE_CLAIM for nothing.
+        claimed = _claim(now, min(batch, limit - result.claimed), kinds)
         if not claimed:
-            return result
+            break
         result.claimed += len(claimed)
         for timer in claimed:
             _run_claimed(timer, result)
+    return result
 
 
 def timer_run(timer_id: int, *, now: datetime | None = None) -> str:

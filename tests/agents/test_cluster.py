@@ -1,5 +1,5 @@
 """The real django-q2 cluster, as `make run` starts it, runs the named
-`run_timers` schedule, which claims due timer rows."""
+`leadops.timers` job, which claims due timer rows and records its run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from crm.models import Timer
+from crm.models import JobRun, Timer
 from crm.services.timers import timer_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,7 +55,8 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
             timer.refresh_from_db()
             # Claimed is not yet done: a timer is `running` between its claim
             # and its outcome, each in its own transaction.
-            if timer.status not in (Timer.Status.PENDING, Timer.Status.RUNNING):
+            recorded = JobRun.objects.filter(name="leadops.timers", succeeded_at__isnull=False).exists()
+            if timer.status not in (Timer.Status.PENDING, Timer.Status.RUNNING) and recorded:
                 break
             try:
                 cluster.wait(timeout=0.5)
@@ -74,3 +75,5 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
     assert timer.status == Timer.Status.FAILED, output.decode()[-2000:]
     assert "no handler registered for timer kind 'cluster.probe'" in timer.error
     assert timer.attempts == 1
+    # The job recorded its run for the health check, as a job of its own.
+    assert JobRun.objects.get(name="leadops.timers").result["claimed"] >= 1

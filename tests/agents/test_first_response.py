@@ -13,6 +13,7 @@ from django.core import mail
 from agents.first_response.acknowledge import lead_first_response
 from crm.models import Lead, Message, MessageTemplate, Role
 from crm.services.consent import consent_record
+from tests.agents.notices import run_queued_notices
 from tests.factories import lead_create, member_create
 
 pytestmark = pytest.mark.django_db
@@ -52,6 +53,7 @@ def test_a_new_lead_is_acknowledged_handed_over_and_announced(
     assert lead.next_action == "First contact: reach Rosa Doe" and lead.next_action_due_at is not None
     task = lead.tasks.get(kind="next_action")
     assert task.owner == boss
+    run_queued_notices()
     assert mail.outbox[0].to == ["mia@example.com"] and lead.public_id in mail.outbox[0].body
 
 
@@ -105,6 +107,8 @@ def test_the_owner_notice_also_goes_to_slack_when_configured(
         lead = with_consent(lead_create(business))
         with django_capture_on_commit_callbacks(execute=True):
             lead_first_response(lead.pk, now=NOON_NY)
+        assert received == []  # a task of its own posts it
+        run_queued_notices()
     finally:
         server.shutdown()
     assert len(received) == 1 and lead.public_id in received[0]["text"]

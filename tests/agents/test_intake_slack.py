@@ -14,9 +14,10 @@ from django.utils import timezone
 from agents.notify import member_notify
 from agents.reporting.alerts import alerts_scan
 from agents.routing.sla import sla_check
-from agents.tasks import run_timers
+from agents.tasks import alerts as alerts_job
 from crm.models import Business, Role, Timer
 from crm.services import lead_sync
+from tests.agents.notices import run_queued_notices
 from tests.factories import lead_create, member_create
 
 pytestmark = pytest.mark.django_db
@@ -62,6 +63,7 @@ def test_a_lead_named_with_slack_markup_arrives_escaped(settings, sink, business
     lead = lead_create(business, first_name=EVIL, last_name="")
     with django_capture_on_commit_callbacks(execute=True):
         member_notify(member, "New lead", f"{lead.contact.name} wants a quote")
+    assert run_queued_notices() == 1
     ((path, payload),) = posts
     assert path == "/operator"
     assert "<" not in payload["text"] and "&lt;!channel&gt; &lt;https://x|Pay now&gt;" in payload["text"]
@@ -80,7 +82,7 @@ def test_business_b_alert_goes_to_b_webhook_with_the_name_escaped(settings, sink
         sla_check(lead, now=timezone.now() + timedelta(hours=2))
         leads.append(lead)
     alerts_scan()
-    run_timers()
+    alerts_job()
     by_path = {path: payload["text"] for path, payload in posts if "overdue" in payload["text"]}
     assert set(by_path) == {"/operator", "/b"}
     assert leads[1].public_id in by_path["/b"] and leads[0].public_id in by_path["/operator"]
@@ -97,5 +99,5 @@ def test_a_business_with_its_own_webhook_is_alerted_without_the_operators(settin
     lead_sync.lead_assign(lead, member, actor="test", reason="test")
     sla_check(lead, now=timezone.now() + timedelta(hours=2))
     assert alerts_scan() == 1
-    run_timers()
+    alerts_job()
     assert [path for path, _ in posts] == ["/b"]

@@ -318,12 +318,12 @@ def test_an_unsealed_receipt_altered_behind_the_trigger_is_found(business: Busin
 def test_the_periodic_sealer_seals_what_every_business_left_unsealed(
     business: Business, other_business: Business
 ) -> None:
-    from crm.tasks import seal_receipts
+    from agents.tasks import seal_receipts
 
     for biz in (business, other_business, business):
         receipt_write(business=biz, actor="test", action="test.noted", subject="thing")
 
-    assert seal_receipts() == 3
+    assert seal_receipts() == {"receipts_sealed": 3}
     assert not Receipt.objects.filter(seq__isnull=True).exists()
     assert list(Receipt.objects.filter(business=business).order_by("seq").values_list("seq", flat=True)) == [1, 2]
     assert receipts_verify() is None
@@ -432,9 +432,9 @@ def test_a_checkpoint_file_that_is_not_one_is_a_clear_error(business: Business, 
 def test_a_checkpoint_goes_by_email(business: Business, settings: Any, mailoutbox: list[Any]) -> None:
     _write(business, 1)
     settings.RECEIPT_CHECKPOINT_TO = "mailto:ops@example.com"
-    from crm.tasks import export_receipt_checkpoint
+    from agents.tasks import export_receipt_checkpoint
 
-    assert export_receipt_checkpoint() == 1
+    assert export_receipt_checkpoint() == {"checkpoints_exported": 1}
 
     (mail,) = mailoutbox
     assert mail.to == ["ops@example.com"]

@@ -94,7 +94,7 @@ def test_the_pruning_task_is_scheduled_hourly(db: None) -> None:
     schedules_ensure()
 
     schedule = Schedule.objects.get(name="leadops.prune_raw_bodies")
-    assert (schedule.func, schedule.schedule_type) == ("agents.tasks.prune_raw_bodies", "H")
+    assert (schedule.func, schedule.schedule_type, schedule.minutes) == ("agents.tasks.prune_raw_bodies", "I", 60)
     assert prune_raw_bodies() == 0
 
 

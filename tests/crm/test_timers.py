@@ -178,13 +178,13 @@ def test_the_run_timers_command_prints_its_counts(business: Business, recorder: 
 
 
 @pytest.mark.django_db
-def test_the_run_timers_schedule_exists_once_after_migrations_and_stays_one() -> None:
-    assert Schedule.objects.filter(name="leadops.run_timers").count() == 1
+def test_the_timer_schedule_exists_once_after_migrations_and_stays_one() -> None:
+    assert Schedule.objects.filter(name="leadops.timers").count() == 1
 
     schedules_ensure()
     schedules_ensure()
 
-    schedule = Schedule.objects.get(name="leadops.run_timers")
+    schedule = Schedule.objects.get(name="leadops.timers")
     assert (schedule.func, schedule.schedule_type, schedule.minutes) == ("agents.tasks.run_timers", "I", 1)
 
 

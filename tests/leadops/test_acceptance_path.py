@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.urls("tests.leadops.webhook_probe_urls")
-def test_a_webhook_request_skips_sessions_csrf_authentication_and_messages() -> None:
+def test_a_webhook_request_skips_sessions_authentication_and_messages() -> None:
     client = Client(enforce_csrf_checks=True)
 
     response = client.post("/hooks/probe/", data=b"{}", content_type="application/json")

@@ -1,4 +1,4 @@
-"""The health endpoints, including the task cluster's liveness."""
+"""The health endpoints, including the task cluster's, per periodic job."""
 
 from __future__ import annotations
 
@@ -7,21 +7,21 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
-from django_q.models import Success
+
+from agents.schedules import JOBS
+from crm.models import JobRun
 
 pytestmark = pytest.mark.django_db
 
 
-def record_run_timers(minutes_ago: int) -> None:
-    stopped = timezone.now() - timedelta(minutes=minutes_ago)
-    Success.objects.create(
-        id=f"task{minutes_ago}",
-        name=f"run-{minutes_ago}",
-        func="agents.tasks.run_timers",
-        started=stopped - timedelta(seconds=1),
-        stopped=stopped,
-        success=True,
-    )
+def record(name: str, minutes_ago: int) -> None:
+    at = timezone.now() - timedelta(minutes=minutes_ago)
+    JobRun.objects.update_or_create(name=name, defaults={"started_at": at, "succeeded_at": at, "runs": 1})
+
+
+def record_all(minutes_ago: int = 0) -> None:
+    for job in JOBS:
+        record(job.name, minutes_ago)
 
 
 def test_healthz_answers_when_the_database_does() -> None:
@@ -29,19 +29,45 @@ def test_healthz_answers_when_the_database_does() -> None:
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
-def test_queue_is_unhealthy_before_the_cluster_has_run_its_schedule() -> None:
+def test_queue_is_unhealthy_before_the_cluster_has_run_its_jobs() -> None:
     response = Client().get("/healthz/queue/")
     assert response.status_code == 503
     assert response.json()["alive"] is False
+    assert response.json()["jobs"]["leadops.timers"] == {"last_succeeded_at": None, "overdue": True, "last_error": ""}
 
 
-def test_queue_is_healthy_while_run_timers_keeps_running() -> None:
-    record_run_timers(minutes_ago=1)
+def test_queue_is_healthy_while_every_job_keeps_succeeding() -> None:
+    record_all(minutes_ago=1)
     response = Client().get("/healthz/queue/")
     assert response.status_code == 200
-    assert response.json()["alive"] is True
+    body = response.json()
+    assert (body["alive"], body["healthy"], body["overdue"]) == (True, True, [])
+    assert set(body["jobs"]) == {job.name for job in JOBS}
 
 
-def test_queue_is_unhealthy_when_the_last_run_is_stale() -> None:
-    record_run_timers(minutes_ago=10)
-    assert Client().get("/healthz/queue/").status_code == 503
+def test_queue_is_unhealthy_when_the_timer_job_is_stale() -> None:
+    record_all()
+    record("leadops.timers", minutes_ago=10)
+    response = Client().get("/healthz/queue/")
+    assert response.status_code == 503
+    assert (response.json()["alive"], response.json()["overdue"]) == (False, ["leadops.timers"])
+
+
+def test_one_overdue_job_turns_the_check_red_and_is_named_with_its_last_error() -> None:
+    record_all()
+    record("leadops.messages_sweep", minutes_ago=30)
+    JobRun.objects.filter(name="leadops.messages_sweep").update(
+        failed_at=timezone.now(), error="SystemExit: Task exceeded maximum timeout value (55 seconds)"
+    )
+    response = Client().get("/healthz/queue/")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["alive"] is True  # the cluster runs; one job does not get done
+    assert body["overdue"] == ["leadops.messages_sweep"]
+    assert "maximum timeout" in body["jobs"]["leadops.messages_sweep"]["last_error"]
+
+
+def test_an_hourly_job_is_not_overdue_within_its_hours() -> None:
+    record_all()
+    record("leadops.daily_brief", minutes_ago=100)
+    assert Client().get("/healthz/queue/").status_code == 200

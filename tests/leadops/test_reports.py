@@ -65,6 +65,14 @@ def world(business, source, setter, manager, other_business):
         business=business, provider="website", external_id="bad-1", body=b"{}", status="failed", error="boom",
         received_at=timezone.now(),
     )  # fmt: skip
+    Message.objects.create(
+        business=business, lead=theirs, contact=theirs.contact, direction="out", channel="sms", status="sending",
+        idempotency_key="rep-stuck-1", claimed_at=timezone.now() - timedelta(hours=1), attempts=1,
+    )  # fmt: skip
+    Message.objects.create(
+        business=business, lead=theirs, contact=theirs.contact, direction="out", channel="sms", status="failed",
+        error_code="gave_up", idempotency_key="rep-failed-1",
+    )  # fmt: skip
     RejectedDelivery.objects.create(
         business=business, source=source, provider="website", day=timezone.now().date(), count=3,
         last_reason="bad bearer", last_at=timezone.now(),
@@ -86,6 +94,8 @@ def test_the_exception_report_lists_every_section_in_bounded_queries(world, mana
     assert world["unowned"].public_id in page  # no_owner
     assert world["hidden"].public_id not in page  # another business
     assert "quiet_hours: <strong>1</strong>" in page
+    assert "sending: <strong>1</strong>" in page and "failed (gave_up): <strong>1</strong>" in page  # stuck and failed
+    assert "stuck_message" in page  # and Pipeline QA's item for the stuck one
     assert "bad-1" not in page and "boom" in page  # failed events, by public id and error
     assert "website / site: <strong>3</strong>" in page
     assert "Out of area?" in page
@@ -102,7 +112,14 @@ def test_the_exception_report_filters_and_exports_csv(world, manager):
     rows = list(csv.reader(io.StringIO(response.getvalue().decode())))
     assert rows[0] == ["section", "kind", "subject", "lead", "owner", "detail", "at", "count", "status"]
     sections = {r[0] for r in rows[1:]}
-    assert sections == {"exception", "blocked_send", "failed_event", "rejected_signature", "approval_waiting"}
+    assert sections == {
+        "exception",
+        "blocked_send",
+        "stuck_or_failed_send",
+        "failed_event",
+        "rejected_signature",
+        "approval_waiting",
+    }
     no_owner = next(r for r in rows if r[1] == "no_owner")
     assert no_owner[2] == world["unowned"].public_id and no_owner[4] == "mia"
 

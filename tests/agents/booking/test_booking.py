@@ -53,6 +53,7 @@ from tests.agents.booking.conftest import (
     local,
     owned_lead,
 )
+from tests.agents.notices import run_queued_notices
 from tests.factories import member_create
 
 pytestmark = pytest.mark.django_db
@@ -156,6 +157,8 @@ def test_the_booking_event_emails_the_brief_to_the_technician_once(
     appointment = book(lead, rule).appointment
     with django_capture_on_commit_callbacks(execute=True):
         assert orchestrate_pending() == 1
+    assert mailoutbox == []  # handed to a task of its own, not sent inside the step
+    assert run_queued_notices() == 1
     assert [m.to for m in mailoutbox] == [["tom@example.com"]]
     assert mailoutbox[0].body == Appointment.objects.get(pk=appointment.pk).brief
     # The event is recorded once per appointment: recording it again runs nothing twice.
@@ -167,6 +170,7 @@ def test_the_booking_event_emails_the_brief_to_the_technician_once(
     from agents.booking.brief import brief_email
 
     assert brief_email(appointment) == "already emailed"
+    assert run_queued_notices() == 0
     assert len(mail.outbox) == 1
 
 
@@ -332,6 +336,7 @@ def test_cancel_frees_the_place_cancels_reminders_and_gives_the_owner_a_rebookin
     task = Task.objects.get(lead=lead, kind="next_action", status="open")
     assert task.title == f"Rebook Rosa Diaz: the visit {TUE_9_LABEL} was canceled"
     assert task.owner.user.username == "sam"
+    run_queued_notices()
     assert ["tom@example.com"] in [m.to for m in mailoutbox]
     with pytest.raises(AppointmentClosed):
         appointment_cancel(appointment, actor="sam", reason="again", now=NOW)

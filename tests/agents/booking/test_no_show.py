@@ -21,6 +21,7 @@ from agents.orchestrator import orchestrate_pending
 from crm.models import Enrollment, Message, MessageTemplate, Receipt, Sequence, Stage, Task, Timer
 from crm.services.timers import timers_run_due
 from tests.agents.booking.conftest import NOW, TUE_9, TUE_9_LABEL, TUE_13, owned_lead
+from tests.agents.notices import run_queued_notices
 
 pytestmark = pytest.mark.django_db
 
@@ -65,6 +66,7 @@ def test_recovery_tells_the_owner_offers_a_rebooking_and_creates_the_outreach_ta
     task = Task.objects.get(lead=lead, kind="next_action", status="open")
     assert task.title == f"Call Rosa Diaz to rebook the missed visit ({TUE_9_LABEL})"
     assert task.owner.user.username == "sam"
+    run_queued_notices()
     notice = next(m for m in mailoutbox if m.subject == "No-show")
     assert notice.to == ["sam@example.com"] and appointment.public_id in notice.body
     deadline = Timer.objects.get(kind=NO_SHOW_DEADLINE_TIMER)

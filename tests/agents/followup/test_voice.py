@@ -15,6 +15,7 @@ from django.test import Client
 from twilio.request_validator import RequestValidator
 
 from agents.followup.sequences import enrollment_start
+from agents.followup.voice import voice_eligibility
 from agents.outbound.dispatch import message_dispatch
 from crm.models import Call, ConsentState, Enrollment, InboundEvent, Lead, Message, MessageTemplate, Receipt, Task
 from crm.services.consent import consent_record
@@ -41,6 +42,10 @@ def run_path(lead: Lead) -> Enrollment:
     assert enrollment is not None
     for days in (0, 1, 3, 7):
         run_at(NOON_NY + timedelta(minutes=15, days=days))
+        # Live, a text or email counts as gone out once the provider took it:
+        # hand each queued one over (the voice step comes after both).
+        for message in lead.messages.filter(status="queued").exclude(channel="voice"):
+            assert message_dispatch(message.pk, http_client=ScriptedTwilio([created(f"SM{message.pk:032x}")])) == "sent"
     return enrollment
 
 
@@ -128,6 +133,19 @@ def test_the_call_is_placed_with_our_twiml_and_machine_detection(lead: Lead, set
     assert "Twiml" not in placed.data
     call = Call.objects.get(provider_sid=CALL_SID)
     assert (call.direction, call.enrollment_id, call.lead_id) == ("out", enrollment.pk, lead.pk)
+
+
+@pytest.mark.parametrize("status", ["queued", "sending", "unknown", "failed"])
+def test_a_text_the_provider_has_not_accepted_does_not_count_as_gone_out(lead: Lead, settings: Any, status) -> None:
+    settings.SEND_MODE = "live"
+    settings.TWILIO_MESSAGING_SERVICE_SID = ""
+    run_path(lead)
+    # Rewind the text to a state the provider never confirmed (a worker died, a sweep gave up).
+    lead.messages.filter(channel="sms", direction="out").update(status=status, provider_sid=None)
+
+    assert (
+        voice_eligibility(lead, now=T4) == "no automated text went out: voice comes only after the SMS and email paths"
+    )
 
 
 # --- the TwiML we serve --------------------------------------------------------------------------

@@ -3,13 +3,15 @@ exactly one provider call per intended message, whatever happens."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
+from django.utils import timezone
 
-from agents.outbound.dispatch import message_dispatch, messages_reconcile
+from agents.outbound.dispatch import message_dispatch
 from agents.outbound.gate import message_send
+from agents.outbound.reconcile import messages_reconcile
 from crm.models import ConsentState, Message, Timer
 from crm.services.consent import consent_record
 from tests.agents.outbound.fake_twilio import ScriptedTwilio, created, error
@@ -19,6 +21,11 @@ pytestmark = pytest.mark.django_db
 
 NOON_NY = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
 SID = "SM" + "a" * 32
+
+
+def later() -> datetime:
+    # The sweep leaves an unknown outcome alone for a minute after its claim.
+    return timezone.now() + timedelta(minutes=2)
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +109,8 @@ def test_an_ambiguous_outcome_is_unknown_and_reconciled_before_any_resend(queued
             )
         ]
     )
-    assert messages_reconcile(http_client=listing) == {"found": 1, "requeued": 0}
+    swept = messages_reconcile(now=later(), http_client=listing)
+    assert (swept["found"], swept["requeued"]) == (1, 0)
     assert listing.requests[0].method == "GET" and listing.requests[0].params["To"] == "+12125550147"
     queued.refresh_from_db()
     assert (queued.status, queued.provider_sid) == ("sent", SID)
@@ -111,7 +119,8 @@ def test_an_ambiguous_outcome_is_unknown_and_reconciled_before_any_resend(queued
 def test_an_unknown_send_the_provider_never_saw_is_sent_exactly_once_more(queued):
     message_dispatch(queued.pk, http_client=ScriptedTwilio([requests.exceptions.ConnectionError("reset")]))
     empty = ScriptedTwilio([(200, {"messages": [], "next_page_uri": None})])
-    assert messages_reconcile(http_client=empty) == {"found": 0, "requeued": 1}
+    swept = messages_reconcile(now=later(), http_client=empty)
+    assert (swept["found"], swept["requeued"]) == (0, 1)
     twilio = ScriptedTwilio([created(SID)])
     assert message_dispatch(queued.pk, http_client=twilio) == "sent"
     assert message_dispatch(queued.pk, http_client=twilio) == "skipped"

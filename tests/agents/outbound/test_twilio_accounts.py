@@ -1,32 +1,29 @@
 """Each business's Twilio traffic goes through its own Twilio account: texts,
 calls and reconciliation against a local HTTP server in Twilio's REST shape
-(the real SDK and its real transport), and every signed request from Twilio
+(tests.agents.outbound.twilio_server: the real SDK and its real transport), and every signed request from Twilio
 checked with the auth token of the business it is about."""
 
 from __future__ import annotations
 
-import base64
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from itertools import count
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
 from agents.capture.processing import event_process
-from agents.outbound.dispatch import message_dispatch, messages_reconcile
+from agents.outbound.dispatch import message_dispatch
 from agents.outbound.gate import message_send
+from agents.outbound.reconcile import messages_reconcile
 from crm.models import Business, Call, InboundEvent, Message, RejectedDelivery, Source
 from crm.services.business_file import BusinessFileError, business_file_parse, business_spec_apply
 from crm.services.consent import consent_record
+from tests.agents.outbound.twilio_server import FakeTwilio
 from tests.factories import lead_create
 
 pytestmark = pytest.mark.django_db
@@ -40,101 +37,17 @@ B_SID, B_TOKEN, B_SERVICE, B_LINE = "AC" + "b" * 32, "bravo-own-token-2222", "MG
 CUSTOMER = "+12125550147"
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    username: str
-    password: str
-    form: dict[str, str]
-
-
-@dataclass
-class FakeTwilio:
-    """Twilio's REST API as far as we use it: per-account Messages and Calls
-    under /2010-04-01/Accounts/{AccountSid}/, HTTP Basic auth that must be
-    that account's SID and auth token (401 otherwise, as Twilio answers)."""
-
-    accounts: dict[str, str]
-    seen: list[Seen] = field(default_factory=list)
-    sent: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    # Accounts whose next text is taken but answered 503: an ambiguous outcome.
-    ambiguous: set[str] = field(default_factory=set)
-    url: str = ""
-
-    def __post_init__(self) -> None:
-        fake, sids = self, count(1)
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _handle(self, method: str) -> None:
-                url = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length).decode() if length else url.query
-                form = {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
-                scheme, _, encoded = (self.headers.get("Authorization") or "").partition(" ")
-                user, _, password = (
-                    base64.b64decode(encoded).decode().partition(":") if scheme == "Basic" else ("", "", "")
-                )
-                fake.seen.append(Seen(method, url.path, user, password, form))
-                parts = url.path.split("/")  # "", "2010-04-01", "Accounts", sid, "Messages.json"
-                if len(parts) != 5 or parts[2] != "Accounts":
-                    return self._answer(404, {"code": 20404, "message": "not found", "status": 404})
-                sid, resource = parts[3], parts[4]
-                if user != sid or fake.accounts.get(sid) != password:
-                    return self._answer(401, {"code": 20003, "message": "Authenticate", "status": 401})
-                if method == "GET" and resource == "Messages.json":
-                    listed = [m for m in fake.sent.get(sid, []) if m["to"] == form.get("To")]
-                    return self._answer(200, {"messages": listed, "next_page_uri": None})
-                prefix = {"Messages.json": "SM", "Calls.json": "CA"}[resource]
-                created = {
-                    "sid": f"{prefix}{next(sids):032x}",
-                    "account_sid": sid,
-                    "status": "queued",
-                    "to": form.get("To", ""),
-                    "body": form.get("Body", ""),
-                }
-                if resource == "Messages.json":
-                    fake.sent.setdefault(sid, []).append(created)
-                    if sid in fake.ambiguous:
-                        fake.ambiguous.discard(sid)
-                        return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
-                return self._answer(201, created)
-
-            def do_POST(self) -> None:
-                self._handle("POST")
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-
 @pytest.fixture
 def twilio(settings: Any) -> Iterator[FakeTwilio]:
     fake = FakeTwilio({SHARED_SID: SHARED_TOKEN, A_SID: A_TOKEN, B_SID: B_TOKEN})
-    fake.thread.start()
+    fake.start()
     settings.SEND_MODE = "live"
     settings.PUBLIC_BASE_URL = BASE_URL
     settings.TWILIO_ACCOUNT_SID, settings.TWILIO_AUTH_TOKEN = SHARED_SID, SHARED_TOKEN
     settings.TWILIO_MESSAGING_SERVICE_SID = SHARED_SERVICE
     settings.TWILIO_API_BASE_URL = fake.url
     yield fake
-    fake.httpd.shutdown()
-    fake.httpd.server_close()
-    fake.thread.join(5)
+    fake.stop()
 
 
 def load(slug: str, name: str, source: str) -> Business:
@@ -273,7 +186,8 @@ def test_reconciliation_asks_each_business_account_for_its_own_messages(acme, br
     b_message = queue(bravo)
     assert message_dispatch(b_message.pk) == "unknown"
 
-    assert messages_reconcile() == {"found": 1, "requeued": 0}
+    swept = messages_reconcile(now=timezone.now() + timedelta(minutes=2))
+    assert (swept["found"], swept["requeued"]) == (1, 0)
 
     listing = twilio.seen[-1]
     assert listing.method == "GET" and listing.path == f"/2010-04-01/Accounts/{B_SID}/Messages.json"

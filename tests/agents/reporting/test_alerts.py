@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.reporting.alerts import BURST_THRESHOLD, TIMER_KIND, alert_raise, alerts_scan
 from agents.routing.sla import sla_check
-from agents.tasks import run_timers
+from agents.tasks import alerts as alerts_job
 from crm.models import InboundEvent, Timer
 from crm.services import lead_sync
 from tests.agents.reporting.conftest import owned, sourced_lead
@@ -64,8 +64,8 @@ def _event(n: int, status: str = "failed") -> InboundEvent:
 def test_an_sla_breach_is_posted_once(slack, business, source, setter):
     lead = owned(sourced_lead(business, source), setter)
     sla_check(lead, now=timezone.now())
-    run_timers()
-    run_timers()  # found again: already announced
+    alerts_job()
+    alerts_job()  # found again: already announced
     texts = [p["text"] for p in slack.posts if "first response overdue" in p["text"]]
     assert len(texts) == 1
     assert lead.public_id in texts[0] and "owner sam" in texts[0]
@@ -77,7 +77,7 @@ def test_a_complaint_is_posted_once(slack, business, source, setter):
     lead_sync.lead_flag_exception(lead, "complaint", actor="t", reason="this is harassment")
     assert alerts_scan() == 1
     assert alerts_scan() == 0
-    run_timers()
+    alerts_job()
     assert len(slack.posts) == 1
     assert "complaint" in slack.posts[0]["text"] and lead.public_id in slack.posts[0]["text"]
 
@@ -91,7 +91,7 @@ def test_a_burst_of_failed_webhooks_is_posted_once_an_hour(slack, business):
     assert alerts_scan() == 1
     _event(100)
     assert alerts_scan() == 0
-    run_timers()
+    alerts_job()
     assert len(slack.posts) == 1
     # The alert says what the scan that queued it saw.
     assert (
@@ -106,7 +106,7 @@ def test_a_burst_of_failed_webhooks_is_posted_once_an_hour(slack, business):
 def test_a_refused_post_leaves_the_alert_failed_and_visible(slack, business):
     slack.status = 403
     timer = alert_raise(business=business, key="test:refused", text="hello")
-    run_timers()
+    alerts_job()
     timer.refresh_from_db()
     assert timer.status == "failed"
     assert "403" in timer.error

@@ -59,6 +59,10 @@ def pipeline(business, source, setter, manager):
         business=business, lead=worked, contact=worked.contact, direction="out", channel="sms",
         status="undelivered", error_code="30003", idempotency_key="qa-test-1", body="Hi",
     )  # fmt: skip
+    stuck = Message.objects.create(
+        business=business, lead=worked, contact=worked.contact, direction="out", channel="sms", status="sending",
+        idempotency_key="qa-test-3", body="Hi", attempts=1, claimed_at=now - timedelta(hours=2),
+    )  # fmt: skip
     payment = payment_record(
         lead=worked, amount=Decimal("99.00"), currency="USD", actor="t", received_at=now,
         match_status=Payment.MatchStatus.AMBIGUOUS,
@@ -71,6 +75,7 @@ def pipeline(business, source, setter, manager):
         **{k: v.public_id for k, v in leads.items()},
         "stuck_enrollment": enrollment.public_id,
         "undelivered_message": failed.public_id,
+        "stuck_message": stuck.public_id,
         "unmatched_payment": payment.public_id,
         "appointment_no_outcome": appointment.public_id,
         "job_not_invoiced": job.public_id,
@@ -104,6 +109,8 @@ def test_each_condition_becomes_one_open_item_owned_by_the_manager(pipeline, man
     assert details["sla_breached"].startswith(f"first response due was missed at {day} ")
     assert details["stuck_enrollment"].startswith("no_reply: step overdue since ")
     assert details["undelivered_message"] == "sms undelivered 30003"
+    stuck_since = (pipeline["_now"] - timedelta(hours=2)).strftime("%Y-%m-%d %H:%M")
+    assert details["stuck_message"] == f"sms sending since {stuck_since} UTC, 1 dispatch attempt(s)"
     assert details["unmatched_payment"].startswith("ambiguous: 99.00 USD from ") and details[
         "unmatched_payment"
     ].endswith(f" on {day}")
@@ -128,6 +135,7 @@ def test_items_resolve_themselves_when_the_condition_clears(pipeline, setter):
         business=worked.business, lead=worked, contact=worked.contact, direction="out", channel="sms",
         status="delivered", idempotency_key="qa-test-2", body="Hi again", created_at=now,
     )  # fmt: skip
+    Message.objects.filter(public_id=pipeline["stuck_message"]).update(status="sent")  # the sweep settled it
     Payment.objects.filter(public_id=pipeline["unmatched_payment"]).update(lead=worked, match_status="matched")
     worked.appointments.update(status="held")
     invoice_record(lead=worked, amount=Decimal("99.00"), currency="USD", actor="t", job=worked.jobs.get())

@@ -18,6 +18,7 @@ from crm.models import Lead, Receipt, Role, Source, Timer
 from crm.services import lead_sync
 from crm.services.records import touch_add
 from crm.services.timers import timers_run_due
+from tests.agents.notices import run_queued_notices
 from tests.factories import BusinessFactory, lead_create, member_create
 
 CHICAGO = ZoneInfo("America/Chicago")
@@ -112,6 +113,7 @@ def test_a_breach_alerts_the_manager_and_reassigns_where_the_business_chooses(
     lead.refresh_from_db()
     assert lead.owner == fast
     assert lead.tasks.get(kind="next_action", status="open").owner == fast
+    assert run_queued_notices() >= 1
     assert any("SLA breached" in m.subject and manager.user.email in m.to for m in mail.outbox)
     decided = Receipt.objects.filter(lead=lead, action="routing.decided").latest("id")
     assert decided.after["owner"] == "fast"
