@@ -26,8 +26,9 @@ drill waits (polling, with a deadline past the sweeps' bound) until nothing
 is left in flight, nudging the periodic jobs to run now once something is
 older than the bound, and counts:
 
-* lost events: deliveries answered 200 whose event is not `processed`, and
-  people accepted without a lead;
+* lost events: deliveries answered 200 whose event is not `processed`,
+  people accepted without a lead, and leads whose acknowledgement was never
+  decided (no `ack:` message);
 * duplicate sends: texts the provider took more than once for one message
   (idempotency key), plus message rows sharing an idempotency key;
 * stuck without exception item: outbound messages `queued`, `sending` or
@@ -370,6 +371,13 @@ class Drill:
             )
         )
 
+    def leads_without_ack(self) -> list[str]:
+        """Leads whose new-lead step has not decided their acknowledgement yet (no `ack:` message)."""
+        from crm.models import Lead, Message
+
+        decided = Message.objects.filter(idempotency_key__startswith="ack:").values("lead_id")
+        return list(Lead.objects.exclude(pk__in=decided).values_list("contact__first_name", flat=True))
+
     def settle(self, since: float) -> None:
         """Wait until nothing is in flight, or the deadline (the bound, then
         time for two sweeps). Once something in flight is older than the
@@ -386,10 +394,12 @@ class Drill:
                 if not cluster.alive():
                     self.report.detail.append(f"the cluster exited:\n{cluster.tail()}")
                     return
-            state = self.query(lambda: (self.events_open(), self.in_flight(), self.twilio.storm_left()))
+            state = self.query(
+                lambda: (self.events_open(), self.in_flight(), self.twilio.storm_left(), self.leads_without_ack())
+            )
             if state is not None:
-                open_events, flying, storm_left = state
-                if not open_events and not flying and not storm_left:
+                open_events, flying, storm_left, undecided = state
+                if not open_events and not flying and not storm_left and not undecided:
                     self.report.settled = True
                     return
                 now = timezone.now()
@@ -419,7 +429,11 @@ class Drill:
         r.leads = sum(leads.values())
         names = {NAMES[p % len(NAMES)] + ("" if p < len(NAMES) else f"{p}") for p in self.people}
         without_lead = sorted(n for n in names if not leads.get(n))
-        r.lost_events = len(lost) + len(without_lead)
+        # A lead whose acknowledgement was never decided lost the rest of its event's work.
+        undecided = self.leads_without_ack()
+        r.lost_events = len(lost) + len(without_lead) + len(undecided)
+        if undecided:
+            r.detail.append(f"leads without an acknowledgement decision: {sorted(undecided)}")
         if lost or without_lead:
             events = dict(InboundEvent.objects.values_list("external_id", "status"))
             r.detail.append(f"lost: {[(n, events.get(f'site:{n}')) for n in lost]} without a lead: {without_lead}")

@@ -19,25 +19,21 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-from django.db import connection
 
 from tests.agents.test_cluster import test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
+# Marked so that pytest-django sets up (and migrates) the test database the
+# drill copies; the tests themselves read only the drill's report.
+pytestmark = pytest.mark.django_db
 RUNS = ("kill9:orm", "kill9:redis", "pg-restart:orm", "storm:orm")
 
 
 @pytest.fixture(scope="module")
 def drill(django_db_setup: None) -> dict[str, dict[str, Any]]:
-    # This run's migrated test database, copied rather than migrated again;
-    # named from the settings, which a module fixture may see from before the
-    # test database was set up.
-    configured = connection.settings_dict
-    name = configured["TEST"]["NAME"] or f"test_{configured['NAME']}"
-    seed = urlsplit(test_database_url())._replace(path=f"/{name}").geturl()
+    seed = test_database_url()  # this run's migrated test database: copied, not migrated again
     done = subprocess.run(
         [sys.executable, "scripts/fault_drill.py", "--json", "--runs", ",".join(RUNS), "--seed-from", seed],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
