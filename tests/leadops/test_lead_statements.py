@@ -3,11 +3,12 @@ real webhook and the real task functions run as a worker runs them."""
 
 from __future__ import annotations
 
+from datetime import time
 from pathlib import Path
 
 import pytest
 
-from crm.models import Message, Receipt
+from crm.models import Business, Message, Receipt, TeamMember
 from crm.services.business_file import business_file_load
 from scripts.lead_statements import grouped, new_website_lead
 
@@ -17,14 +18,29 @@ DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "acme-hvac.yaml"
 # Statements per new lead from capture to the acknowledgement decision, a
 # receipt costing its one INSERT (savepoints and the broker's own dequeue
 # and acknowledgement not counted). It was 122 before this budget was set.
-# 92: receipts sealed after commit (one seal call per transaction), the new-lead
-# notice enqueued as a task of its own.
-TASKS_BUDGET = 92
+# 92 off-hours, 95 in the sending window (the acknowledgement sent and its
+# dispatch enqueued), measured on the costlier path (see below); receipts are
+# sealed after commit (one seal call per transaction) and the new-lead notice
+# is a task of its own. Issue 12's goal is 40 end to end.
+TASKS_BUDGET = 95
 ACCEPTANCE_BUDGET = 7
+
+
+def _open_round_the_clock() -> None:
+    """The path a lead takes depends on the hour: inside the sending window
+    the acknowledgement is sent (and a dispatch enqueued), outside it the
+    send is deferred; a setter on shift or not changes the routing. The
+    budget is measured on one path whatever the clock says: the costlier
+    one, everyone on shift and every hour a sending hour."""
+    Business.objects.update(
+        quiet_hours_start=time(0, 0), quiet_hours_end=time.max, quiet_hours_by_state={}, business_hours={}
+    )
+    TeamMember.objects.update(hours={})  # {}: round the clock
 
 
 def test_a_new_website_lead_stays_within_its_statement_budget() -> None:
     business_file_load(DEMO_FILE)
+    _open_round_the_clock()
     receipts_before = Receipt.objects.count()
 
     cost = new_website_lead()
