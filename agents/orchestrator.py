@@ -16,7 +16,10 @@ task instead of guessing (`exception_task`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +29,7 @@ from django.utils import timezone
 from agents.queue import task_enqueue
 from crm.models import Lead, Task, Timer
 from crm.selectors import business_manager
+from crm.services.lead_sync import lead_current, lead_refresh
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 from crm.services.timers import timer_handler_register, timer_run, timer_schedule, timers_run_due
@@ -36,6 +40,11 @@ ACTOR = "agent:orchestrator"
 TIMER_KIND = "orchestrate"
 
 Step = Callable[[Lead, dict[str, Any]], str]
+
+
+# The exception task for a lead nobody can be reached at: capture opens it,
+# and the new-lead step stops on it (one task, found again by its title).
+UNREACHABLE_TITLE = "Find a way to reach this lead (no valid phone, email or handle)"
 
 
 class MissingInformation(Exception):
@@ -61,7 +70,7 @@ def exception_task(lead: Lead, title: str, reason: str, *, actor: str = ACTOR) -
 def next_action_ensure(lead: Lead, title: str, due_at: datetime, **kwargs: Any) -> Task | None:
     from agents.routing.next_action import next_action_ensure as ensure
 
-    lead.refresh_from_db()
+    lead_refresh(lead)
     return ensure(lead, title, due_at, **kwargs)
 
 
@@ -112,13 +121,75 @@ def steps() -> dict[str, Step]:
     return STEPS
 
 
+# The steps a unit of work runs itself, at its end, in its own transaction
+# (see `lead_steps_inline`): a new lead's first step, which follows its
+# capture at once and needs nothing from outside the database.
+INLINE_EVENTS = frozenset({"lead.new"})
+
+
+@dataclass
+class _Inline:
+    lead: Lead
+    event: str
+    key: str
+    data: dict[str, Any]
+    actor: str
+
+
+_INLINE: ContextVar[list[_Inline] | None] = ContextVar("lead_steps_inline", default=None)
+
+
+@contextmanager
+def lead_steps_inline() -> Iterator[None]:
+    """Run the block's new-lead steps at its end, in its transaction.
+
+    A new lead's step (fit, owner, acknowledgement, next action, SLA clock)
+    would otherwise be a timer row, a task, a claim and a second transaction
+    right behind the capture that opened the lead: here it runs on the lead
+    the capture holds (inserted in this transaction, so no one else can see
+    or lock it, and the step runs exactly once). Enter it inside the unit's
+    `atomic()`. The step runs in a savepoint: a step that fails is rolled
+    back alone and scheduled as an ordinary timer (retried, and visible with
+    its error), while the capture commits.
+    """
+    if _INLINE.get() is not None:
+        yield
+        return
+    pending: list[_Inline] = []
+    token = _INLINE.set(pending)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+    for item in pending:
+        try:
+            # The lead was inserted in this transaction: it is the unit's own.
+            with transaction.atomic(), lead_current(item.lead):
+                _step_run(item.lead, item.event, item.data, run={"run": "inline"})
+        except Exception:
+            log.exception("lead %s: inline step %s failed; scheduled as a timer", item.lead.public_id, item.event)
+            item.lead.refresh_from_db()
+            lead_event(item.lead, item.event, key=item.key, data=item.data, actor=item.actor)
+
+
 def lead_event(
-    lead: Lead, event: str, *, key: str, data: dict[str, Any] | None = None, actor: str = ACTOR,
+    lead: Lead,
+    event: str,
+    *,
+    key: str,
+    data: dict[str, Any] | None = None,
+    actor: str = ACTOR,
     due_at: datetime | None = None,
-) -> Timer:  # fmt: skip
-    """Record that `event` happened to `lead` (once per key) and run its step after commit."""
+) -> Timer | None:
+    """Record that `event` happened to `lead` (once per key) and run its step
+    after commit, or at the end of the unit of work for INLINE_EVENTS inside
+    `lead_steps_inline` (then there is no timer: None)."""
     if event not in steps():
         raise ValueError(f"unknown lead event {event!r}")
+    inline = _INLINE.get()
+    if inline is not None and event in INLINE_EVENTS and due_at is None:
+        inline.append(_Inline(lead, event, key, dict(data or {}), actor))
+        return None
     timer = timer_schedule(
         business=lead.business, lead=lead, kind=TIMER_KIND, due_at=due_at or timezone.now(),
         payload={"event": event, "data": data or {}, "actor": actor}, dedupe_key=f"evt:{event}:{key}"[:200],
@@ -151,9 +222,15 @@ def _run_step(timer: Timer) -> None:
     if timer.lead_id is None:
         raise LookupError(f"{timer.public_id}: an orchestrator event without a lead")
     lead = Lead.objects.select_related("business", "contact", "owner__user").get(pk=timer.lead_id)
+    _step_run(lead, event, dict(timer.payload.get("data") or {}), run={"timer": timer.public_id})
+
+
+def _step_run(lead: Lead, event: str, data: dict[str, Any], *, run: dict[str, Any]) -> None:
+    """Run `event`'s step on `lead` and write its receipt; `run` says how
+    it was run (its timer, or inline), for the receipt."""
     step = steps()[event]
     try:
-        outcome = step(lead, dict(timer.payload.get("data") or {}))
+        outcome = step(lead, data)
     except MissingInformation as stop:
         task = exception_task(lead, stop.title, stop.reason)
         # Invariant 3 holds on the stop path too: the person's decision is the next action.
@@ -161,12 +238,12 @@ def _run_step(timer: Timer) -> None:
         outcome = f"stopped: {stop.reason}"
         receipt_write(
             business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.stopped",
-            reason=stop.reason, after={"event": event, "task": task.public_id},
+            reason=stop.reason, after={"event": event, "task": task.public_id, **run},
         )  # fmt: skip
         return
     receipt_write(
         business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.step",
-        reason=event, after={"event": event, "outcome": outcome, "timer": timer.public_id},
+        reason=event, after={"event": event, "outcome": outcome, **run},
     )  # fmt: skip
 
 

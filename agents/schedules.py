@@ -50,6 +50,9 @@ JOBS: list[Job] = [
     # Hourly: each business's brief goes out on the first run at or after its
     # local `brief_hour`, once per member and day (agents.reporting.brief).
     Job("leadops.daily_brief", "agents.tasks.daily_brief", 60, 80, timedelta(hours=3)),
+    # Rate-limit counters of windows gone by, kept in the database cache table
+    # (agents.capture.ratelimit; Redis expires its own).
+    Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),
     # Hourly, a bounded batch each run (crm.services.retention).
     Job("leadops.prune_raw_bodies", "agents.tasks.prune_raw_bodies", 60, 80, timedelta(hours=3)),
 ]

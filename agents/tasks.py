@@ -117,6 +117,13 @@ def daily_brief() -> dict[str, int]:
     return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}
 
 
+@_job("leadops.prune_rate_limits")
+def prune_rate_limits() -> dict[str, int]:
+    from agents.capture.ratelimit import counters_prune
+
+    return {"counters_deleted": counters_prune()}
+
+
 @_job("leadops.prune_raw_bodies")
 def prune_raw_bodies() -> int:
     from crm.services.retention import raw_bodies_prune

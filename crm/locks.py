@@ -35,6 +35,20 @@ from __future__ import annotations
 from django.db import connection
 
 
+def xact_locks(names: list[str]) -> None:
+    """`xact_lock` for each name, in the order given, in one round trip."""
+    if not names:
+        return
+    with connection.cursor() as cursor:
+        # The subquery hands the names out in the array's order, and the
+        # outer query takes each lock as its row comes: the order is the list's.
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(n, 0)) FROM"
+            " (SELECT n FROM unnest(%s::text[]) WITH ORDINALITY AS t(n, i) ORDER BY i) AS names",
+            [names],
+        )
+
+
 def xact_lock(name: str) -> None:
     """Wait for the transaction-scoped lock `name` (held until commit or
     rollback; re-entrant within the transaction). Take it inside

@@ -10,13 +10,16 @@ see all.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.urls import reverse
 
-from crm.models import Appointment, ContactPoint, Job, Lead, Role, TeamMember
+from crm.models import Appointment, ContactPoint, Job, Lead, MessageTemplate, Role, TeamMember
 from crm.permissions import FULL_VIEW_ROLES, grants_for, memberships_where
 from crm.phones import email_normalize, phone_to_e164
 
@@ -63,6 +66,69 @@ def lead_visibility_q(scope: Scope, prefix: str = "") -> Q:
         tech_leads = Lead.objects.filter(assigned).values("pk")
         q |= Q(**{f"{p}pk__in" if p else "pk__in": tech_leads})
     return q
+
+
+# --- the playbook, read once per unit of work ----------------------------------
+
+_SHARED: ContextVar[dict[Any, Any] | None] = ContextVar("reads_shared", default=None)
+_IN_HAND = "rows in hand"  # the key of the instances `rows_in_hand` filled
+
+
+@contextmanager
+def reads_shared() -> Iterator[None]:
+    """Within the block (one unit of work: a task's transaction), playbook
+    rows a business has (its message templates) are read once and shared by
+    every step that asks, and rows the unit made are handed on in memory
+    (`rows_in_hand`); outside one, each call reads them. A unit of work does
+    not edit its business's playbook, so what it read stays true; what it
+    handed on is forgotten when it ends, so no object outlives it with a
+    stale list."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    shared: dict[Any, Any] = {_IN_HAND: []}
+    token = _SHARED.set(shared)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+        for instance, relation in shared[_IN_HAND]:
+            instance.__dict__.get("_prefetched_objects_cache", {}).pop(relation, None)
+
+
+def message_templates(business_id: int) -> dict[str, MessageTemplate]:
+    """The business's message templates by key (approved or not)."""
+    shared = _SHARED.get()
+    key = ("message_templates", business_id)
+    if shared is not None and key in shared:
+        return dict(shared[key])
+    found = {t.key: t for t in MessageTemplate.objects.filter(business_id=business_id)}
+    if shared is not None:
+        shared[key] = found
+    return dict(found)
+
+
+def rows_in_hand(instance: Model, relation: str, rows: list[Any]) -> None:
+    """Tell Django that `instance.<relation>.all()` is `rows`, as a
+    prefetch_related would, until the unit of work (`reads_shared`) ends:
+    for a row made in this unit together with all of its related rows (a
+    new contact's points, a new lead's touch), so the steps after it read
+    them without a query. Filtering the relation still queries; `.all()`
+    does not. Outside a unit of work it does nothing."""
+    shared = _SHARED.get()
+    if shared is None:
+        return
+    shared[_IN_HAND].append((instance, relation))
+    # As prefetch_related stores it: the relation's queryset, already evaluated.
+    queryset = getattr(instance, relation).get_queryset()
+    queryset._result_cache, queryset._prefetch_done = list(rows), True
+    instance.__dict__.setdefault("_prefetched_objects_cache", {})[relation] = queryset
+
+
+def rows_held(instance: Model, relation: str) -> list[Any] | None:
+    """The rows `rows_in_hand` (or a prefetch) put on `instance`, else None."""
+    found = instance.__dict__.get("_prefetched_objects_cache", {}).get(relation)
+    return list(found) if found is not None else None
 
 
 def business_manager(business_id: int) -> TeamMember | None:

@@ -35,7 +35,9 @@ def django_setup(database_name: str) -> None:
 
     django.setup()
     from django.db import connection
+    from django.test.utils import setup_test_environment
 
+    setup_test_environment()  # ALLOWED_HOSTS accepts the in-process client's host (`testserver`)
     if connection.vendor != "postgresql":
         sys.exit("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
 

@@ -20,8 +20,8 @@ from django.urls import reverse
 
 from agents.booking.slots import when_label
 from agents.notify import notice_enqueue
-from crm.models import Appointment, ContactPointKind, Receipt
-from crm.services.receipts import receipt_write
+from crm.models import Appointment, ContactPointKind
+from crm.services.receipts import receipt_write, receipt_written
 
 log = logging.getLogger(__name__)
 ACTOR = "agent:technician_brief"
@@ -139,7 +139,7 @@ def brief_email(appointment: Appointment) -> str:
     address = tech.email or tech.user.email
     if not address:
         return f"{tech} has no email"
-    if Receipt.objects.filter(subject=appointment.public_id, action=EMAILED).exists():
+    if receipt_written(subject=appointment.public_id, action=EMAILED):
         return "already emailed"
     text = appointment.brief or brief_store(appointment)
     receipt_write(

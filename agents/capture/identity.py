@@ -22,9 +22,9 @@ from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
-from agents.orchestrator import lead_event
+from agents.orchestrator import UNREACHABLE_TITLE, lead_event
 from approvals.services import approval_request_open
-from crm.locks import xact_lock
+from crm.locks import xact_locks
 from crm.models import (
     CLOSED_STAGES,
     Business,
@@ -41,7 +41,7 @@ from crm.models import (
     Stage,
 )
 from crm.phones import email_normalize, phone_to_e164
-from crm.selectors import business_manager
+from crm.selectors import business_manager, rows_in_hand
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.contact_numbers import number_refusal
@@ -107,8 +107,7 @@ def _withheld(raw: str) -> bool:
 def _lock(business: Business, keys: list[str]) -> None:
     # Sorted keys: two captures always take shared locks in the same order,
     # so they queue instead of deadlocking.
-    for key in sorted(keys):
-        xact_lock(f"identity:{business.pk}:{key}")
+    xact_locks([f"identity:{business.pk}:{key}" for key in sorted(keys)])
 
 
 def _lock_contact(contact: Contact) -> None:
@@ -145,8 +144,9 @@ def capture_apply(
         seen = Message.objects.filter(provider_sid=capture.message_sid).select_related("lead", "contact").first()
         if seen is not None and seen.lead is not None and seen.contact is not None:
             return Applied(seen.contact, seen.lead, False, False, None, seen)
-    contact, created_contact, others, stored = _contact_for(business, capture, points)
-    _lock_contact(contact)
+    contact, created_contact, others, stored, made = _contact_for(business, capture, points)
+    if not created_contact:  # one made just now is invisible to every other capture until commit
+        _lock_contact(contact)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
     # A contact made just now has no lead yet: nothing to look up or lock.
     choice = Choice(None) if created_contact else _open_lead_for(contact, service_line, capture)
@@ -175,7 +175,7 @@ def capture_apply(
             lead.is_test = True
         else:
             lead_event(lead, "lead.new", key=lead.public_id, actor=ACTOR)
-        touch = lead.touches.first()
+        touch = lead.touches.all()[0]  # its one touch, made with it
     else:
         lead = existing_lead
     if existing_lead is not None and not reply:
@@ -202,7 +202,7 @@ def capture_apply(
     message = None
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
-    refused = _consent(business, points, capture, event, stored)
+    refused = _consent(business, points, capture, event, stored, made)
     _flags(lead, points, capture, others, refused)
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
@@ -226,9 +226,10 @@ def _touch_columns(capture: Capture) -> dict[str, object]:
 
 def _contact_for(
     business: Business, capture: Capture, points: list[Point]
-) -> tuple[Contact, bool, list[Contact], dict[tuple[str, str], ContactPoint]]:
+) -> tuple[Contact, bool, list[Contact], dict[tuple[str, str], ContactPoint], set[int]]:
     """The contact (made when nobody matched), whether it was made, the other
-    contacts the points matched, and every valid point's stored row."""
+    contacts the points matched, every valid point's stored row, and the
+    pks of the points made now."""
     # Only valid (normalized) points identify a person; an unparseable phone is
     # kept on the contact but matches nobody.
     valid = [p for p in points if p.valid]
@@ -282,14 +283,23 @@ def _contact_for(
         _fill_blanks(contact, capture)
     kept_invalid = set() if created else set(contact.points.filter(is_valid=False).values_list("value", flat=True))
     stored = dict(existing)
-    for p in points:
-        if (p.kind, p.value) not in existing and (p.valid or p.value not in kept_invalid):
-            point = ContactPoint.objects.create(
+    new_points = ContactPoint.objects.bulk_create(
+        [
+            ContactPoint(
                 business=business, contact=contact, kind=p.kind, value=p.value, raw_value=p.raw[:254], is_valid=p.valid
             )
-            if p.valid:
-                stored[(p.kind, p.value)] = point
-    return contact, created, ranked[1:], stored
+            for p in points
+            if (p.kind, p.value) not in existing and (p.valid or p.value not in kept_invalid)
+        ]
+    )
+    for point in new_points:
+        if point.is_valid:
+            stored[(point.kind, point.value)] = point
+    if created:
+        # A contact made just now has exactly these points: the steps that
+        # follow in this unit of work read them from here.
+        rows_in_hand(contact, "points", new_points)
+    return contact, created, ranked[1:], stored, {point.pk for point in new_points}
 
 
 def _fill_blanks(contact: Contact, capture: Capture) -> None:
@@ -485,6 +495,7 @@ def _consent(
     capture: Capture,
     event: InboundEvent | None,
     stored: dict[tuple[str, str], ContactPoint],
+    made: set[int],
 ) -> list[str]:
     """Record the form's grant per point and channel; returns why a grant was
     refused for a number the business may not text or call (the lead is kept).
@@ -511,6 +522,7 @@ def _consent(
                 evidence=evidence.as_evidence(capture.occurred_at),
                 inbound_event=event,
                 at=capture.occurred_at,
+                new_point=point.pk in made,
             )
     return refused
 
@@ -531,7 +543,7 @@ def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Conta
         if flag not in lead.exceptions:
             lead_sync.lead_flag_exception(lead, flag, actor=ACTOR, reason=reason)
     if not points and not lead.tasks.filter(kind="exception", status="open").exists():
-        _manager_task(lead, "Lead without a phone, email or handle: find a way to reach them")
+        _manager_task(lead, UNREACHABLE_TITLE)
     if others:
         approval_request_open(
             business=lead.business,

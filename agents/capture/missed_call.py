@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from agents.orchestrator import lead_event
-from crm.models import Call, Lead, Receipt, Task, TeamMember
+from crm.models import Call, Lead, Task, TeamMember
 from crm.selectors import business_manager
 from crm.services import lead_sync
-from crm.services.receipts import receipt_write
+from crm.services.receipts import receipt_write, receipt_written
 from crm.services.records import task_create
 
 ACTOR = "agent:missed_call"
@@ -147,8 +147,7 @@ def call_missed_record(call: Call, *, reason: str, at: datetime) -> Task | None:
     Joins the caller's transaction and locks the Call row.
     """
     call = Call.objects.select_for_update(of=("self",)).select_related("business", "lead__owner__user").get(pk=call.pk)
-    receipts = Receipt.objects.filter(business_id=call.business_id, lead=call.lead, subject=call.public_id)
-    if receipts.filter(action="call.missed").exists():
+    if receipt_written(subject=call.public_id, action="call.missed"):
         return None
     lead = call.lead
     owner = lead.owner if lead is not None and lead.owner is not None and lead.owner.is_active else None

@@ -29,7 +29,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.capture.base import MalformedPayload
+from agents.orchestrator import lead_steps_inline
 from crm.models import InboundEvent
+from crm.selectors import reads_shared
+from crm.services.receipts import receipts_batched
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,9 @@ def _run(event_id: int, *, now: datetime) -> str:
     handler, prepare = registered
     try:
         args = (prepare(event),) if prepare else ()
-        with transaction.atomic():
+        # One unit of work: a new lead's first step runs at its end, and its
+        # receipts are one INSERT after that (the blocks exit inner first).
+        with transaction.atomic(), receipts_batched(), reads_shared(), lead_steps_inline():
             outcome = handler(event, *args)
     except MalformedPayload as exc:  # the same bytes fail the same way: no retry
         return _finish(event, S.FAILED, f"malformed payload: {exc}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.core.cache import caches
 from django.core.cache.backends.db import DatabaseCache
@@ -72,12 +72,26 @@ def _incr_in_table(db_cache: DatabaseCache, key: str, window: int) -> int:
             [key, expires, now, now],
         )
         count = int(cursor.fetchone()[0])
-        if count == 1:
-            # A new window: drop the counters of windows gone by (the table's
-            # `expires` index keeps this cheap), so a flood of addresses
-            # cannot grow the table for ever.
-            cursor.execute(
-                f"DELETE FROM {table} WHERE expires < %s AND cache_key LIKE %s",  # noqa: S608
-                [now, f"%:{PREFIX}:%"],
-            )
+    # Counters of windows gone by are dropped by the minutely job
+    # (`counters_prune`), not here: a submission costs its upserts only.
     return count
+
+
+def counters_prune(*, now: datetime | None = None) -> int:
+    """Delete the table's counters of windows gone by (the `expires` index
+    keeps it cheap), so a flood of addresses cannot grow the table for ever;
+    returns how many. Redis expires its own keys."""
+    deleted = 0
+    for alias in ("default", "database"):
+        db_cache = caches[alias]
+        if not isinstance(db_cache, DatabaseCache):
+            continue
+        table = connection.ops.quote_name(db_cache._table)  # type: ignore[attr-defined]  # its LOCATION
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE expires < %s AND cache_key LIKE %s",  # noqa: S608 (a quoted table name)
+                [now or timezone.now(), f"%:{PREFIX}:%"],
+            )
+            deleted += cursor.rowcount
+        break  # both aliases name the one table when both are the database
+    return deleted

@@ -12,14 +12,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
 from agents.routing.next_action import next_action_ensure
-from crm.models import Lead, Message, Stage
+from crm.models import Appointment, Lead, Message, Stage
 from crm.selectors import business_manager
+from crm.services.lead_sync import lead_for_update, lead_is_current, lead_mark_acknowledged
 from crm.services.records import task_create
 
 ACTOR = "agent:first_response"
@@ -32,19 +34,24 @@ def lead_first_response(
 ) -> str:
     """Acknowledge and hand over a new lead; a no-op for test leads, closed
     leads and leads already acknowledged (task redeliveries)."""
-    lead = (
-        Lead.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("business", "contact", "owner__user")
-        .get(pk=lead_id)
-    )
+    lead = lead_for_update(lead_id)
     if lead.is_test or lead.acknowledged_at or not lead.is_open:
         return "skipped"
-    if Message.objects.filter(idempotency_key=f"ack:{lead.public_id}").exists():
+    acknowledged, booked = (
+        Lead.objects.filter(pk=lead.pk)
+        .annotate(
+            acknowledged=Exists(Message.objects.filter(idempotency_key=f"ack:{lead.public_id}")),
+            booked=Exists(Appointment.objects.filter(lead=OuterRef("pk"))),
+        )
+        .values_list("acknowledged", "booked")
+        .get()
+    )  # one round trip for both
+    if acknowledged:
         return "skipped"
     now = now or timezone.now()
     owner = lead.owner or business_manager(lead.business_id)
     outcome = "task"
-    if lead.stage not in (Stage.NEW, Stage.ASSIGNED) or lead.appointments.exists():
+    if lead.stage not in (Stage.NEW, Stage.ASSIGNED) or booked:
         # The lead moved on (a reply, a booking) before this step ran — the
         # queue can lag a fast person: an acknowledgement now would talk over them.
         outcome = f"not sent: the lead is already {lead.stage}"
@@ -54,11 +61,11 @@ def lead_first_response(
     else:
         message = message_send(
             lead=lead, channel="sms", body=draft.body, actor="agent:sms_assistant", idempotency_key=f"ack:{lead.public_id}",
-            automated=True, template_key=draft.template_key or "", now=now,
+            automated=True, template_key=draft.template_key or "", now=now, lead_locked=lead_is_current(lead),
         )  # fmt: skip
         outcome = message.status
         if message.status in ACKNOWLEDGED:
-            Lead.objects.filter(pk=lead.pk).update(acknowledged_at=now)
+            lead_mark_acknowledged(lead, now)
         elif message.status == Message.Status.BLOCKED:
             task_create(lead=lead, title=f"Reach this lead yourself (automatic reply blocked: {message.block_reason})",
                         due_at=now, actor=ACTOR, kind="follow_up", owner=owner, reason=message.block_reason)  # fmt: skip

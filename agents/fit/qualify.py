@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crm.models import ConsentState, ConsentStatus, Lead, LeadException, MessageTemplate, ServiceArea, ServiceLine
+from crm.models import ConsentState, ConsentStatus, Lead, LeadException, ServiceArea, ServiceLine
+from crm.selectors import message_templates
 
 # Words that mark a request for a person's decision before any booking, merged
 # under the business's own `scope_keywords`.
@@ -160,11 +161,11 @@ def scope_qualify(lead: Lead) -> tuple[ServiceLine | None, list[str], dict[str, 
 
 def fit_score(lead: Lead, fit: Fit) -> tuple[int, list[dict[str, Any]]]:
     rules = lead.business.fit_rules or list(BUILT_IN_RULES)
-    points_kinds = set(lead.contact.points.filter(is_valid=True).values_list("kind", flat=True))
+    points_kinds = {point.kind for point in lead.contact.points.all() if point.is_valid}
     sms_granted = ConsentState.objects.filter(
         contact_point__contact=lead.contact, channel="sms", status=ConsentStatus.GRANTED
     ).exists()
-    paid = lead.touches.exclude(gclid="", fbclid="").exists()
+    paid = any(touch.gclid or touch.fbclid for touch in lead.touches.all())
     facts = {
         "in_area": (fit.territory.status == "in_area", f"postal code {fit.territory.postal_code} in {', '.join(fit.territory.areas)}"),
         "out_of_area": (fit.territory.status == "out_of_area", f"postal code {fit.territory.postal_code} outside every service area"),
@@ -191,11 +192,8 @@ def offer_match(lead: Lead, service_line: ServiceLine | None) -> dict[str, Any]:
     """The approved offer and templates for the line; only approved templates count."""
     if service_line is None:
         return {}
-    approved = list(
-        MessageTemplate.objects.filter(
-            business_id=lead.business_id, key__in=service_line.offer_templates, approved=True
-        ).values_list("key", flat=True)
-    )
+    templates = message_templates(lead.business_id)
+    approved = [key for key in service_line.offer_templates if key in templates and templates[key].approved]
     return {"service_line": service_line.slug, "offer": service_line.offer, "templates": sorted(approved)}
 
 

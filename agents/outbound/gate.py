@@ -60,7 +60,8 @@ class Verdict:
 
 def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
     kind = POINT_KIND.get(channel, "phone")
-    return contact.points.filter(kind=kind, is_valid=True).order_by("created_at").first()
+    points = [p for p in contact.points.all() if p.kind == kind and p.is_valid]
+    return min(points, key=lambda p: (p.created_at, p.pk), default=None)
 
 
 def sender_for(contact: Contact, channel: str) -> str:

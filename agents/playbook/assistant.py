@@ -36,6 +36,7 @@ from agents.playbook.templates import (
     template_version_in_force,
 )
 from crm.models import Lead, MessageTemplate
+from crm.selectors import message_templates
 
 ROLE = "agent:sms_assistant"
 CHANNEL = "sms"
@@ -154,7 +155,7 @@ class RulesDrafter:
         return self._from_templates(lead, intent, keys)
 
     def _from_templates(self, lead: Lead, intent: str, keys: tuple[str, ...]) -> Proposal:
-        templates = {t.key: t for t in MessageTemplate.objects.filter(business_id=lead.business_id, key__in=keys)}
+        templates = message_templates(lead.business_id)
         usable = [templates[k] for k in keys if k in templates and _usable(templates[k])]
         if not usable:
             unapproved = [k for k in keys if k in templates and not templates[k].approved]
@@ -210,7 +211,7 @@ def _checked(lead: Lead, proposal: Proposal) -> Draft:
 
     template = None
     if key is not None:
-        template = MessageTemplate.objects.filter(business_id=lead.business_id, key=key).first()
+        template = message_templates(lead.business_id).get(key)
     if template is None or not _usable(template):
         why = f"template {key!r} is not an approved {CHANNEL} template" if key else "free text"
         reason = f"{why}: no approved template fits, a person must approve it"

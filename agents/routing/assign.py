@@ -61,6 +61,8 @@ def lead_route(
     """Assign `lead` to the next eligible setter, or to the manager queue."""
     now = now or timezone.now()
     members = list(setters_of(lead.business_id).select_for_update(of=("self",)))
+    for member in members:
+        member.business = lead.business  # the same row: its notices need it
     candidates = owner_candidates(lead, now=now, urgent=urgent, areas=areas, exclude=exclude, members=members)
     eligible = [c for c in candidates if c.eligible and c.member.weight > 0]
     described = [c.describe() for c in candidates]

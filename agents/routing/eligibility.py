@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from django.db.models import Count, Q, QuerySet
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Count, OuterRef, Q, QuerySet
 
 from agents.outbound.clock import hours_open
 from crm.models import CLOSED_STAGES, Lead, Role, TeamMember
@@ -70,10 +71,10 @@ def owner_candidates(
             c.skipped.append("excluded (current owner)")
         if not member.is_active or not member.user.is_active:
             c.skipped.append("inactive")
-        lines = {line.pk for line in member.service_lines.all()}
+        lines = set(member.line_ids)  # type: ignore[attr-defined]  # see setters_of
         if lead.service_line_id and lines and lead.service_line_id not in lines:
             c.skipped.append("lacks the service line")
-        member_areas = {area.name for area in member.service_areas.all()}
+        member_areas = set(member.area_names)  # type: ignore[attr-defined]
         if areas and member_areas and not member_areas & set(areas):
             c.skipped.append("outside their territory")
         if member.out_of_office_until and member.out_of_office_until > now:
@@ -92,9 +93,14 @@ def owner_candidates(
 
 
 def setters_of(business_id: int) -> QuerySet[TeamMember]:
+    """The setters, each with `line_ids` and `area_names` (their skills and
+    territory, empty for all) read in the same query: arrays of subqueries,
+    not joins, so the caller may lock the rows (FOR UPDATE OF the members)."""
+    lines = TeamMember.service_lines.through.objects.filter(teammember_id=OuterRef("pk")).values("serviceline_id")
+    areas = TeamMember.service_areas.through.objects.filter(teammember_id=OuterRef("pk")).values("servicearea__name")
     return (
         TeamMember.objects.filter(Q(business_id=business_id) & Q(role=Role.SETTER))
         .select_related("user")
-        .prefetch_related("service_lines", "service_areas")
+        .annotate(line_ids=ArraySubquery(lines), area_names=ArraySubquery(areas))
         .order_by("pk")
     )

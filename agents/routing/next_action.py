@@ -31,12 +31,8 @@ def next_action_set(
     lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
 ) -> Task:
     """Make `title` the lead's one open next action (replacing any other)."""
-    lead = (
-        Lead.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("business", "owner__user")
-        .get(pk=lead.pk)
-    )
-    current = lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).first()
+    lead = lead_sync.lead_for_update(lead)
+    current = _open_next_action(lead)
     owner = owner or lead.owner
     if (
         current is not None
@@ -49,16 +45,37 @@ def next_action_set(
         Task.objects.filter(pk=current.pk).update(
             status=Task.Status.CANCELED, outcome="replaced", completed_at=timezone.now(), completed_by=actor
         )
-    task = task_create(lead=lead, title=title, due_at=due_at, actor=actor, owner=owner, reason=reason)
+    return _next_action_create(lead, title, due_at, actor=actor, reason=reason, owner=owner)
+
+
+def _next_action_create(
+    lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None
+) -> Task:
+    """The new open next action and the lead's copy of it (the lead locked, none open)."""
+    task = task_create(
+        lead=lead, title=title, due_at=due_at, actor=actor, owner=owner or lead.owner, reason=reason, checked=True
+    )
     lead_sync.lead_set_next_action(lead, title, due_at, actor=actor, reason=reason)
     return task
+
+
+def _open_next_action(lead: Lead) -> Task | None:
+    return lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).first()
 
 
 def next_action_ensure(
     lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
 ) -> Task | None:
     """Create a next action only where the open lead has none."""
-    if not lead.is_open or lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).exists():
+    if not lead.is_open:
+        return None
+    if lead_sync.lead_is_current(lead):
+        # The unit of work holds the lead's row: the answer read here stays
+        # true, and next_action_set would read it again.
+        if _open_next_action(lead) is not None:
+            return None
+        return _next_action_create(lead, title, due_at, actor=actor, reason=reason, owner=owner)
+    if lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).exists():
         return None
     return next_action_set(lead, title, due_at, actor=actor, reason=reason, owner=owner)
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.notify import member_notify
 from agents.outbound.clock import business_minutes_after
 from crm.models import Lead, LeadException
-from crm.selectors import business_manager
+from crm.selectors import business_manager, rows_held
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
 
@@ -26,7 +26,13 @@ ACTOR = "agent:sla_timer"
 
 
 def sla_minutes(lead: Lead) -> int:
-    first = lead.touches.select_related("source").order_by("received_at", "id").first()
+    # The touches the unit of work holds, when it does (a new lead's one),
+    # else the first one read with its source.
+    touches = rows_held(lead, "touches")
+    if touches is not None:
+        first = min(touches, key=lambda t: (t.received_at, t.pk), default=None)
+    else:
+        first = lead.touches.select_related("source").order_by("received_at", "id").first()
     if first is not None and first.source is not None and first.source.first_response_minutes:
         return first.source.first_response_minutes
     return lead.business.first_response_minutes
@@ -38,11 +44,13 @@ def sla_deadline(lead: Lead, start: datetime, *, minutes: int | None = None) -> 
     return business_minutes_after(start, minutes, business.business_hours or {}, ZoneInfo(business.timezone))
 
 
-def sla_start(lead: Lead, *, now: datetime | None = None) -> datetime:
-    """Set the lead's SLA due time and schedule its check (once per lead)."""
+def sla_start(lead: Lead, *, now: datetime | None = None, minutes: int | None = None) -> datetime:
+    """Set the lead's SLA due time and schedule its check (once per lead);
+    `minutes`: the standard, when the caller has read it already."""
     from agents.orchestrator import lead_event
 
-    minutes = sla_minutes(lead)  # one read of the first touch's source for both uses
+    if minutes is None:
+        minutes = sla_minutes(lead)  # one read of the first touch's source for both uses
     due = sla_deadline(lead, lead.created_at or now or timezone.now(), minutes=minutes)
     if lead.sla_due_at != due:
         lead_sync.lead_set_sla(lead, due, actor=ACTOR, reason=f"first response within {minutes} business minutes")

@@ -9,10 +9,10 @@ from typing import Any
 from django.utils import timezone
 
 from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
-from agents.orchestrator import MissingInformation
+from agents.orchestrator import UNREACHABLE_TITLE, MissingInformation
 from agents.routing.assign import lead_route
 from agents.routing.next_action import next_action_ensure
-from agents.routing.sla import sla_check, sla_deadline, sla_start
+from agents.routing.sla import sla_check, sla_deadline, sla_minutes, sla_start
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
 from crm.models import Lead
@@ -71,8 +71,9 @@ def _first_contact_title(lead: Lead, fit: Fit) -> str:
 
 def _reread(lead: Lead) -> None:
     # One query, and the business, contact and owner come with it (a plain
-    # refresh drops them, and each is then read again on first use).
-    lead.refresh_from_db(from_queryset=Lead.objects.select_related("business", "contact", "owner__user"))
+    # refresh drops them, and each is then read again on first use); none
+    # when the lead is the unit of work's own, kept current.
+    lead_sync.lead_refresh(lead)
 
 
 def new_lead(lead: Lead, data: dict[str, Any]) -> str:
@@ -82,18 +83,17 @@ def new_lead(lead: Lead, data: dict[str, Any]) -> str:
     fit = _apply_fit(lead, "new lead")
     rule = _route(lead, fit, "new lead")
     _reread(lead)
-    if not lead.contact.points.filter(is_valid=True).exists():
+    if not any(point.is_valid for point in lead.contact.points.all()):
         # Nobody can be contacted: no acknowledgement, no clock; a person finds a way.
-        raise MissingInformation(
-            "Find a way to reach this lead (no valid phone, email or handle)", "missing contact details"
-        )
+        raise MissingInformation(UNREACHABLE_TITLE, "missing contact details")
     from agents.first_response.acknowledge import lead_first_response
 
+    minutes = sla_minutes(lead)  # one read of the first touch's source for both uses
     ack = lead_first_response(
-        lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at)
+        lead.pk, title=_first_contact_title(lead, fit), due_at=sla_deadline(lead, lead.created_at, minutes=minutes)
     )
     _reread(lead)
-    sla_start(lead)
+    sla_start(lead, minutes=minutes)
     return f"fit {fit.score}, {rule}, acknowledgement {ack}"
 
 

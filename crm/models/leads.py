@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from crm.ids import PublicIdField
@@ -107,6 +109,19 @@ class Lead(models.Model):
 
     def __str__(self) -> str:
         return self.public_id
+
+    # Changes CRM Sync made to this object that reach the row when its unit
+    # of work ends (crm.services.lead_sync.lead_current); None otherwise.
+    _unwritten: set[str] | None = None
+
+    def refresh_from_db(self, using: str | None = None, fields: Any = None, from_queryset: Any = None) -> None:
+        # Reading the row over changes not written yet would lose them.
+        if self._unwritten:
+            raise RuntimeError(
+                f"{self.public_id} has changes not written yet ({', '.join(sorted(self._unwritten))}): "
+                "use crm.services.lead_sync.lead_refresh"
+            )
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
 
     @property
     def is_open(self) -> bool:

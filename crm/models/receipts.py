@@ -55,6 +55,9 @@ PERSONAL_KEYS = frozenset(
         "text",
         "transcript",
         "title",
+        "next_action",  # a task's title, copied on the lead ("First contact: reach Rosa Diaz")
+        "hold_reason",
+        "lost_reason",
         "recording_url",
         "ip",
         "remote_addr",

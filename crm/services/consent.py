@@ -50,13 +50,18 @@ def consent_record(
     evidence: dict[str, Any] | None = None,
     inbound_event: InboundEvent | None = None,
     at: datetime | None = None,
+    new_point: bool = False,
 ) -> ConsentEvent:
     """Append one grant or revocation and rewrite the point's current state
     for that channel in the same transaction (the state row is locked, so two
     recorders for one point apply in order). A grant that may not lift the
-    current handset STOP is appended but leaves the state as it is."""
+    current handset STOP is appended but leaves the state as it is.
+    `new_point`: the point was made in this transaction, so it has no state
+    yet and no one else can write one (nothing to read or lock)."""
     state = (
-        ConsentState.objects.select_for_update(of=("self",))
+        None
+        if new_point
+        else ConsentState.objects.select_for_update(of=("self",))
         .select_related("last_event")
         .filter(contact_point=contact_point, channel=channel)
         .first()

@@ -7,6 +7,9 @@ its change) cannot exist.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -67,19 +70,109 @@ def _refuse_second_open_lead(lead: Lead) -> None:
         raise LeadSyncError(f"{lead.public_id} cannot reopen: {newer} is already the open lead for this need")
 
 
+# The leads a unit of work holds current (see `lead_current`), by pk.
+_CURRENT: ContextVar[dict[int, Lead] | None] = ContextVar("leads_current", default=None)
+_RELATED = ("business", "contact", "owner__user")
+
+
+@contextmanager
+def lead_current(lead: Lead) -> Iterator[Lead]:
+    """Within the block, `lead` (this very object) stands for its row: CRM
+    Sync writes through it without reading the row again, and keeps it
+    current when it writes through another object of the same lead.
+
+    Only for a row the transaction holds for the whole block, so that no one
+    else can change it meanwhile: a lead inserted in this transaction (a new
+    lead's first step, run with its capture), or one locked FOR NO KEY
+    UPDATE before the block. Code in the block that changes the lead with a
+    raw UPDATE must set the attribute on `lead` too.
+
+    The changes CRM Sync makes in the block (each validated, each with its
+    receipt) reach the row in one UPDATE when the block ends, still in the
+    transaction: code in the block reads the lead from `lead`, never from
+    a query of its row. A block that raises writes nothing (its savepoint,
+    or transaction, rolls back what it did).
+    """
+    held = dict(_CURRENT.get() or {})
+    held[lead.pk] = lead
+    outer, lead._unwritten = lead._unwritten, set()
+    token = _CURRENT.set(held)
+    try:
+        yield lead
+        dirty, lead._unwritten = lead._unwritten, outer
+        if outer is not None:  # a nested block: the outer one writes them
+            outer.update(dirty or ())
+        elif dirty:
+            lead.save(update_fields=sorted(dirty | {"updated_at"}))
+    finally:
+        _CURRENT.reset(token)
+        lead._unwritten = outer
+
+
+def _write(lead: Lead, fields: tuple[str, ...]) -> None:
+    """Save these fields of `lead` now, or at the end of its `lead_current` block."""
+    dirty = lead._unwritten if _held(lead.pk) is lead else None
+    if dirty is None:
+        lead.save(update_fields=[*fields, "updated_at"])
+        return
+    dirty.update(fields)
+    lead.updated_at = timezone.now()
+
+
+def lead_mark_acknowledged(lead: Lead, at: datetime) -> None:
+    """Stamp when the lead's acknowledgement went out (or was recorded): the
+    message's receipt is the record, so there is none of its own."""
+    lead.acknowledged_at = at
+    if _held(lead.pk) is lead:
+        _write(lead, ("acknowledged_at",))
+    else:
+        Lead.objects.filter(pk=lead.pk).update(acknowledged_at=at)
+
+
+def _held(pk: int) -> Lead | None:
+    return (_CURRENT.get() or {}).get(pk)
+
+
+def lead_is_current(lead: Lead) -> bool:
+    """Whether `lead` is the unit of work's own current object (`lead_current`):
+    then it, its business and its contact (read or made in this transaction)
+    may be judged as they are."""
+    return _held(lead.pk) is lead
+
+
+def lead_refresh(lead: Lead) -> Lead:
+    """Make `lead` current, with its business, contact and owner: no query
+    when it is the unit of work's own (`lead_current`), one otherwise."""
+    if _held(lead.pk) is not lead:
+        lead.refresh_from_db(from_queryset=Lead.objects.select_related(*_RELATED))
+    return lead
+
+
+def lead_for_update(lead: Lead | int) -> Lead:
+    """The lead locked (FOR NO KEY UPDATE) and current, with its business,
+    contact and owner: the unit of work's own object when it holds the lead
+    (no query), else read again under the lock."""
+    pk = lead.pk if isinstance(lead, Lead) else lead
+    held = _held(pk)
+    if held is not None:
+        return held
+    return Lead.objects.select_for_update(of=("self",), no_key=True).select_related(*_RELATED).get(pk=pk)
+
+
 def _locked(lead: Lead) -> Lead:
     """Lock the lead's row and re-read it into `lead` itself, in one query
     (the caller's object is then current: no re-read after the change).
-    What the receipt and the snapshots need comes in the same query."""
+    What the receipt and the snapshots need comes in the same query. No
+    query at all for the unit of work's own current lead."""
+    if _held(lead.pk) is lead:
+        return lead
     # NO KEY: writers of the lead still queue behind each other, but a row
     # that references the lead (a receipt, a task, an event) can be inserted
     # meanwhile; a plain FOR UPDATE made that insert's foreign-key check wait,
     # and with the receipt chain held it deadlocked at commit. `of` self: the
     # joined business, contact and owner rows are read, never locked.
     lead.refresh_from_db(
-        from_queryset=Lead.objects.select_for_update(no_key=True, of=("self",)).select_related(
-            "business", "contact", "owner__user"
-        )
+        from_queryset=Lead.objects.select_for_update(no_key=True, of=("self",)).select_related(*_RELATED)
     )
     return lead
 
@@ -101,11 +194,17 @@ def _save(lead: Lead, changes: dict[str, Any], *, actor: str, action: str, reaso
     before = _snapshot(lead, fields)
     for field, value in changes.items():
         setattr(lead, field, value)
-    # Only what changes is validated: the row was valid when it was read, and
-    # each constraint or foreign key checked costs a query.
-    unchanged = [f.name for f in Lead._meta.concrete_fields if f.name not in changes]
-    lead.full_clean(exclude=unchanged, validate_unique=False)
-    lead.save(update_fields=[*fields, "updated_at"])
+    # Only what changes is validated, and only field by field: the row was
+    # valid when it was read, a related record set here is a row in hand,
+    # and the constraints are the database's (each checked here would cost
+    # a query); the writers above refuse what a person could get wrong.
+    unchanged = [f.name for f in Lead._meta.concrete_fields if f.name not in changes or f.is_relation]
+    lead.clean_fields(exclude=unchanged)
+    _write(lead, fields)
+    held = _held(lead.pk)
+    if held is not None and held is not lead:  # the unit's own object stays current
+        for field in (*fields, "updated_at"):
+            setattr(held, field, getattr(lead, field))
     receipt_write(
         business=lead.business,
         lead=lead,

@@ -29,6 +29,8 @@ import json
 import logging
 import secrets
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -171,6 +173,15 @@ def receipt_write(
         at=timezone.now(),
     )
     receipt.content_hash = receipt_content_hash(receipt)
+    batch = _BATCH.get()
+    if batch is not None and connection.in_atomic_block:
+        pending = _Pending(receipt, salt, values)
+        batch.append(pending)
+        # Registered where the receipt is written, so Django's savepoint
+        # bookkeeping drops it with a rolled-back savepoint (and its change).
+        transaction.on_commit(pending, robust=True)
+        _seal_after_commit(business.pk)
+        return receipt
     # No savepoint of its own: a receipt that fails to write must fail the
     # change it records, so the caller's transaction rolls back as a whole.
     with transaction.atomic(savepoint=False):
@@ -201,6 +212,99 @@ def _seal_after_commit(business_id: int) -> None:
     # Robust: a seal that fails (the database went away after the commit)
     # must not fail the request that committed; the periodic sealer seals it.
     transaction.on_commit(_SealAfterCommit(business_id), robust=True)
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A receipt written in a `receipts_batched` block, not inserted yet.
+    Called after commit it does nothing: it sits in the transaction's
+    on-commit list only to be dropped with a rolled-back savepoint."""
+
+    receipt: Receipt
+    salt: str
+    values: dict[str, Any]
+
+    def __call__(self) -> None:
+        pass
+
+
+_BATCH: ContextVar[list[_Pending] | None] = ContextVar("receipts_batch", default=None)
+
+
+@contextmanager
+def receipts_batched() -> Iterator[None]:
+    """Write every receipt of the block in one INSERT at its end.
+
+    For a unit of work that is one transaction (a task's handler): enter it
+    inside that transaction's `atomic()`. A receipt is still part of the
+    transaction whose change it records (inserted before the commit, rolled
+    back with it); one written in a savepoint that rolls back is dropped
+    with its change. Inside the block a receipt has no pk until the end, and
+    a read of receipts does not see the block's: ask `receipt_written`.
+    Nested blocks are one block, written by the outermost.
+    """
+    if _BATCH.get() is not None:
+        yield
+        return
+    batch: list[_Pending] = []
+    token = _BATCH.set(batch)
+    try:
+        yield
+        if batch:
+            _insert_many(_surviving(batch))
+    finally:
+        _BATCH.reset(token)
+
+
+def _surviving(batch: list[_Pending]) -> list[_Pending]:
+    """The block's receipts whose savepoints were not rolled back."""
+    alive = {id(entry[1]) for entry in connection.run_on_commit}
+    return [p for p in batch if id(p) in alive]
+
+
+def receipt_written(*, subject: str, action: str) -> bool:
+    """Whether a receipt of `action` about `subject` exists, the current
+    `receipts_batched` block's own included (a claim checked twice in one
+    unit of work)."""
+    batch = _BATCH.get() or []
+    if any(p.receipt.subject == subject and p.receipt.action == action for p in _surviving(batch)):
+        return True
+    return Receipt.objects.filter(subject=subject, action=action).exists()
+
+
+def _insert_many(pending: list[_Pending]) -> None:
+    """The receipts and their personal-data rows in one statement (a
+    data-modifying CTE), in the order they were written."""
+    if not pending:
+        return
+    meta, quote = Receipt._meta, connection.ops.quote_name
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    row = f"({', '.join(['%s'] * len(fields))})"
+    params: list[Any] = []
+    for p in pending:
+        params += [f.get_db_prep_save(f.pre_save(p.receipt, add=True), connection) for f in fields]
+    personal = [p for p in pending if p.values]
+    # Names from the models' metadata, every value a parameter.
+    sql = (
+        f"WITH r AS (INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"  # noqa: S608
+        f" VALUES {', '.join([row] * len(pending))} RETURNING id, public_id)"
+    )
+    if personal:
+        values_field = ReceiptPersonalData._meta.get_field("values")
+        sql += (
+            f', p AS (INSERT INTO {quote(ReceiptPersonalData._meta.db_table)} (receipt_id, salt, "values")'  # noqa: S608
+            f" SELECT r.id, v.salt, v.vals FROM r JOIN (VALUES {', '.join(['(%s, %s, %s::jsonb)'] * len(personal))})"
+            " AS v(public_id, salt, vals) ON v.public_id = r.public_id)"
+        )
+        for p in personal:
+            params += [p.receipt.public_id, p.salt, values_field.get_db_prep_save(p.values, connection)]
+    sql += " SELECT id, public_id FROM r"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = dict((public_id, pk) for pk, public_id in cursor.fetchall())
+    for p in pending:
+        p.receipt.pk = ids[p.receipt.public_id]
+        p.receipt._state.adding, p.receipt._state.db = False, connection.alias
 
 
 def receipts_seal(business_id: int | None = None, *, limit: int = SEAL_BATCH) -> int:

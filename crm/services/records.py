@@ -35,6 +35,7 @@ from crm.models import (
     TeamMember,
 )
 from crm.phones import email_normalize, phone_to_e164
+from crm.selectors import rows_in_hand
 from crm.services.receipts import receipt_write
 
 
@@ -94,7 +95,10 @@ def lead_open(
     lead = Lead.objects.create(
         business=contact.business, contact=contact, service_line=service_line, request_text=request_text
     )
-    touch_add(lead=lead, source=source, inbound_event=inbound_event, received_at=received_at, **(touch or {}))
+    first = touch_add(lead=lead, source=source, inbound_event=inbound_event, received_at=received_at, **(touch or {}))
+    # A lead made just now has exactly this touch: what reads its touches
+    # next in the same unit of work (fit, the SLA clock) reads it from here.
+    rows_in_hand(lead, "touches", [first])
     receipt_write(
         business=lead.business,
         lead=lead,
@@ -137,15 +141,21 @@ def task_create(
     kind: str = "next_action",
     owner: TeamMember | None = None,
     reason: str = "",
+    checked: bool = False,
 ) -> Task:
-    """A human action with a due time, owned by `owner` or else the lead's owner."""
+    """A human action with a due time, owned by `owner` or else the lead's owner.
+    `checked`: the caller holds the lead's lock and made sure it has no open
+    task the constraints would refuse (the database still refuses one)."""
     owner = owner or lead.owner
     task = Task(business=lead.business, lead=lead, owner=owner, kind=kind, title=title, due_at=due_at)
-    # The business and owner are rows in hand (a foreign-key lookup each would
-    # cost a query) and the public id is fresh. The lead stays validated: the
-    # one-open-next-action constraint is on it, and is checked first for a
-    # clear message.
-    task.full_clean(exclude=["business", "owner"], validate_unique=False)
+    # The business, lead and owner are rows in hand (a foreign-key lookup
+    # each would cost a query) and the public id is fresh. The constraints
+    # stay validated: the one-open-next-action constraint is checked first
+    # for a clear message.
+    task.clean_fields(exclude=["business", "lead", "owner"])
+    task.clean()
+    if not checked:
+        task.validate_constraints()
     task.save()
     receipt_write(
         business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created", reason=reason,

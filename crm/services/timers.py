@@ -20,7 +20,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
-from crm.services.receipts import receipt_write
+from crm.selectors import reads_shared
+from crm.services.receipts import receipt_write, receipts_batched
 from crm.services.rows import row_insert_once
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
             raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
         if timer.kind in _ATOMIC_KINDS:
             with transaction.atomic():
-                handler(timer)
+                with receipts_batched(), reads_shared():  # one INSERT for the step's receipts
+                    handler(timer)
                 _mark_done(timer)
         else:
             handler(timer)

@@ -212,6 +212,33 @@ def test_racing_hits_are_each_counted_once(empty_cache):
     assert over.count(False) == 8 and over.count(True) == 8
 
 
+def test_the_minutely_job_drops_counters_of_windows_gone_by_and_keeps_the_live_ones(empty_cache):
+    from agents.capture.ratelimit import PREFIX, limit_hit
+    from agents.tasks import prune_rate_limits
+
+    table = connection.ops.quote_name(cache._table)  # type: ignore[attr-defined]
+
+    def counters() -> list[tuple[str, object]]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT cache_key, expires FROM {table} WHERE cache_key LIKE %s", [f"%:{PREFIX}:%"])
+            return sorted(cursor.fetchall())
+
+    limit_hit("gone", "203.0.113.7", limit=5, window=60)
+    limit_hit("live", "203.0.113.7", limit=5, window=3600)
+    (gone, _), (live, _) = sorted(counters(), key=lambda row: ":gone:" not in row[0])
+    # The 60-second window's counter expired (it is kept for two windows);
+    # the hour's has not.
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET expires = now() - interval '1 second' WHERE cache_key = %s", [gone])
+    assert prune_rate_limits() == {"counters_deleted": 1}
+    assert [key for key, _ in counters()] == [live]
+    # A submission costs its upserts only: no cleanup on the request path.
+    statements: list[str] = []
+    with connection.execute_wrapper(lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)):
+        limit_hit("fresh", "203.0.113.8", limit=5, window=60)
+    assert [sql.split()[0] for sql in statements] == ["INSERT"]
+
+
 def test_a_cache_with_atomic_increments_counts_through_the_cache_api(settings):
     from agents.capture.ratelimit import limit_hit
 

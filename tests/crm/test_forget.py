@@ -106,7 +106,9 @@ def history(business: Business, settings: Any, django_capture_on_commit_callback
     contact = lead.contact
     assert contact.name == "Rosa Diaz" and lead.messages.filter(direction="in").exists()
     now = timezone.now()
-    task_create(lead=lead, title="Call Rosa Diaz back about the furnace", due_at=now, actor="sam")
+    # A follow-up: the lead's next action is already the first contact the
+    # new-lead step set (its title names her too).
+    task_create(lead=lead, title="Call Rosa Diaz back about the furnace", due_at=now, actor="sam", kind="follow_up")
     call = Call.objects.create(
         business=business,
         lead=lead,

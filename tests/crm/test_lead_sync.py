@@ -304,3 +304,52 @@ def test_the_change_and_its_receipt_roll_back_together_when_the_caller_fails(bus
 
     assert Lead.objects.get(pk=lead.pk).stage == Stage.NEW
     assert Receipt.objects.count() == before
+
+
+@pytest.mark.django_db
+def test_a_lead_held_by_its_unit_of_work_is_written_once_at_the_end_and_read_from_memory() -> None:
+    from django.db import connection
+
+    from crm.services.lead_sync import lead_current, lead_for_update
+
+    business = BusinessFactory.create()
+    setter = member_create(business, "setter", username="sam")
+    lead = lead_create(business)
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with transaction.atomic():
+        Lead.objects.select_for_update(no_key=True).get(pk=lead.pk)  # the unit's lock
+        with connection.execute_wrapper(record), lead_current(lead):
+            lead_assign(lead, setter, actor="t", reason="t")
+            lead_set_next_action(lead, "Call Rosa", timezone.now(), actor="t", reason="t")
+            # Another object of the same lead is handed the held one: no read.
+            assert lead_for_update(lead.pk) is lead
+            reads = [s for s in statements if '"crm_lead"' in s]
+            assert reads == []  # neither read nor written yet
+            assert Lead.objects.get(pk=lead.pk).owner_id is None
+        lead_updates = [s for s in statements if s.startswith('UPDATE "crm_lead"')]
+        assert len(lead_updates) == 1  # both changes, one UPDATE
+    lead.refresh_from_db()
+    assert (lead.owner, lead.stage, lead.next_action) == (setter, "assigned", "Call Rosa")
+    assert list(Receipt.objects.filter(lead=lead).values_list("action", flat=True).order_by("id"))[-2:] == [
+        "lead.owner_changed",
+        "lead.next_action_set",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_held_lead_whose_block_fails_writes_nothing() -> None:
+    from crm.services.lead_sync import lead_current
+
+    business = BusinessFactory.create()
+    setter = member_create(business, "setter", username="sam")
+    lead = lead_create(business)
+    with pytest.raises(RuntimeError), transaction.atomic(), lead_current(lead):
+        lead_assign(lead, setter, actor="t", reason="t")
+        raise RuntimeError("the step failed")
+    lead.refresh_from_db()
+    assert lead.owner is None and not Receipt.objects.filter(lead=lead, action="lead.owner_changed").exists()

@@ -465,3 +465,53 @@ def test_a_checkpoint_goes_to_a_url_and_a_refusal_is_a_clear_error(business: Bus
         server.shutdown()
 
     assert json.loads(received[0].decode().splitlines()[0])["business"] == "acme"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_unit_of_work_writes_its_receipts_in_one_insert_without_those_of_a_rolled_back_savepoint() -> None:
+    from crm.models import ReceiptPersonalData
+    from crm.services.receipts import receipt_written, receipts_batched
+
+    business = BusinessFactory.create()
+    inserts: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip().startswith(("INSERT", "WITH")) and '"crm_receipt"' in sql:
+            inserts.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record), transaction.atomic(), receipts_batched():
+        kept = receipt_write(
+            business=business, actor="t", action="t.kept", subject="thing_1", after={"name": "Rosa Diaz"}
+        )
+        try:
+            with transaction.atomic():  # a change that fails takes its receipt with it
+                receipt_write(business=business, actor="t", action="t.dropped", subject="thing_2")
+                raise RuntimeError("the change failed")
+        except RuntimeError:
+            pass
+        receipt_write(business=business, actor="t", action="t.last", subject="thing_3", reason="done")
+        # Not in the table yet, but the unit sees its own claim.
+        assert kept.pk is None and not inserts
+        assert receipt_written(subject="thing_1", action="t.kept")
+        assert not receipt_written(subject="thing_2", action="t.dropped")
+
+    assert len(inserts) == 1  # both receipts and the personal values, one statement
+    stored = list(Receipt.objects.filter(business=business).order_by("id"))
+    assert [r.action for r in stored] == ["t.kept", "t.last"] and stored[0].pk == kept.pk
+    assert stored[0].after == {"name": "Rosa Diaz"}  # read back from its personal-data row
+    assert ReceiptPersonalData.objects.filter(receipt=stored[0]).exists()
+    assert not ReceiptPersonalData.objects.filter(receipt=stored[1]).exists()
+    # Sealed after commit, in the order written, and the chain verifies.
+    assert [r.seq for r in stored] == [1, 2] and receipts_verify(business) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_unit_of_work_that_fails_writes_none_of_its_receipts() -> None:
+    from crm.services.receipts import receipts_batched
+
+    business = BusinessFactory.create()
+    with pytest.raises(RuntimeError), transaction.atomic(), receipts_batched():
+        receipt_write(business=business, actor="t", action="t.noted", subject="thing_1")
+        raise RuntimeError("the unit failed")
+    assert not Receipt.objects.filter(business=business).exists()

@@ -261,10 +261,15 @@ def test_a_no_answer_makes_one_call_back_task_for_the_lead_owner_however_often_i
     assert not lead.enrollments.exists()
 
 
-def test_a_missed_call_on_a_lead_without_owner_goes_to_the_first_active_manager(
+def test_a_missed_call_on_a_lead_whose_owner_left_goes_to_the_first_active_manager(
     twilio_source, setter, manager, django_capture_on_commit_callbacks
 ):
     call_comes_in(django_capture_on_commit_callbacks)
+    run_queued_events()
+    # The new lead's step, run with the capture, gave it to the setter; the
+    # setter leaves before the call ends.
+    assert Lead.objects.get().owner == setter
+    TeamMember.objects.filter(pk=setter.pk).update(is_active=False)
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("busy"))
     run_queued_events()
 

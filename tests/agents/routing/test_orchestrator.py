@@ -160,3 +160,76 @@ def test_the_lead_page_explains_the_fit_and_the_routing(business, team) -> None:
     page = client.get(f"/admin/crm/lead/{lead.pk}/change/").content.decode()
     assert "+30 in_area: postal code 60601 in Metro" in page
     assert "+15 has_phone: a valid phone number" in page
+
+
+def _website_lead(business, django_capture_on_commit_callbacks, **form) -> Lead:
+    """A website form posted to the real webhook and its event processed as a worker would."""
+    import json
+
+    from django.test import Client
+
+    from crm.models import Source
+    from tests.agents.capture.conftest import run_queued_events
+
+    Source.objects.get_or_create(
+        business=business, key="site", defaults={"provider": "website", "secret": "site-secret-123"}
+    )
+    body = {
+        "first_name": "Rosa",
+        "last_name": "Diaz",
+        "phone": "(312) 555-0147",
+        "postal_code": "60614",
+        "message": "Furnace is banging",
+        "consent": True,
+        **form,
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        response = Client().post(
+            "/hooks/forms/site/",
+            data=json.dumps(body),
+            content_type="application/json",
+            HTTP_AUTHORIZATION="Bearer site-secret-123",
+        )
+    assert response.status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_queued_events() == ["processed"]
+    return Lead.objects.get(contact__first_name=body["first_name"])
+
+
+def test_a_new_leads_step_runs_in_its_captures_unit_of_work(business, team, django_capture_on_commit_callbacks):
+    sam, _ = team
+    lead = _website_lead(business, django_capture_on_commit_callbacks)
+
+    # Owned, with its next action and SLA clock, and acknowledged, by the
+    # capture's own task: no lead.new timer, no orchestrate task.
+    assert lead.owner == sam and lead.stage == "assigned" and lead.next_action.startswith("First contact")
+    assert lead.sla_due_at is not None and lead.acknowledged_at is not None
+    assert not Timer.objects.filter(lead=lead, payload__event="lead.new").exists()
+    assert Timer.objects.filter(lead=lead, payload__event="sla.due", status="pending").exists()
+    assert _step_receipt(lead, "lead.new").after["run"] == "inline"
+
+
+def test_a_new_leads_step_that_fails_is_rolled_back_alone_and_retried_as_a_timer(
+    business, team, django_capture_on_commit_callbacks
+):
+    sam, _ = team
+    # A fit rule without its points: the step fails on it (a business file
+    # edited by hand past its checks).
+    business.fit_rules = [{"rule": "has_phone"}]
+    business.save()
+    lead = _website_lead(business, django_capture_on_commit_callbacks)
+
+    # The capture committed (the lead, its touch and consent); the step's
+    # own writes did not: no owner, no fit, no next action, no receipt of it.
+    assert lead.owner is None and lead.fit_score is None and lead.next_action == ""
+    assert lead.touches.count() == 1 and lead.contact.points.get().consent_states.filter(status="granted").exists()
+    assert not Receipt.objects.filter(lead=lead, action__in=["lead.fit_recorded", "orchestrator.step"]).exists()
+    timer = Timer.objects.get(lead=lead, payload__event="lead.new")
+    assert timer.status == "pending"
+
+    business.fit_rules = [{"rule": "has_phone", "points": 10}]
+    business.save()
+    orchestrate_pending()
+    lead.refresh_from_db()
+    assert lead.owner == sam and lead.fit_score == 10 and lead.next_action.startswith("First contact")
+    assert _step_receipt(lead, "lead.new").after["timer"] == timer.public_id
