@@ -17,7 +17,6 @@ import logging
 import requests
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
 
 from agents.queue import task_enqueue
 from crm.models import Business, TeamMember
@@ -42,11 +41,12 @@ def slack_webhook_for(business: Business | None) -> str:
 def member_notify(member: TeamMember | None, subject: str, text: str, *, slack: bool = True) -> None:
     email = (member.email or member.user.email) if member is not None else ""
     url = slack_webhook_for(member.business if member is not None else None) if slack else ""
-    transaction.on_commit(lambda: notice_enqueue(email, subject, text, slack_url=url))
+    notice_enqueue(email, subject, text, slack_url=url)
 
 
 def notice_enqueue(email: str, subject: str, text: str, *, slack_url: str = "") -> None:
-    """Queue one notice for `notice_deliver` (call it after commit)."""
+    """Queue one notice for `notice_deliver`, sent once the caller's
+    transaction commits (agents.queue): a rolled-back change notifies nobody."""
     if not (email or slack_url):
         return
     task_enqueue("agents.tasks.notice_deliver", email, subject, text, slack_url, group="notify", timeout=NOTICE_TIMEOUT)

@@ -15,7 +15,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db import transaction
 from django.urls import reverse
 
 from agents.booking.slots import when_label
@@ -148,5 +147,5 @@ def brief_email(appointment: Appointment) -> str:
     )  # fmt: skip
     subject = f"Brief: {appointment.lead.contact.name or appointment.lead.public_id}, {appointment.public_id}"
     # A task of its own, after commit: a slow mail server never holds the booking or the timer loop.
-    transaction.on_commit(lambda: notice_enqueue(address, subject, text))
+    notice_enqueue(address, subject, text)
     return f"emailed to {address}"

@@ -232,9 +232,10 @@ def _finish(message: Message, status: str, *, sid: str | None = None, error: str
     return status
 
 
-def _enqueue(message_id: int) -> None:
-    # After commit, never raising: a lost enqueue leaves the message queued,
-    # and the messages sweep enqueues it again (agents.outbound.reconcile).
+def dispatch_enqueue(message_id: int) -> None:
+    """Hand a queued message to a worker when the caller's transaction
+    commits; never raising: a lost enqueue leaves the message queued, and the
+    messages sweep enqueues it again (agents.outbound.reconcile)."""
     task_enqueue("agents.tasks.message_dispatch", message_id, group="outbound")
 
 

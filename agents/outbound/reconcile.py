@@ -43,8 +43,8 @@ from twilio.rest import Client
 
 from agents.outbound.dispatch import (
     ACTOR,
-    _enqueue,
     call_row_ensure,
+    dispatch_enqueue,
     message_account,
     message_give_up,
 )
@@ -135,7 +135,7 @@ def messages_reconcile(
             )
         elif Message.objects.filter(pk=message.pk, status=S.QUEUED, queued_at=message.queued_at).update(queued_at=now):
             # queued_at moves on, so the next run waits a whole bound again.
-            _enqueue(message.pk)
+            dispatch_enqueue(message.pk)
             run.reenqueued += 1
     return run.as_dict()
 
@@ -278,8 +278,7 @@ def _not_found(message: Message, run: Sweep, *, now: datetime) -> None:
             action="message.reconciled_requeued", reason="the provider has no record of it: it is sent once more",
             before={"status": S.UNKNOWN}, after={"status": S.QUEUED, "attempts": message.attempts},
         )  # fmt: skip
-        message_id = message.pk
-        transaction.on_commit(lambda: _enqueue(message_id))
+        dispatch_enqueue(message.pk)
     run.requeued += 1
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 
-from agents.outbound.dispatch import RETRY_TIMER, _enqueue
+from agents.outbound.dispatch import RETRY_TIMER, dispatch_enqueue
 from agents.outbound.gate import REGATE_TIMER, message_gate
 from crm.models import Message, Timer
 from crm.services.timers import timer_handler_register
@@ -23,7 +22,7 @@ def _retry(timer: Timer) -> None:
     """A throttled message's backoff is over: hand it to a worker again."""
     message_id = int(timer.payload["message"])
     if Message.objects.filter(pk=message_id, status=Message.Status.QUEUED).exists():
-        transaction.on_commit(lambda: _enqueue(message_id))
+        dispatch_enqueue(message_id)
 
 
 def register() -> None:
