@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -94,15 +95,20 @@ def gunicorn_start(
     full_env = server_env(
         {"DJANGO_SETTINGS_MODULE": "leadops_bench_settings", "PYTHONPATH": str(FLOOR_PATH), **(env or {})}
     )
+    # Its log goes to a file, never to a pipe nobody reads while it runs:
+    # once a pipe's buffer fills (a line per enqueue does it after a few
+    # thousand webhooks) every write blocks, and the workers hang with it.
+    log = tempfile.NamedTemporaryFile(prefix="bench-gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+    command = [str(VENV_BIN / "gunicorn"), "--chdir", str(tree), "--workers", str(workers)]
+    command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning", "leadops.wsgi:application"]
     process = subprocess.Popen(  # noqa: S603 (our own gunicorn, our arguments)
-        [str(VENV_BIN / "gunicorn"), "--chdir", str(tree), "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
-         "--log-level", "warning", "leadops.wsgi:application"],
-        env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        command, env=full_env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+    )
+    log.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited: {process.stderr.read().decode()[-2000:] if process.stderr else ''}")
+            raise RuntimeError(f"gunicorn exited: {Path(log.name).read_text(errors='replace')[-2000:]}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz/", timeout=2).read()
             return process
