@@ -1,9 +1,9 @@
 """The SQL one new website lead costs, end to end: the webhook's acceptance,
-then every task it leads to (processing the event: identity, consent; the
-orchestrator's new-lead step: fit, owner, next action, the acknowledgement
-decision, the SLA clock; receipts all along), each run the way a worker runs
-it — the real task function on the real queued arguments — until the queue
-is empty. Used by the statement-count test and by bench_lead_statements.py.
+then every task it leads to (processing the event: identity, consent, and
+the orchestrator's new-lead step run in the same unit of work: fit, owner,
+next action, the acknowledgement decision, the SLA clock; receipts all
+along; then the owner's notice), each run the way a worker runs it — the
+real task function on the real queued arguments — until the queue is empty. Used by the statement-count test and by bench_lead_statements.py.
 
 Needs the demo business loaded (its website source `site`) and real commits
 (on-commit enqueues), so a test using it is transactional.
