@@ -6,9 +6,13 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from django.db import connections
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -22,8 +26,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture
-def browser_context(tmp_path: Path) -> Iterator[object]:
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Browser]:
+    """One Chromium for the browser tests (a launch takes a second or two);
+    every test still gets a context of its own (browser_context)."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
@@ -32,20 +38,25 @@ def browser_context(tmp_path: Path) -> Iterator[object]:
     # ORM calls stay synchronous and safe.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-        )
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            yield context
+            yield chromium
         finally:
-            context.close()
-            _join_request_threads()
-            # ORM calls made while Playwright's loop was alive may have opened
-            # a connection of their own; close it here, in the same context.
-            connections.close_all()
+            chromium.close()
+
+
+@pytest.fixture
+def browser_context(browser: Browser) -> Iterator[BrowserContext]:
+    """A fresh context per test: no cookie, storage or cache of an earlier test."""
+    context = browser.new_context()
+    try:
+        yield context
+    finally:
+        context.close()
+        _join_request_threads()
+        # ORM calls made while Playwright's loop was alive may have opened
+        # a connection of their own; close it here, in the same context.
+        connections.close_all()
 
 
 def _join_request_threads(timeout: float = 10.0) -> None:

@@ -34,12 +34,6 @@ pytestmark = pytest.mark.django_db
 User = get_user_model()
 
 
-@pytest.fixture(autouse=True)
-def fast_hashing(settings: Any) -> None:
-    # The demo sets five passwords; the default hasher is deliberately slow.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def load_demo() -> str:
     out = StringIO()
     call_command("load_demo", stdout=out)
