@@ -49,8 +49,10 @@ def append_only_trigger_drop(table: str) -> str:
 
 # TRUNCATE fires no row trigger, so a bare `TRUNCATE crm_receipt` would remove a
 # whole chain unseen. Refused unless the session says it is wiping the whole
-# database on purpose: `manage.py flush` (crm's override) sets this, as do test
-# flushes through it. Anyone who can set it could also disable the trigger:
+# database on purpose: `manage.py flush` (crm's override) sets this. (The test
+# runner's flush between tests deletes instead, with triggers off for its
+# session: tests/management/commands/flush.py.) Anyone who can set it could
+# also disable the trigger:
 # it stops mistakes and application SQL, the hash chain finds the rest.
 TRUNCATE_ALLOWED_SETTING = "leadops.wiping_database"
 

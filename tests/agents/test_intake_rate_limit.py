@@ -234,7 +234,12 @@ def test_the_minutely_job_drops_counters_of_windows_gone_by_and_keeps_the_live_o
     assert [key for key, _ in counters()] == [live]
     # A submission costs its upserts only: no cleanup on the request path.
     statements: list[str] = []
-    with connection.execute_wrapper(lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)):
+
+    def record(execute, sql, *args):
+        statements.append(sql)
+        return execute(sql, *args)
+
+    with connection.execute_wrapper(record):
         limit_hit("fresh", "203.0.113.8", limit=5, window=60)
     assert [sql.split()[0] for sql in statements] == ["INSERT"]
 

@@ -317,7 +317,7 @@ def test_a_lead_held_by_its_unit_of_work_is_written_once_at_the_end_and_read_fro
     lead = lead_create(business)
     statements: list[str] = []
 
-    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+    def record(execute, sql, params, many, context):
         statements.append(sql)
         return execute(sql, params, many, context)
 
