@@ -225,7 +225,7 @@ class _Pending:
     values: dict[str, Any]
 
     def __call__(self) -> None:
-        pass
+        """Nothing to do after commit: the receipt was inserted before it."""
 
 
 _BATCH: ContextVar[list[_Pending] | None] = ContextVar("receipts_batch", default=None)

@@ -53,8 +53,12 @@ def assert_wiped_and_migrated() -> None:
     assert set(Group.objects.values_list("name", flat=True)) == set(ROLE_PERMISSIONS)
     assert set(Schedule.objects.values_list("name", flat=True)) == {job.name for job in JOBS}
     assert non_empty_tables() == {
-        "auth_group", "auth_group_permissions", "auth_permission", "django_content_type", "django_q_schedule",
-    }  # fmt: skip
+        "auth_group",
+        "auth_group_permissions",
+        "auth_permission",
+        "django_content_type",
+        "django_q_schedule",
+    }
 
 
 def assert_bare_truncate_refused() -> None:
@@ -76,8 +80,9 @@ def test_the_flush_between_transactional_tests_leaves_what_crms_flush_leaves():
     fill()
 
     # As Django's TransactionTestCase calls it after each test.
-    call_command("flush", interactive=False, verbosity=0, reset_sequences=False, allow_cascade=False,
-                 inhibit_post_migrate=False)  # fmt: skip
+    call_command(
+        "flush", interactive=False, verbosity=0, reset_sequences=False, allow_cascade=False, inhibit_post_migrate=False
+    )
 
     assert_wiped_and_migrated()
     assert_bare_truncate_refused()
