@@ -15,7 +15,8 @@ checkout or `--tree`'s. Then:
   them, and waits until every lead's acknowledgement is decided (the new-lead
   step wrote its acknowledgement message: sent, deferred to business hours,
   or blocked), printing the posting rate, the time until all were processed,
-  the drain rate and the acknowledgement latency after receipt (p50, p95);
+  the drain rate and the acknowledgement latency after receipt (p50, p95),
+  then waits until the queue is empty (the burst's sends and notices);
 * sustained (`--sustained-rate` > 0): posts that many leads per second for
   `--sustained-seconds`, paced, and prints the same latencies.
 
@@ -111,6 +112,17 @@ def wait_decided(since: datetime, expected: int, wait: float) -> tuple[float, li
         time.sleep(0.5)
 
 
+def wait_queue_empty(wait: float) -> float:
+    """Seconds until the broker holds no task (the sends, notices and timers
+    a burst leaves behind once every acknowledgement is decided)."""
+    from django_q.models import OrmQ
+
+    start = time.monotonic()
+    while OrmQ.objects.exists() and time.monotonic() < start + wait:
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
 def latencies(done: list[tuple[datetime, datetime]]) -> str:
     seconds = [(at - received).total_seconds() for received, at in done]
     if not seconds:
@@ -169,6 +181,10 @@ def main(argv: list[str]) -> int:
                 f"  all {len(done)} of {accepted} processed {after_first_post:.1f} s after the first post "
                 f"(drain {len(done) / after_first_post:.1f} leads/s); {latencies(done)}"
             )
+            # The sustained rate is measured on a settled cluster, not behind
+            # the burst's own sends still in the queue.
+            settled = after_first_post + wait_queue_empty(args.wait)
+            print(f"  queue empty {settled:.1f} s after the first post (the burst's sends and notices done)")
         if sustained:
             since = timezone.now()
             wall, statuses = post_all(port, sustained, args.connections, rate=args.sustained_rate)

@@ -1,10 +1,11 @@
 """Twilio's REST API as far as LeadOps uses it, as a real local HTTP server
 that can be told to misbehave: the real twilio SDK and its real transport
-talk to it (TWILIO_API_BASE_URL). For the fault drill and its tests.
+talk to it (TWILIO_API_BASE_URL). For the fault drill and the tests.
 
-Per-account Messages under /2010-04-01/Accounts/{AccountSid}/: create, fetch
-by id, list by To (and From); HTTP Basic auth with the account's SID and auth
-token. Like Twilio it keeps a text as it stores it (Smart Encoding turns
+Per-account Messages and Calls under /2010-04-01/Accounts/{AccountSid}/:
+create, fetch by id, list by To (and From); HTTP Basic auth that must be that
+account's SID and auth token (401 otherwise, as Twilio answers); every
+request is kept in `seen`. Like Twilio it keeps a text as it stores it (Smart Encoding turns
 look-alike characters into GSM-7 ones for a Messaging Service) and it keeps
 every text it *took*, whatever it then answered: a send that timed out or
 whose connection dropped after the provider took it is still a send, which is
@@ -21,7 +22,12 @@ How it answers a create is set by `behave` (every create from then on) or
 - `timeout`: take it and answer only after `timeout_s` (longer than the
   client waits), so the client gives up on a send that was made;
 - `drop`: close the connection before taking it; `drop-taken`: take it and
-  close without answering.
+  close without answering;
+- `hold`: take it, set `held`, and answer only once `release` is set (a
+  worker killed while the provider has its text);
+- `down`: answer 503 to every request, reads included.
+
+Calls are always taken (unless `down`): the outcomes are for texts.
 """
 
 from __future__ import annotations
@@ -41,10 +47,22 @@ from itertools import count
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-OUTCOMES = ("ok", "5xx", "5xx-taken", "429", "timeout", "drop", "drop-taken")
+OUTCOMES = ("ok", "5xx", "5xx-taken", "429", "timeout", "drop", "drop-taken", "hold", "down")
 SMART_ENCODING = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2014": "-"})
 # The number a Messaging Service picks from its pool for a text.
 POOL_NUMBER = "+13125550999"
+# The path part after the account: a list or create (Messages.json), or a
+# fetch by id (Messages/{sid}.json).
+RESOURCES = {"Messages.json": "messages", "Messages": "messages", "Calls.json": "calls", "Calls": "calls"}
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    username: str
+    password: str
+    form: dict[str, str]
 
 
 @dataclass
@@ -52,12 +70,16 @@ class FakeTwilio:
     accounts: dict[str, str]
     # Every text taken, per account, in order (what a real provider would send).
     sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)  # every request, in order
     answered: Counter[str] = field(default_factory=Counter)  # outcome → creates answered so
     in_flight: int = 0  # creates being answered right now
     steady: str = "ok"
     delay: float = 0.0
     timeout_s: float = 15.0  # above the twilio client's 10 s
     retry_after: int = 1
+    held: threading.Event = field(default_factory=threading.Event)  # a `hold` text was taken
+    release: threading.Event = field(default_factory=threading.Event)  # ...and may now be answered
     _storm: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
@@ -93,14 +115,20 @@ class FakeTwilio:
                 user, _, password = (
                     base64.b64decode(encoded).decode().partition(":") if scheme == "Basic" else ("", "", "")
                 )
+                with fake._lock:
+                    fake.seen.append(Seen(method, url.path, user, password, form))
                 parts = url.path.split("/")  # "", "2010-04-01", "Accounts", sid, "Messages.json" [or sid.json]
-                if len(parts) not in (5, 6) or parts[2] != "Accounts" or not parts[4].startswith("Messages"):
+                if len(parts) not in (5, 6) or parts[2] != "Accounts" or parts[4] not in RESOURCES:
                     return self._answer(404, {"code": 20404, "message": "not found", "status": 404})
-                sid = parts[3]
+                sid, resource = parts[3], RESOURCES[parts[4]]
                 if user != sid or fake.accounts.get(sid) != password:
                     return self._answer(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                if fake.steady == "down":
+                    return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
                 if method == "GET":
-                    return self._read(sid, parts, form)
+                    return self._read(sid, resource, parts, form)
+                if resource == "calls":
+                    return self._answer(201, self._record(sid, "calls", form, next(sids)))
                 outcome = fake._next_outcome()
                 with fake._lock:
                     fake.in_flight += 1
@@ -111,9 +139,9 @@ class FakeTwilio:
                         fake.in_flight -= 1
                         fake.answered[outcome] += 1
 
-            def _read(self, sid: str, parts: list[str], form: dict[str, str]) -> None:
+            def _read(self, sid: str, resource: str, parts: list[str], form: dict[str, str]) -> None:
                 with fake._lock:
-                    kept = list(fake.sent.get(sid, []))
+                    kept = list((fake.sent if resource == "messages" else fake.calls).get(sid, []))
                 if len(parts) == 6:  # a fetch by id
                     wanted = parts[5].removesuffix(".json")
                     for record in kept:
@@ -128,20 +156,14 @@ class FakeTwilio:
                     # A text the provider still queues has no DateSent yet: a DateSent filter leaves it out.
                     and ("DateSent>" not in form or m["date_sent"] is not None)
                 ]
-                return self._answer(200, {"messages": list(reversed(listed)), "next_page_uri": None})
+                return self._answer(200, {resource: list(reversed(listed)), "next_page_uri": None})
 
-            def _create(self, sid: str, form: dict[str, str], outcome: str, number: int) -> None:
-                if outcome == "drop":
-                    return self._drop()
-                if outcome == "429":
-                    throttled = {"code": 20429, "message": "Too Many Requests", "status": 429}
-                    return self._answer(429, throttled, {"Retry-After": str(fake.retry_after)})
-                if outcome == "5xx":
-                    return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
+            def _record(self, sid: str, resource: str, form: dict[str, str], number: int) -> dict[str, Any]:
+                """Keep a created text or call as Twilio stores it, and return it."""
                 service = form.get("MessagingServiceSid")
                 body = form.get("Body", "")
                 created = {
-                    "sid": f"SM{number:032x}",
+                    "sid": f"{'SM' if resource == 'messages' else 'CA'}{number:032x}",
                     "account_sid": sid,
                     "status": "queued",
                     "direction": "outbound-api",
@@ -150,15 +172,29 @@ class FakeTwilio:
                     "messaging_service_sid": service,
                     "body": body.translate(SMART_ENCODING).strip() if service else body,
                     "date_created": format_datetime(datetime.now(UTC), usegmt=True),
-                    "date_sent": None,
+                    "date_sent": None,  # still queued at the provider
                     "error_code": None,
                 }
                 with fake._lock:
-                    fake.sent.setdefault(sid, []).append(created)
+                    (fake.sent if resource == "messages" else fake.calls).setdefault(sid, []).append(created)
+                return created
+
+            def _create(self, sid: str, form: dict[str, str], outcome: str, number: int) -> None:
+                if outcome == "drop":
+                    return self._drop()
+                if outcome == "429":
+                    throttled = {"code": 20429, "message": "Too Many Requests", "status": 429}
+                    return self._answer(429, throttled, {"Retry-After": str(fake.retry_after)})
+                if outcome in ("5xx", "down"):
+                    return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
+                created = self._record(sid, "messages", form, number)
                 if fake.delay:
                     time.sleep(fake.delay)  # a slow provider: the send is in flight
                 if outcome == "timeout":
                     time.sleep(fake.timeout_s)
+                elif outcome == "hold":
+                    fake.held.set()
+                    fake.release.wait(30)
                 elif outcome == "drop-taken":
                     return self._drop()
                 elif outcome == "5xx-taken":
@@ -214,6 +250,7 @@ class FakeTwilio:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)

@@ -3,9 +3,15 @@ over a database connection kept between requests."""
 
 from __future__ import annotations
 
-import pytest
-from django.test import Client
+import json
 
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django_q.models import OrmQ
+
+from crm.models import Business, InboundEvent, Source
 from tests.leadops.test_deploy import documented_production_env, manage
 
 pytestmark = pytest.mark.django_db
@@ -51,3 +57,26 @@ def test_connection_reuse_can_be_turned_off() -> None:
     result = manage("shell", "--no-imports", "-c", printed, env={**documented_production_env(), "CONN_MAX_AGE": "0"})
 
     assert result.stdout.split() == ["0"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_accepting_a_google_ads_lead_is_one_lookup_one_event_and_one_task() -> None:
+    # transaction=True: the request runs in autocommit, as a server runs it.
+    business = Business.objects.create(slug="probe", name="Probe")
+    Source.objects.create(business=business, key="gads-probe", provider="google_ads", secret="k")
+    body = json.dumps({"google_key": "k", "lead_id": "L-1", "user_column_data": []}).encode()
+
+    with CaptureQueriesContext(connection) as queries:
+        response = Client().post("/hooks/google-ads/gads-probe/", data=body, content_type="application/json")
+
+    assert response.status_code == 200, response.content
+    statements = [query["sql"] for query in queries.captured_queries]
+    assert len(statements) == 3, statements
+    lookup, event, task = statements
+    # The source alone: no join with its business, no sort by the business's name.
+    assert lookup.startswith("SELECT") and "JOIN" not in lookup and "ORDER BY" not in lookup
+    assert event.startswith('INSERT INTO "crm_inboundevent"')
+    assert task.startswith('INSERT INTO "django_q_ormq"')
+    # No BEGIN, COMMIT or savepoint round trips around the one INSERT.
+    assert not [sql for sql in statements if "SAVEPOINT" in sql or sql in ("BEGIN", "COMMIT")]
+    assert InboundEvent.objects.get().business_id is not None and OrmQ.objects.count() == 1

@@ -26,7 +26,7 @@ from agents.outbound.twilio_accounts import twilio_client
 from agents.reporting.pipeline_qa import pipeline_qa_run
 from crm.models import Business, ExceptionItem, Message, Receipt, Role
 from crm.services.consent import consent_record
-from tests.agents.outbound.twilio_server import FakeTwilio
+from scripts.fake_twilio import FakeTwilio
 from tests.agents.test_cluster import test_database_url
 from tests.factories import lead_create, member_create
 
@@ -88,7 +88,7 @@ def test_provider_body_key_folds_what_twilio_rewrites_and_nothing_else() -> None
 
 
 def test_an_ambiguous_send_twilio_stored_smart_encoded_is_found_not_sent_again(business, twilio):
-    twilio.ambiguous = {SHARED_SID}
+    twilio.storm(["5xx-taken"])  # taken, answered 503: an ambiguous outcome
     message = queue(business)
     assert message_dispatch(message.pk) == "unknown"
     [stored] = twilio.sent[SHARED_SID]
@@ -108,7 +108,7 @@ def test_an_ambiguous_send_twilio_stored_smart_encoded_is_found_not_sent_again(b
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_while_twilio_takes_the_text_leaves_it_sending_and_the_sweep_settles_it(business, twilio):
     message = queue(business)
-    twilio.hold = True  # Twilio takes the text, the answer never reaches the worker
+    twilio.behave("hold")  # Twilio takes the text, the answer never reaches the worker
     env = {
         **os.environ, "DATABASE_URL": test_database_url(), "SEND_MODE": "live", "TWILIO_API_BASE_URL": twilio.url,
         "TWILIO_ACCOUNT_SID": SHARED_SID, "TWILIO_AUTH_TOKEN": SHARED_TOKEN, "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
@@ -119,13 +119,13 @@ def test_a_worker_killed_while_twilio_takes_the_text_leaves_it_sending_and_the_s
         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        assert twilio.taken.wait(60), worker.communicate(timeout=5)[0].decode()[-2000:] if worker.poll() else ""
+        assert twilio.held.wait(60), worker.communicate(timeout=5)[0].decode()[-2000:] if worker.poll() else ""
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
     message.refresh_from_db()
     assert (message.status, message.provider_sid, message.attempts) == ("sending", None, 1)
-    twilio.hold = False
+    twilio.behave("ok")
 
     assert messages_reconcile(now=later(2))["stalled"] == 0  # within the bound: maybe only slow
     swept = messages_reconcile(now=later(6))
@@ -191,10 +191,10 @@ def test_the_database_refuses_a_dispatch_attempt_past_the_cap(business, twilio):
 def test_while_twilio_cannot_be_asked_nothing_is_resent_and_the_message_is_given_up_after_the_cap(
     business, manager, twilio
 ):
-    twilio.ambiguous = {SHARED_SID}
+    twilio.storm(["5xx-taken"])  # taken, answered 503: an ambiguous outcome
     message = queue(business)
     assert message_dispatch(message.pk) == "unknown"
-    twilio.down = True
+    twilio.behave("down")
 
     for n in range(1, Message.MAX_RECONCILE_ATTEMPTS + 1):
         swept = messages_reconcile(now=later(n))

@@ -1,6 +1,6 @@
 """Each business's Twilio traffic goes through its own Twilio account: texts,
 calls and reconciliation against a local HTTP server in Twilio's REST shape
-(tests.agents.outbound.twilio_server: the real SDK and its real transport), and every signed request from Twilio
+(scripts.fake_twilio: the real SDK and its real transport), and every signed request from Twilio
 checked with the auth token of the business it is about."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agents.outbound.reconcile import messages_reconcile
 from crm.models import Business, Call, InboundEvent, Message, RejectedDelivery, Source
 from crm.services.business_file import BusinessFileError, business_file_parse, business_spec_apply
 from crm.services.consent import consent_record
-from tests.agents.outbound.twilio_server import FakeTwilio
+from scripts.fake_twilio import FakeTwilio
 from tests.factories import lead_create
 
 pytestmark = pytest.mark.django_db
@@ -182,7 +182,7 @@ def test_a_call_is_placed_through_the_account_of_the_business_that_owns_the_call
 
 
 def test_reconciliation_asks_each_business_account_for_its_own_messages(acme, bravo, twilio):
-    twilio.ambiguous = {B_SID}
+    twilio.storm(["5xx-taken"])  # taken, answered 503: an ambiguous outcome
     b_message = queue(bravo)
     assert message_dispatch(b_message.pk) == "unknown"
 
