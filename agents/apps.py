@@ -28,9 +28,11 @@ class AgentsConfig(AppConfig):
         from agents.fit import exceptions as fit_exceptions
 
         fit_exceptions.register()
+        from agents.booking import no_show
         from agents.booking import services as booking
 
-        booking.register()  # reminders and the no-show deadline
+        booking.register()  # appointment reminders
+        no_show.register()  # the no-show rebooking deadline
         from agents import followup
 
         followup.register()  # sequence steps, estimate clocks, follow-up calls

@@ -152,6 +152,9 @@ INSTALLED_APPS = [
     "approvals",
     "agents",
     "leadops",
+    # Tooling around the product (the simulate client, the demo business);
+    # the product's apps never import it.
+    "devtools",
 ]
 
 # The browser-session layers (sessions, CSRF, login, messages) are skipped for provider webhooks under WEBHOOK_PATH_PREFIX

@@ -109,7 +109,7 @@ def world_create() -> dict[str, str | None]:
     from rest_framework.authtoken.models import Token
 
     from crm.models import Role, TeamMember
-    from crm.services.demo import demo_load
+    from devtools.demo import demo_load
     from tests.factories import BusinessFactory, lead_create, member_create
 
     demo_load()
@@ -136,8 +136,8 @@ def pending_ensure() -> None:
     from agents.followup.estimates import estimate_send
     from approvals.models import ApprovalRequest
     from crm.models import Estimate, Lead, Stage
-    from crm.services.demo import DEMO_SLUG
     from crm.services.records import estimate_record
+    from devtools.demo import DEMO_SLUG
 
     lead = (
         Lead.objects.filter(business__slug=DEMO_SLUG, stage__in=[Stage.APPOINTMENT_HELD, Stage.ESTIMATE_SENT])

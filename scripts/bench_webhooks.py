@@ -78,7 +78,7 @@ def build_posts(args: argparse.Namespace, seed: int) -> list[Any]:
     """One lead post per webhook, providers taken in turn."""
     from django.utils import timezone
 
-    from agents.simulate import BUILDERS, Plan, SimulationError, context_load, people_make
+    from devtools.simulator.core import BUILDERS, Plan, SimulationError, context_load, people_make
 
     ctx = context_load(args.business)
     rng = random.Random(seed)
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
     django.setup()
     from django.utils import timezone
 
-    from agents.simulate import SimulationError, loopback_url
+    from devtools.simulator.core import SimulationError, loopback_url
 
     url = args.url.rstrip("/")
     if not loopback_url(url):

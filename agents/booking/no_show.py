@@ -36,16 +36,16 @@ from agents.booking.services import (
     appointment_when,
     lead_close,
 )
+from agents.events import MissingInformation, lead_event
 from agents.followup.sequences import enrollment_start
 from agents.notify import member_notify
-from agents.orchestrator import MissingInformation, lead_event
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
 from agents.routing.next_action import next_action_set
 from crm.models import Appointment, Business, Lead, Sequence, Stage, Timer
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.timers import timer_schedule
+from crm.services.timers import timer_handler_register, timer_schedule
 
 ACTOR = "agent:no_show_recovery"
 REBOOK_TEMPLATE = "no_show_sms"
@@ -194,3 +194,8 @@ def no_show_stats(business: Business, *, since: datetime | None = None, until: d
         unresponsive=Count("pk", filter=Q(lead__stage=Stage.UNRESPONSIVE)),
     )
     return NoShowStats(**counts)
+
+
+def register() -> None:
+    """The no-show deadline's timer handler (called at startup by AgentsConfig)."""
+    timer_handler_register(NO_SHOW_DEADLINE_TIMER, deadline_timer)

@@ -35,10 +35,10 @@ from django.utils import timezone
 
 from agents.booking.brief import brief_email, brief_store
 from agents.booking.slots import HOLDING, BookingError, NotASlot, members_free, slot_window, when_label
+from agents.events import MissingInformation, lead_event
 from agents.fit.exceptions import booking_refusal
 from agents.followup.sequences import enrollments_stop
 from agents.notify import member_notify
-from agents.orchestrator import MissingInformation, lead_event
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
 from agents.routing.next_action import next_action_set
@@ -585,11 +585,9 @@ def held_step(lead: Lead, data: dict[str, Any]) -> str:
 
 
 def register() -> None:
-    """Timer handlers of this package (called at startup by AgentsConfig)."""
-    from agents.booking import no_show  # it imports this module
-
+    """The reminder timer's handler (called at startup by AgentsConfig; the
+    no-show deadline's is agents.booking.no_show's own)."""
     timer_handler_register(REMINDER_TIMER, _reminder_timer)
-    timer_handler_register(NO_SHOW_DEADLINE_TIMER, no_show.deadline_timer)
 
 
 @transaction.atomic

@@ -22,7 +22,7 @@ from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
-from agents.orchestrator import UNREACHABLE_TITLE, lead_event
+from agents.events import UNREACHABLE_TITLE, lead_event
 from approvals.services import approval_request_open
 from crm.locks import xact_locks
 from crm.models import (

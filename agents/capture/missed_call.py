@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from agents.orchestrator import lead_event
+from agents.events import lead_event
 from crm.models import Call, Lead, Task, TeamMember
 from crm.selectors import business_manager
 from crm.services import lead_sync

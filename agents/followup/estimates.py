@@ -29,8 +29,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agents.events import exception_task, lead_event
 from agents.followup.sequences import TRIGGER_EXITS, enrollment_start, enrollments_stop
-from agents.orchestrator import exception_task, lead_event
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalConflict, approval_request_open

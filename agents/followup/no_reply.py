@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from agents.events import exception_task
 from agents.followup.sequences import ON_COMPLETE, enrollment_start
-from agents.orchestrator import exception_task
 from crm.models import Enrollment, Lead, Message, Stage
 from crm.services import lead_sync
 

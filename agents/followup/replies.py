@@ -25,8 +25,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agents.events import lead_event
 from agents.followup.sequences import enrollments_stop
-from agents.orchestrator import lead_event
 from crm.models import ContactPoint, Lead, Message, Stage, Task
 from crm.selectors import business_manager
 from crm.services import lead_sync

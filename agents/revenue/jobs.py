@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents.orchestrator import MissingInformation, lead_event
+from agents.events import MissingInformation, lead_event
 from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, _money_check, tasks_close
 from crm.models import Invoice, Job, Lead, Stage
 from crm.selectors import business_manager

@@ -33,7 +33,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
-from agents.orchestrator import MissingInformation, lead_event
+from agents.events import MissingInformation, lead_event
 from crm.models import (
     Business,
     ContactPoint,

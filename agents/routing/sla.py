@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from django.db import transaction
 from django.utils import timezone
 
+from agents.events import lead_event
 from agents.notify import member_notify
 from agents.outbound.clock import business_minutes_after
 from crm.models import Lead, LeadException
@@ -47,8 +48,6 @@ def sla_deadline(lead: Lead, start: datetime, *, minutes: int | None = None) -> 
 def sla_start(lead: Lead, *, now: datetime | None = None, minutes: int | None = None) -> datetime:
     """Set the lead's SLA due time and schedule its check (once per lead);
     `minutes`: the standard, when the caller has read it already."""
-    from agents.orchestrator import lead_event
-
     if minutes is None:
         minutes = sla_minutes(lead)  # one read of the first touch's source for both uses
     due = sla_deadline(lead, lead.created_at or now or timezone.now(), minutes=minutes)

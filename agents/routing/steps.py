@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents.events import UNREACHABLE_TITLE, MissingInformation
 from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
-from agents.orchestrator import UNREACHABLE_TITLE, MissingInformation
 from agents.routing.assign import lead_route
 from agents.routing.next_action import next_action_ensure
 from agents.routing.sla import sla_check, sla_deadline, sla_minutes, sla_start

@@ -1,4 +1,4 @@
-"""`manage.py simulate` and its logic (agents/simulate.py): the signers against
+"""`manage.py simulate` and its logic (devtools/simulator/core.py): the signers against
 the published vectors, the plan it builds, the Graph stand-in, and whole runs
 over real HTTP against the live server, whose stored events are then processed
 the way the cluster would."""
@@ -28,7 +28,9 @@ from agents.capture.processing import event_process
 from agents.capture.providers.meta import signature_valid
 from agents.capture.providers.typeform import typeform_signature
 from agents.orchestrator import orchestrate_pending
-from agents.simulate import (
+from crm.models import CLOSED_STAGES, Business, Call, Contact, ContactPoint, InboundEvent, Lead, Message
+from crm.phones import phone_to_e164
+from devtools.simulator.core import (
     AREA_CODES,
     BAD_SIGNATURE,
     BUILDER_NAMES,
@@ -60,8 +62,6 @@ from agents.simulate import (
     summary_lines,
     unexpected,
 )
-from crm.models import CLOSED_STAGES, Business, Call, Contact, ContactPoint, InboundEvent, Lead, Message
-from crm.phones import phone_to_e164
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = Path(__file__).resolve().parent / "samples"

@@ -26,8 +26,8 @@ from crm.models import (
     Task,
     TeamMember,
 )
-from crm.services.demo import ADMIN_URL, DEMO_SLUG, DEMO_USERS, demo_password
 from crm.services.receipts import receipts_verify
+from devtools.demo import ADMIN_URL, DEMO_SLUG, DEMO_USERS, demo_password
 
 pytestmark = pytest.mark.django_db
 

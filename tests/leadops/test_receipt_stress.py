@@ -25,12 +25,12 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from agents.capture.processing import event_process
-from agents.simulate import GraphServer, context_load, plan_build, plan_run, summary_lines, unexpected
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalNotPending, SelfApproval, approval_approve
 from crm.models import Appointment, Business, Estimate, InboundEvent, Lead, Receipt
 from crm.services.receipts import receipts_verify
 from crm.services.timers import timers_run_due
+from devtools.simulator.core import GraphServer, context_load, plan_build, plan_run, summary_lines, unexpected
 from tests.agents.test_simulate import HOSTED_FORM_FILE
 
 ROOT = Path(__file__).resolve().parents[2]

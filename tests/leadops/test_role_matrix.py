@@ -36,9 +36,9 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
 from crm import models as m
 from crm.services.consent import consent_record
-from crm.services.demo import demo_load
 from crm.services.records import task_create
 from crm.services.timers import timer_schedule
+from devtools.demo import demo_load
 from tests.factories import BusinessFactory, member_create
 
 ROLES = ("owner", "manager", "setter", "technician", "outsider", "anonymous")

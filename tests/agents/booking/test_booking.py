@@ -162,7 +162,7 @@ def test_the_booking_event_emails_the_brief_to_the_technician_once(
     assert [m.to for m in mailoutbox] == [["tom@example.com"]]
     assert mailoutbox[0].body == Appointment.objects.get(pk=appointment.pk).brief
     # The event is recorded once per appointment: recording it again runs nothing twice.
-    from agents.orchestrator import lead_event
+    from agents.events import lead_event
 
     with django_capture_on_commit_callbacks(execute=True):
         lead_event(lead, "booking", key=appointment.public_id, data={"appointment": appointment.public_id})

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agents.booking.services import LeadNotBookable, appointment_book
-from agents.orchestrator import lead_event, orchestrate_pending
+from agents.events import lead_event
+from agents.orchestrator import orchestrate_pending
 from approvals.models import ApprovalRequest
 from approvals.services import approval_approve, approval_reject
 from crm.models import ServiceArea

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from agents.booking.simulated_bookings import BOOKING, BOOKING_PHASE, CANCELLATION, NO_SHOW, OUTCOME_PHASE, UNMATCHED
 from agents.capture.processing import event_process
 from agents.capture.providers.calendly import signature_problem
 from agents.orchestrator import orchestrate_pending
-from agents.simulate import (
+from crm.models import Appointment, Business, ExceptionItem, InboundEvent, Lead, Stage, Task
+from devtools.simulator.bookings import BOOKING, BOOKING_PHASE, CANCELLATION, NO_SHOW, OUTCOME_PHASE, UNMATCHED
+from devtools.simulator.core import (
     BAD_SIGNATURE,
     DUPLICATE,
     SimContext,
@@ -28,7 +29,6 @@ from agents.simulate import (
     summary_lines,
     unexpected,
 )
-from crm.models import Appointment, Business, ExceptionItem, InboundEvent, Lead, Stage, Task
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 3, 14, 15, 0, tzinfo=UTC)

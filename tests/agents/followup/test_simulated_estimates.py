@@ -24,22 +24,14 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from agents.audit import lead_audit
-from agents.booking.simulated_bookings import BOOKING_PHASE
 from agents.capture.processing import event_process
 from agents.followup.estimates import FOLLOW_UP_TIMER
-from agents.followup.simulated_estimates import (
-    ACCEPT,
-    DECISION_PHASE,
-    DECLINE,
-    ESTIMATE,
-    ESTIMATE_PHASE,
-    HELD,
-    HIGH_VALUE_AMOUNT,
-    VISIT,
-    VISIT_PHASE,
-)
 from agents.orchestrator import orchestrate_pending
-from agents.simulate import (
+from approvals.models import ApprovalRequest
+from crm.models import Appointment, Business, Enrollment, Estimate, InboundEvent, Lead, Receipt, Stage, Timer
+from crm.services.timers import timers_run_due
+from devtools.simulator.bookings import BOOKING_PHASE
+from devtools.simulator.core import (
     BAD_SIGNATURE,
     MALFORMED,
     SimContext,
@@ -50,9 +42,17 @@ from agents.simulate import (
     summary_lines,
     unexpected,
 )
-from approvals.models import ApprovalRequest
-from crm.models import Appointment, Business, Enrollment, Estimate, InboundEvent, Lead, Receipt, Stage, Timer
-from crm.services.timers import timers_run_due
+from devtools.simulator.estimates import (
+    ACCEPT,
+    DECISION_PHASE,
+    DECLINE,
+    ESTIMATE,
+    ESTIMATE_PHASE,
+    HELD,
+    HIGH_VALUE_AMOUNT,
+    VISIT,
+    VISIT_PHASE,
+)
 from tests.agents.test_cluster import test_database_url
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -360,7 +360,7 @@ def test_the_business_file_refuses_a_twilio_account_it_cannot_use(db, source, re
 
 
 def test_the_simulator_signs_a_businesss_twilio_hooks_with_that_businesss_own_token(acme, bravo, twilio):
-    from agents.simulate import context_load
+    from devtools.simulator.core import context_load
 
     assert (context_load("bravo").twilio_account_sid, context_load("bravo").twilio_auth_token) == (B_SID, B_TOKEN)
     shared = load("corner", "Corner Plumbing", '{key: corner-line, provider: twilio, phone_number: "+13125550300"}')

@@ -17,10 +17,18 @@ from django.db.models import Sum
 
 from agents.capture.processing import event_process
 from agents.orchestrator import orchestrate_pending
-from agents.revenue.simulated_payments import PAYMENT, PAYMENT_PHASE, REFUND
-from agents.simulate import BAD_SIGNATURE, SimContext, SourceInfo, context_load, plan_build, plan_run, unexpected
 from crm.models import Business, InboundEvent, Payment, Refund
 from crm.reports import revenue_report
+from devtools.simulator.core import (
+    BAD_SIGNATURE,
+    SimContext,
+    SourceInfo,
+    context_load,
+    plan_build,
+    plan_run,
+    unexpected,
+)
+from devtools.simulator.payments import PAYMENT, PAYMENT_PHASE, REFUND
 from tests.agents.revenue.conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[3]

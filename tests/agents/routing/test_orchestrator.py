@@ -8,7 +8,8 @@ from datetime import time, timedelta
 import pytest
 from django.utils import timezone
 
-from agents.orchestrator import EVENTS, lead_event, orchestrate, orchestrate_pending, steps
+from agents.events import EVENTS, lead_event
+from agents.orchestrator import STEPS, orchestrate, orchestrate_pending
 from approvals.models import ApprovalRequest
 from crm.models import Lead, Message, MessageTemplate, Receipt, Role, ServiceArea, Task, Timer
 from crm.services.records import contact_create, lead_open
@@ -34,7 +35,7 @@ def _step_receipt(lead: Lead, event: str) -> Receipt:
 
 
 def test_the_table_has_one_step_for_every_event() -> None:
-    assert set(steps()) == set(EVENTS)
+    assert set(STEPS) == set(EVENTS)
     with pytest.raises(ValueError, match="unknown lead event"):
         lead_event(Lead(), "lead.teleported", key="x")
 

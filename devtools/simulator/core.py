@@ -34,7 +34,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -50,29 +50,31 @@ from twilio.request_validator import RequestValidator
 
 from agents.capture.providers.website import DEFAULT_CONSENT_TEXT, HOSTED_RATE_LIMIT
 from agents.outbound.twilio_accounts import business_account
-
-# What a delivery is meant to be.
-LEAD = "lead"  # a person's first touch, or another channel of a known person
-REPLY = "reply"  # a person writing again (SMS, DM)
-CALL_STATUS = "call_status"  # the no-answer status that makes a call a missed call
-DUPLICATE = "duplicate"  # the exact bytes of an earlier delivery, again
-MALFORMED = "malformed"  # correctly signed, but not a readable body
-BAD_SIGNATURE = "bad_signature"  # a wrong signature, key or CSRF token
-HONEYPOT = "honeypot"  # a bot filling the hosted form's hidden field
-MEANT_TO_FAIL = (MALFORMED, BAD_SIGNATURE, HONEYPOT)
-
-# What the server is expected to store for a delivery.
-STORES_NEW = "new"  # one new InboundEvent
-STORES_SAME = "same"  # nothing new: the event of the earlier identical delivery
-STORES_FAILED = "failed"  # one InboundEvent that ends `failed` (kept for inspection and replay)
-STORES_NONE = "none"  # nothing
-
-OK = frozenset({200})
-REFUSED = frozenset({401, 403})
-# A signed body the server cannot read: refused with a 4xx, or acknowledged
-# (Meta and Typeform retry or disable a webhook on errors) — stored failed either way.
-UNREADABLE = frozenset({200, 400, 422})
-HOSTED_RATE_LIMITED = 429
+from devtools.simulator.base import (  # noqa: F401 - re-exported: the simulator's vocabulary, for its callers
+    BAD_SIGNATURE,
+    CALL_STATUS,
+    DUPLICATE,
+    HONEYPOT,
+    HOSTED_RATE_LIMITED,
+    LEAD,
+    MALFORMED,
+    MEANT_TO_FAIL,
+    OK,
+    REFUSED,
+    REPLY,
+    STORES_FAILED,
+    STORES_NEW,
+    STORES_NONE,
+    STORES_SAME,
+    UNREADABLE,
+    Job,
+    Post,
+    PostNotReady,
+    counts_text,
+)
+from devtools.simulator.bookings import booking_jobs, signing_key
+from devtools.simulator.estimates import WAIT_SECONDS, estimate_jobs, summary
+from devtools.simulator.payments import payment_jobs
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 GRAPH_DEFAULT_PORT = 8765
@@ -339,42 +341,6 @@ def people_make(rng: random.Random, count: int, reserved: Iterable[str] = ()) ->
 
 
 # --- deliveries ---------------------------------------------------------------
-
-
-@dataclass
-class Post:
-    """One HTTP POST (the hosted form GETs its page first) and what it should get."""
-
-    builder: str
-    intent: str
-    path: str
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    expect: frozenset[int] = OK
-    stores: str = STORES_NEW
-    event_provider: str = ""
-    person: int | None = None
-    label: str = ""
-    # The hosted form: the fields a person fills in; the page's CSRF token and
-    # nonce are added after the GET. `csrf=False` posts without cookie or token.
-    form: dict[str, str] | None = None
-    csrf: bool = True
-    # Re-send the previous post of the same job byte for byte (a double submit).
-    repeat_previous: bool = False
-    # Builds (body, headers) when sent, from what exists by then (a payment
-    # names the lead the server created from the person's earlier posts).
-    prepare: Callable[[], tuple[bytes, dict[str, str]]] | None = None
-    # Builds the path when sent (given the server's base URL), for an id
-    # known only then (an estimate's, read from the server's API).
-    route: Callable[[str], str] | None = None
-
-
-@dataclass
-class Job:
-    """Posts sent in order on one HTTP session (one browser, for the hosted form)."""
-
-    phase: int
-    posts: list[Post]
 
 
 @dataclass
@@ -1037,8 +1003,6 @@ def plan_build(
 def _payments(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: bool) -> None:
     """Signed Stripe payments and refunds for some of the people (their own
     random stream, so adding them changes no other delivery of a seed)."""
-    from agents.revenue.simulated_payments import payment_jobs
-
     if not ctx.stripe_webhook_secret:
         if asked:
             plan.skipped["stripe"] = "STRIPE_WEBHOOK_SECRET is not set (the server refuses every delivery without it)"
@@ -1050,8 +1014,6 @@ def _payments(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: b
 def _bookings(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: bool) -> None:
     """Signed Calendly bookings, cancellations and no-shows for some of the
     people (their own random stream, so adding them changes no other delivery)."""
-    from agents.booking.simulated_bookings import booking_jobs, signing_key
-
     if not ctx.sources.get("calendly") or not signing_key(ctx):
         if asked:
             why = "no active calendly source" if not ctx.sources.get("calendly") else "CALENDLY_SIGNING_KEY is not set"
@@ -1065,9 +1027,6 @@ def _estimates(ctx: SimContext, plan: Plan, seed: int, now: datetime, *, asked: 
     """Visits held and estimates sent, accepted and declined, written through
     the API with a team member's token (their own random stream, so adding
     them changes no other delivery). The visits are booked through Calendly."""
-    from agents.booking.simulated_bookings import signing_key
-    from agents.followup.simulated_estimates import WAIT_SECONDS, estimate_jobs
-
     why = ""
     if not ctx.api_token:
         why = "no API token (pass --token or set SIMULATE_API_TOKEN)"
@@ -1193,12 +1152,6 @@ class _PageError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-class PostNotReady(Exception):
-    """What a post needs did not appear on the server in time (reported as no answer)."""
-
-    status = 0
 
 
 def _hosted_body(
@@ -1341,10 +1294,6 @@ def unexpected(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if not r.expected]
 
 
-def _counts(statuses: Iterable[int]) -> str:
-    return " ".join(f"{s or 'no answer'}×{n}" for s, n in sorted(Counter(statuses).items()))
-
-
 def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
     """What was posted and how the server answered, for people."""
     yield "Posts by source and HTTP status:"
@@ -1353,8 +1302,8 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
         by_builder[r.post.builder].append(r)
     for name in plan.builders:
         rs = by_builder.get(name, [])
-        yield f"  {name:<12} {len(rs):>5} posts   {_counts(r.status for r in rs)}"
-    yield f"  {'total':<12} {len(results):>5} posts   {_counts(r.status for r in results)}"
+        yield f"  {name:<12} {len(rs):>5} posts   {counts_text(r.status for r in rs)}"
+    yield f"  {'total':<12} {len(results):>5} posts   {counts_text(r.status for r in results)}"
 
     by_intent: dict[str, list[Result]] = defaultdict(list)
     for r in results:
@@ -1363,22 +1312,20 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
     yield (
         f"People: {len(plan.people)} ({several} on two or three channels); lead posts {len(by_intent[LEAD])}, "
         f"replies {len(by_intent[REPLY])}, missed-call statuses {len(by_intent[CALL_STATUS])}, "
-        f"repeated deliveries {len(by_intent[DUPLICATE])} ({_counts(r.status for r in by_intent[DUPLICATE])})"
+        f"repeated deliveries {len(by_intent[DUPLICATE])} ({counts_text(r.status for r in by_intent[DUPLICATE])})"
     )
     paid = [r for r in results if r.post.builder == "stripe" and r.post.intent in ("payment", "refund")]
     if paid:
-        yield f"Stripe: {_counts(r.status for r in paid)} ({sum(r.post.intent == 'refund' for r in paid)} refunds)"
+        yield f"Stripe: {counts_text(r.status for r in paid)} ({sum(r.post.intent == 'refund' for r in paid)} refunds)"
     calendly = Counter(r.post.intent for r in results if r.post.builder == "calendly")
     if calendly:
         yield (
             f"Calendly: {calendly['booking']} bookings, {calendly['cancellation']} cancellations, "
             f"{calendly['no_show']} no-shows, {calendly['unmatched_booking']} from nobody known "
-            f"({_counts(r.status for r in results if r.post.builder == 'calendly')})"
+            f"({counts_text(r.status for r in results if r.post.builder == 'calendly')})"
         )
     estimates = Counter(r.post.intent for r in results if r.post.builder == "estimates")
     if estimates:
-        from agents.followup.simulated_estimates import summary
-
         yield summary(estimates, [r for r in results if r.post.builder == "estimates"])
     yield "Meant to fail (expected, not errors):"
     for intent, what in (
@@ -1388,7 +1335,7 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
     ):
         rs = by_intent.get(intent, [])
         if rs:
-            yield f"  {len(rs):>3} {what}: {_counts(r.status for r in rs)}"
+            yield f"  {len(rs):>3} {what}: {counts_text(r.status for r in rs)}"
     limited = [r for r in results if r.post.builder == "hosted_form" and r.status == HOSTED_RATE_LIMITED]
     if limited:
         limit, window = HOSTED_RATE_LIMIT

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from agents.capture.providers.stripe import stripe_signature
-from agents.polling import poll_until
+from devtools.polling import poll_until
+from devtools.simulator.base import BAD_SIGNATURE, DUPLICATE, OK, STORES_NONE, STORES_SAME, Job, Post
 
 PAYMENT = "payment"
 REFUND = "refund"
@@ -109,7 +110,6 @@ def _finisher(
 def payment_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime) -> list[Any]:
     """The payments and refunds of about a third of `people` (at least one),
     plus one delivery signed with the wrong secret."""
-    from agents.simulate import BAD_SIGNATURE, DUPLICATE, OK, STORES_NONE, STORES_SAME, Job, Post
 
     def post(intent: str, event: dict[str, Any], person: Any, **kw: Any) -> Any:
         finish = _finisher(event, ctx.stripe_webhook_secret, ctx.business_slug, person.phone, person.email)

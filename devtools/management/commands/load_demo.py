@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from crm.models import Stage
 from crm.services.business_file import BusinessFileError
-from crm.services.demo import ADMIN_URL, demo_load
+from devtools.demo import ADMIN_URL, demo_load
 
 
 class Command(BaseCommand):

@@ -9,8 +9,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.followup.simulated_estimates import WAIT_SECONDS
-from agents.simulate import (
+from devtools.simulator.core import (
     BUILDER_NAMES,
     DEFAULT_TIMEOUT,
     GRAPH_DEFAULT_PORT,
@@ -24,6 +23,7 @@ from agents.simulate import (
     summary_lines,
     unexpected,
 )
+from devtools.simulator.estimates import WAIT_SECONDS
 
 HELP = f"""Post realistic, correctly signed webhooks for every configured source of a
 business to a running server over HTTP: Google Ads leads (some is_test), website

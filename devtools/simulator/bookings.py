@@ -27,6 +27,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agents.capture.providers.calendly import calendly_signature
+from devtools.simulator.base import BAD_SIGNATURE, DUPLICATE, OK, REFUSED, STORES_NONE, STORES_SAME, Job, Post
+from devtools.simulator.payments import lead_id_for
 
 BOOKING = "booking"
 CANCELLATION = "cancellation"
@@ -45,7 +47,7 @@ def signing_key(ctx: Any) -> str:
     return (sources[0].secret if sources else "") or str(settings.CALENDLY_SIGNING_KEY)
 
 
-def _token(rng: random.Random, n: int = 16) -> str:
+def uri_token(rng: random.Random, n: int = 16) -> str:
     return "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(n))
 
 
@@ -53,7 +55,7 @@ def _iso(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
 
 
-def _envelope(kind: str, invitee: dict[str, Any], created: datetime) -> dict[str, Any]:
+def calendly_envelope(kind: str, invitee: dict[str, Any], created: datetime) -> dict[str, Any]:
     return {
         "created_at": _iso(created),
         "created_by": f"{API}/users/SIMULATEDHOST0001",
@@ -62,7 +64,7 @@ def _envelope(kind: str, invitee: dict[str, Any], created: datetime) -> dict[str
     }
 
 
-def _invitee(
+def calendly_invitee(
     uri: str, event_uri: str, person: Any, starts: datetime, created: datetime, *, status: str = "active",
     cancellation: dict[str, Any] | None = None, no_show: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
@@ -97,12 +99,10 @@ def _invitee(
     }  # fmt: skip
 
 
-def _finisher(
+def booking_finisher(
     event: dict[str, Any], key: str, business_slug: str, person: Any, *, carry_lead: bool
 ) -> Callable[[], tuple[bytes, dict[str, str]]]:
     def finish() -> tuple[bytes, dict[str, str]]:
-        from agents.revenue.simulated_payments import lead_id_for
-
         if carry_lead and event["event"] == "invitee.created" and (person.phone or person.email):
             lead = lead_id_for(business_slug, person.phone, person.email)
             if lead:
@@ -118,13 +118,11 @@ def _finisher(
 
 def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime) -> list[Any]:
     """The Calendly deliveries for the plan (see the module docstring)."""
-    from agents.simulate import BAD_SIGNATURE, DUPLICATE, OK, REFUSED, STORES_NONE, STORES_SAME, Job, Post
-
     key = signing_key(ctx)
     path = f"/hooks/calendly/{ctx.sources['calendly'][0].key}/"
 
     def post(intent: str, event: dict[str, Any], person: Any, *, carry_lead: bool = False) -> Any:
-        finish = _finisher(event, key, ctx.business_slug, person, carry_lead=carry_lead)
+        finish = booking_finisher(event, key, ctx.business_slug, person, carry_lead=carry_lead)
         return Post("calendly", intent, path, b"", {}, expect=OK, event_provider="calendly",
                     person=getattr(person, "number", None), prepare=finish)  # fmt: skip
 
@@ -133,12 +131,14 @@ def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
     jobs: list[Any] = []
     day = now.replace(hour=15, minute=0, second=0, microsecond=0)
     for n, person in enumerate(bookers):
-        event_uri = f"{API}/scheduled_events/{_token(rng)}"
-        uri = f"{event_uri}/invitees/{_token(rng)}"
+        event_uri = f"{API}/scheduled_events/{uri_token(rng)}"
+        uri = f"{event_uri}/invitees/{uri_token(rng)}"
         outcome = "no_show" if n % 4 == 1 else "cancel" if n % 4 == 2 else ""
         starts = now - timedelta(hours=3) if outcome == "no_show" else day + timedelta(days=rng.randint(1, 7))
         booked_at = now - timedelta(days=2) if outcome == "no_show" else now
-        created = _envelope("invitee.created", _invitee(uri, event_uri, person, starts, booked_at), booked_at)
+        created = calendly_envelope(
+            "invitee.created", calendly_invitee(uri, event_uri, person, starts, booked_at), booked_at
+        )
         posts = [post(BOOKING, created, person, carry_lead=n % 2 == 0)]
         if n == 0:
             posts.append(Post("calendly", DUPLICATE, path, expect=OK, stores=STORES_SAME, event_provider="calendly",
@@ -147,16 +147,22 @@ def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
         if outcome == "cancel":
             cancellation = {"canceled_by": person.name, "reason": "Found another time slot elsewhere",
                             "canceler_type": "invitee", "created_at": _iso(now)}  # fmt: skip
-            invitee = _invitee(uri, event_uri, person, starts, booked_at, status="canceled", cancellation=cancellation)
-            jobs.append(Job(OUTCOME_PHASE, [post(CANCELLATION, _envelope("invitee.canceled", invitee, now), person)]))
+            invitee = calendly_invitee(
+                uri, event_uri, person, starts, booked_at, status="canceled", cancellation=cancellation
+            )
+            jobs.append(
+                Job(OUTCOME_PHASE, [post(CANCELLATION, calendly_envelope("invitee.canceled", invitee, now), person)])
+            )
         elif outcome == "no_show":
-            mark = {"uri": f"{API}/invitee_no_shows/{_token(rng)}", "created_at": _iso(now)}
-            invitee = _invitee(uri, event_uri, person, starts, booked_at, no_show=mark)
-            jobs.append(Job(OUTCOME_PHASE, [post(NO_SHOW, _envelope("invitee_no_show.created", invitee, now), person)]))
+            mark = {"uri": f"{API}/invitee_no_shows/{uri_token(rng)}", "created_at": _iso(now)}
+            invitee = calendly_invitee(uri, event_uri, person, starts, booked_at, no_show=mark)
+            jobs.append(
+                Job(OUTCOME_PHASE, [post(NO_SHOW, calendly_envelope("invitee_no_show.created", invitee, now), person)])
+            )
 
-    stranger = _Stranger(f"walk.in.{_token(rng, 6).lower()}@example.org")
-    event_uri = f"{API}/scheduled_events/{_token(rng)}"
-    unknown = _envelope("invitee.created", _invitee(f"{event_uri}/invitees/{_token(rng)}", event_uri, stranger,
+    stranger = _Stranger(f"walk.in.{uri_token(rng, 6).lower()}@example.org")
+    event_uri = f"{API}/scheduled_events/{uri_token(rng)}"
+    unknown = calendly_envelope("invitee.created", calendly_invitee(f"{event_uri}/invitees/{uri_token(rng)}", event_uri, stranger,
                                                      day + timedelta(days=3), now), now)  # fmt: skip
     jobs.append(Job(BOOKING_PHASE, [post(UNMATCHED, unknown, stranger)]))
     forged = json.dumps(unknown, separators=(",", ":")).replace("walk.in", "forged").encode()

@@ -35,7 +35,16 @@ from urllib.parse import urlencode
 
 import requests
 
-from agents.polling import poll_until
+from devtools.polling import poll_until
+from devtools.simulator.base import BAD_SIGNATURE, MALFORMED, STORES_NONE, Job, Post, PostNotReady, counts_text
+from devtools.simulator.bookings import (
+    API,
+    booking_finisher,
+    calendly_envelope,
+    calendly_invitee,
+    signing_key,
+    uri_token,
+)
 
 VISIT = "visit"
 HELD = "held"
@@ -72,14 +81,10 @@ class _Server:
             timeout=(5, 30),
         )
         if response.status_code != 200:
-            from agents.simulate import PostNotReady
-
             raise PostNotReady(f"GET {path} answered {response.status_code}: {response.text[:160]}")
         return list(response.json().get("results", []))
 
     def until(self, what: str, look: Callable[[], Any]) -> Any:
-        from agents.simulate import PostNotReady
-
         found = poll_until(look, timeout=self.wait)
         if not found:
             raise PostNotReady(f"{what} did not appear within {self.wait:.0f} s (is the task cluster running?)")
@@ -107,9 +112,6 @@ def _json_post(
 
 def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wait: float = WAIT_SECONDS) -> list[Any]:
     """The visits, estimates and decisions of the plan (see the module docstring)."""
-    from agents.booking.simulated_bookings import API, _envelope, _finisher, _invitee, _token, signing_key
-    from agents.simulate import BAD_SIGNATURE, MALFORMED, STORES_NONE, Job, Post
-
     elsewhere = {p.person for p in plan.posts if p.builder in ("calendly", "stripe")}
     candidates = [
         p for p in plan.people
@@ -130,12 +132,12 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
 
     for n, person in enumerate(chosen):
         # 1. The visit, booked days ago through Calendly, began hours ago.
-        event_uri = f"{API}/scheduled_events/{_token(rng)}"
+        event_uri = f"{API}/scheduled_events/{uri_token(rng)}"
         starts, booked_at = now - timedelta(hours=rng.randint(3, 6)), now - timedelta(days=rng.randint(2, 5))
-        invitee = _invitee(f"{event_uri}/invitees/{_token(rng)}", event_uri, person, starts, booked_at)
-        event = _envelope("invitee.created", invitee, booked_at)
+        invitee = calendly_invitee(f"{event_uri}/invitees/{uri_token(rng)}", event_uri, person, starts, booked_at)
+        event = calendly_envelope("invitee.created", invitee, booked_at)
         visit = Post("calendly", VISIT, calendly, b"", {}, event_provider="calendly", person=person.number,
-                     prepare=_finisher(event, key, ctx.business_slug, person, carry_lead=True))  # fmt: skip
+                     prepare=booking_finisher(event, key, ctx.business_slug, person, carry_lead=True))  # fmt: skip
         jobs.append(Job(VISIT_PHASE, [visit]))
 
         # 2. The visit is marked held, and the estimate sent, by the team's tool.
@@ -208,12 +210,10 @@ def _started(starts_at: str) -> bool:
 
 def summary(intents: Counter[str], results: list[Any]) -> str:
     """One line for `simulate`'s report."""
-    from agents.simulate import _counts
-
     created = [r for r in results if r.post.intent == ESTIMATE and r.status == 201]
     waiting = sum(1 for r in created if '"status":"pending_approval"' in r.detail)
     return (
         f"Estimates (API): {intents[HELD]} visits held, {intents[ESTIMATE]} estimates "
         f"({waiting} waiting for approval), {intents[ACCEPT]} accepted, {intents[DECLINE]} declined "
-        f"({_counts(r.status for r in results)})"
+        f"({counts_text(r.status for r in results)})"
     )
