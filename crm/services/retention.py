@@ -22,10 +22,13 @@ PRUNE_BATCH = 2000
 _DEFAULT_DAYS = Business._meta.get_field("raw_retention_days").get_default()
 
 # One statement: pick a bounded batch of expired rows (skipping rows a worker
-# holds, so a run never waits on processing), clear them, count them.
+# holds, so a run never waits on processing), clear them, count them. The
+# batch is a MATERIALIZED CTE, picked once: as `WHERE id IN (SELECT … LIMIT …
+# FOR UPDATE SKIP LOCKED)` the planner may rescan the subquery for each row
+# (a nested-loop semi-join), and a rescan skips the rows this very statement
+# has just cleared and takes the next ones, past the LIMIT.
 _PRUNE_SQL = """
-UPDATE crm_inboundevent SET body = '\\x'::bytea, headers = '{}'::jsonb
-WHERE id IN (
+WITH batch AS MATERIALIZED (
     SELECT e.id FROM crm_inboundevent e LEFT JOIN crm_business b ON b.id = e.business_id
     WHERE e.status IN ('processed', 'ignored')
       AND (octet_length(e.body) > 0 OR e.headers <> '{}'::jsonb)
@@ -34,6 +37,8 @@ WHERE id IN (
     LIMIT %s
     FOR UPDATE OF e SKIP LOCKED
 )
+UPDATE crm_inboundevent SET body = '\\x'::bytea, headers = '{}'::jsonb
+FROM batch WHERE crm_inboundevent.id = batch.id
 """
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from django_q.models import Schedule
@@ -88,6 +89,28 @@ def test_one_run_prunes_at_most_one_batch(site: Source, django_capture_on_commit
     assert raw_bodies_prune(now=days_later(91), batch=2) == 2
     assert raw_bodies_prune(now=days_later(91), batch=2) == 1
     assert raw_bodies_prune(now=days_later(91), batch=2) == 0
+
+
+def test_a_batch_stays_one_batch_whatever_plan_the_database_picks(
+    site: Source, django_capture_on_commit_callbacks: Any
+) -> None:
+    for n in range(3):
+        form(django_capture_on_commit_callbacks, n)
+    # The plan that once cleared three rows for a batch of two (one run in
+    # ten): a nested-loop semi-join that rescans the batch for each row.
+    with connection.cursor() as cursor:
+        for planner_switch in (
+            "enable_hashjoin",
+            "enable_mergejoin",
+            "enable_hashagg",
+            "enable_material",
+            "enable_sort",
+        ):
+            cursor.execute(f"SET LOCAL {planner_switch} = off")
+
+        assert raw_bodies_prune(now=days_later(91), batch=2) == 2
+        cursor.execute("SELECT count(*) FROM crm_inboundevent WHERE octet_length(body) > 0")
+        assert cursor.fetchone() == (1,)
 
 
 def test_the_pruning_task_is_scheduled_hourly(db: None) -> None:
