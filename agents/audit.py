@@ -109,12 +109,15 @@ def _stop_rules(audit: Audit, business: Business) -> None:
     stops = _stop_times(business)
     automated = (
         Message.objects.filter(
-            business=business, direction="out", automated=True, enrollment__isnull=False,
+            business=business,
+            direction="out",
+            automated=True,
+            enrollment__isnull=False,
             status__in=COUNTED_STATUSES,
         )
         .exclude(enrollment__sequence__trigger__in=REPLY_DOES_NOT_STOP)
         .select_related("enrollment", "lead")
-    )  # fmt: skip
+    )
     for message in automated:
         started = message.enrollment.created_at if message.enrollment else message.created_at
         for what, at in stops.get(message.contact_id or 0, []):
@@ -124,21 +127,33 @@ def _stop_rules(audit: Audit, business: Business) -> None:
                 break
     # The acknowledgement answers the arrival: once the lead is booked, it is too late for it.
     acks = Message.objects.filter(
-        business=business, direction="out", automated=True, idempotency_key__startswith="ack:",
-        status__in=COUNTED_STATUSES, lead__appointments__created_at__lt=F("created_at"),
-    ).distinct()  # fmt: skip
+        business=business,
+        direction="out",
+        automated=True,
+        idempotency_key__startswith="ack:",
+        status__in=COUNTED_STATUSES,
+        lead__appointments__created_at__lt=F("created_at"),
+    ).distinct()
     for public_id, lead_id in acks.values_list("public_id", "lead__public_id"):
         audit.fail("stop_rule", lead_id, f"the acknowledgement {public_id} went out after the lead was booked")
     events = ConsentEvent.objects.filter(business=business).order_by("at", "pk")
     for event in events.filter(action="revoke"):
         # A later grant on the same point and channel re-opens it.
-        regrant = events.filter(
-            contact_point_id=event.contact_point_id, channel=event.channel, action="grant", at__gt=event.at
-        ).values_list("at", flat=True).first()  # fmt: skip
+        regrant = (
+            events.filter(
+                contact_point_id=event.contact_point_id, channel=event.channel, action="grant", at__gt=event.at
+            )
+            .values_list("at", flat=True)
+            .first()
+        )
         later = Message.objects.filter(
-            contact_point_id=event.contact_point_id, channel=event.channel, direction="out", automated=True,
-            status__in=COUNTED_STATUSES, created_at__gt=event.at,
-        )  # fmt: skip
+            contact_point_id=event.contact_point_id,
+            channel=event.channel,
+            direction="out",
+            automated=True,
+            status__in=COUNTED_STATUSES,
+            created_at__gt=event.at,
+        )
         if regrant is not None:
             later = later.filter(created_at__lt=regrant)
         for public_id in later.values_list("public_id", flat=True):
@@ -148,9 +163,11 @@ def _stop_rules(audit: Audit, business: Business) -> None:
 def _money(audit: Audit, business: Business) -> None:
     paid = Payment.objects.filter(business=business).values("currency").annotate(total=Sum("amount"))
     refunded = dict(
-        Refund.objects.filter(business=business).values("currency").annotate(total=Sum("amount"))
+        Refund.objects.filter(business=business)
+        .values("currency")
+        .annotate(total=Sum("amount"))
         .values_list("currency", "total")
-    )  # fmt: skip
+    )
     currencies = {row["currency"] for row in paid} | set(refunded)
     payments = {row["currency"]: row["total"] for row in paid}
     for currency in sorted(currencies):

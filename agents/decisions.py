@@ -82,19 +82,28 @@ def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     )
     if updated:
         receipt_write(
-            business=message.business, lead=message.lead, subject=message.public_id, actor=_decider(request),
-            action="message.blocked", reason="rejected", before={"status": "pending_approval"},
+            business=message.business,
+            lead=message.lead,
+            subject=message.public_id,
+            actor=_decider(request),
+            action="message.blocked",
+            reason="rejected",
+            before={"status": "pending_approval"},
             after={"status": "blocked", "block_reason": "rejected"},
-        )  # fmt: skip
+        )
 
 
 def opt_out_confirmed(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     point = request.contact_point  # pinned within the request's business when it was proposed
     if point is not None:
         consent_record(
-            contact_point=point, channel="sms", granted=False, basis="free_text_confirmed", actor=_decider(request),
+            contact_point=point,
+            channel="sms",
+            granted=False,
+            basis="free_text_confirmed",
+            actor=_decider(request),
             evidence={"text": payload.get("body", ""), "approval": request.public_id},
-        )  # fmt: skip
+        )
 
 
 def opt_out_denied(request: ApprovalRequest, payload: dict[str, Any]) -> None:
@@ -116,9 +125,12 @@ def _resume(contact: Contact, request: ApprovalRequest) -> None:
         automation_paused=False, automation_paused_reason=""
     ):
         receipt_write(
-            business=contact.business, subject=contact.public_id, actor=_decider(request),
-            action="contact.automation_resumed", reason=request.decision_note or request.kind,
-        )  # fmt: skip
+            business=contact.business,
+            subject=contact.public_id,
+            actor=_decider(request),
+            action="contact.automation_resumed",
+            reason=request.decision_note or request.kind,
+        )
 
 
 def _decider(request: ApprovalRequest) -> str:

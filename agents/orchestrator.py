@@ -77,7 +77,8 @@ STEPS: dict[str, Step] = {
 if set(STEPS) != EVENTS:
     # A named event without a step would fail at run time, long after it was recorded.
     raise RuntimeError(
-        f"lead events without a step: {sorted(EVENTS - set(STEPS))}; steps without an event: {sorted(set(STEPS) - EVENTS)}"
+        f"lead events without a step: {sorted(EVENTS - set(STEPS))}; "
+        f"steps without an event: {sorted(set(STEPS) - EVENTS)}"
     )
 
 
@@ -143,14 +144,24 @@ def _step_run(lead: Lead, event: str, data: dict[str, Any], *, run: dict[str, An
         next_action_ensure(lead, stop.title, timezone.now(), actor=ACTOR, reason=stop.reason, owner=task.owner)
         outcome = f"stopped: {stop.reason}"
         receipt_write(
-            business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.stopped",
-            reason=stop.reason, after={"event": event, "task": task.public_id, **run},
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            subject=lead.public_id,
+            actor=ACTOR,
+            action="orchestrator.stopped",
+            reason=stop.reason,
+            after={"event": event, "task": task.public_id, **run},
+        )
         return
     receipt_write(
-        business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="orchestrator.step",
-        reason=event, after={"event": event, "outcome": outcome, **run},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=ACTOR,
+        action="orchestrator.step",
+        reason=event,
+        after={"event": event, "outcome": outcome, **run},
+    )
 
 
 def register() -> None:

@@ -121,18 +121,42 @@ class ApprovalRequestAdmin(ScopedAdmin):
     """The approval queue: filter, decide in bulk, or open one to edit and decide."""
 
     list_display = [
-        "public_id", "kind", "status", "summary", "lead", "proposed_by", "decided_by", "waiting", "created_at",
+        "public_id",
+        "kind",
+        "status",
+        "summary",
+        "lead",
+        "proposed_by",
+        "decided_by",
+        "waiting",
+        "created_at",
         "business",
-    ]  # fmt: skip
+    ]
     list_select_related = ["lead", "decided_by", "business"]
     list_filter = ["status", "kind", AgeFilter]
     search_fields = ["public_id", "lead__public_id", "summary"]
     actions = [_decide_selected("approve"), _decide_selected("reject")]
     change_form_template = "admin/approvals/approvalrequest/change_form.html"
     fields = (
-        "public_id", "business", "lead", "message", "estimate", "contact_point", "kind", "status", "summary", "payload_text", "original_payload_text",
-        "proposed_by", "proposed_by_user", "decided_by", "decided_at", "decision_note", "expires_at", "created_at",
-    )  # fmt: skip
+        "public_id",
+        "business",
+        "lead",
+        "message",
+        "estimate",
+        "contact_point",
+        "kind",
+        "status",
+        "summary",
+        "payload_text",
+        "original_payload_text",
+        "proposed_by",
+        "proposed_by_user",
+        "decided_by",
+        "decided_at",
+        "decision_note",
+        "expires_at",
+        "created_at",
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -45,9 +45,20 @@ class ApprovalSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApprovalRequest
         fields = [
-            "id", "kind", "status", "proposed_by", "decided_by", "lead", "summary", "payload", "original_payload",
-            "decision_note", "created_at", "expires_at", "decided_at",
-        ]  # fmt: skip
+            "id",
+            "kind",
+            "status",
+            "proposed_by",
+            "decided_by",
+            "lead",
+            "summary",
+            "payload",
+            "original_payload",
+            "decision_note",
+            "created_at",
+            "expires_at",
+            "decided_at",
+        ]
         read_only_fields = fields
 
 

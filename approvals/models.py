@@ -7,9 +7,14 @@ from crm.ids import PublicIdField
 from crm.models import Business, ContactPoint, Estimate, Lead, Message
 
 APPROVAL_KINDS = [
-    "message_draft", "opt_out_question", "complaint", "merge_contacts",
-    "high_value_estimate", "out_of_playbook", "exception",
-]  # fmt: skip
+    "message_draft",
+    "opt_out_question",
+    "complaint",
+    "merge_contacts",
+    "high_value_estimate",
+    "out_of_playbook",
+    "exception",
+]
 
 
 class ApprovalRequest(models.Model):

@@ -247,9 +247,18 @@ def _stage_action(stage: str) -> Callable[..., None]:
 class LeadAdmin(ScopedAdmin):
     lead_path = "pk"
     list_display = [
-        "public_id", "contact_name", "phone", "stage", "owner", "next_action", "next_action_due_at",
-        "source", "hold", "business", "created_at",
-    ]  # fmt: skip
+        "public_id",
+        "contact_name",
+        "phone",
+        "stage",
+        "owner",
+        "next_action",
+        "next_action_due_at",
+        "source",
+        "hold",
+        "business",
+        "created_at",
+    ]
     list_display_links = ["public_id", "contact_name"]
     list_select_related = ["contact", "owner", "business"]
     list_filter = ["stage", OwnerFilter, SourceFilter, BusinessFilter, "hold", "is_test"]
@@ -260,12 +269,34 @@ class LeadAdmin(ScopedAdmin):
     show_full_result_count = False
     change_form_template = "admin/crm/lead/change_form.html"
     fields = (
-        "public_id", "business", "contact_link", "first_touch", "latest_touch", "service_line", "stage", "owner",
+        "public_id",
+        "business",
+        "contact_link",
+        "first_touch",
+        "latest_touch",
+        "service_line",
+        "stage",
+        "owner",
         "next_action",
-        "next_action_due_at", "sla_due_at", "sla_breached_at", "hold", "hold_reason", "exceptions", "routing_reason",
-        "fit_score", "fit_explained", "facts", "request_text", "lost_reason", "is_test", "first_response_at",
-        "speed_to_lead_seconds", "closed_at", "created_at", "updated_at",
-    )  # fmt: skip
+        "next_action_due_at",
+        "sla_due_at",
+        "sla_breached_at",
+        "hold",
+        "hold_reason",
+        "exceptions",
+        "routing_reason",
+        "fit_score",
+        "fit_explained",
+        "facts",
+        "request_text",
+        "lost_reason",
+        "is_test",
+        "first_response_at",
+        "speed_to_lead_seconds",
+        "closed_at",
+        "created_at",
+        "updated_at",
+    )
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[m.Lead]:
@@ -488,15 +519,42 @@ class DeadLetterFilter(admin.SimpleListFilter):
 @admin.register(m.InboundEvent)
 class InboundEventAdmin(ReadOnlyAdmin):
     lead_path = None
-    list_display = ["public_id", "provider", "kind", "external_id", "status", "error_short", "is_test", "attempts", "retry_at", "received_at", "business"]  # fmt: skip
+    list_display = [
+        "public_id",
+        "provider",
+        "kind",
+        "external_id",
+        "status",
+        "error_short",
+        "is_test",
+        "attempts",
+        "retry_at",
+        "received_at",
+        "business",
+    ]
     list_select_related = ["business"]
     list_filter = ["status", DeadLetterFilter, "provider", "kind", "is_test", BusinessFilter]
     search_fields = ["public_id", "external_id"]
     fields = (
-        "public_id", "provider", "kind", "external_id", "status", "error", "attempts", "attempt_limit", "retry_at",
-        "source", "business",
-        "signature_ok", "is_test", "received_at", "claimed_at", "processed_at", "headers", "body_text",
-    )  # fmt: skip
+        "public_id",
+        "provider",
+        "kind",
+        "external_id",
+        "status",
+        "error",
+        "attempts",
+        "attempt_limit",
+        "retry_at",
+        "source",
+        "business",
+        "signature_ok",
+        "is_test",
+        "received_at",
+        "claimed_at",
+        "processed_at",
+        "headers",
+        "body_text",
+    )
     readonly_fields = fields
     actions = ["replay"]
     show_full_result_count = False
@@ -699,12 +757,19 @@ _simple(
 _simple(
     m.Call,
     list_display=[
-        "public_id", "lead", "direction", "status", "duration_seconds", "review_status", "flags", "started_at",
+        "public_id",
+        "lead",
+        "direction",
+        "status",
+        "duration_seconds",
+        "review_status",
+        "flags",
+        "started_at",
         "business",
     ],
     list_filter=[BusinessFilter, "review_status", "status", "direction"],
     search_fields=["public_id", "provider_sid"],
-)  # fmt: skip
+)
 _simple(
     m.Task,
     list_display=["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"],
@@ -745,9 +810,22 @@ class AppointmentAdmin(ReadOnlyAdmin):
     search_fields = ["public_id", "lead__public_id", "external_id"]
     show_full_result_count = False
     fields = (
-        "public_id", "lead_link", "status", "starts_at", "ends_at", "assigned_to", "availability", "location",
-        "notes", "rescheduled_from", "outcome_at", "provider", "external_id", "created_at", "technician_brief",
-    )  # fmt: skip
+        "public_id",
+        "lead_link",
+        "status",
+        "starts_at",
+        "ends_at",
+        "assigned_to",
+        "availability",
+        "location",
+        "notes",
+        "rescheduled_from",
+        "outcome_at",
+        "provider",
+        "external_id",
+        "created_at",
+        "technician_brief",
+    )
     readonly_fields = fields
 
     @admin.display(description="lead")

@@ -135,9 +135,17 @@ class LeadTouchSerializer(serializers.ModelSerializer):
     class Meta:
         model = LeadTouch
         fields = [
-            "channel", "provider", "received_at", "campaign_id", "adgroup_id", "ad_id", "form_id",
-            "gclid", "fbclid", "utm",
-        ]  # fmt: skip
+            "channel",
+            "provider",
+            "received_at",
+            "campaign_id",
+            "adgroup_id",
+            "ad_id",
+            "form_id",
+            "gclid",
+            "fbclid",
+            "utm",
+        ]
         read_only_fields = fields
 
 
@@ -152,9 +160,19 @@ class LeadSerializer(serializers.ModelSerializer):
     class Meta:
         model = Lead
         fields = [
-            "id", "business", "stage", "owner", "next_action", "next_action_due_at", "sla_due_at", "hold",
-            "exceptions", "created_at", "contact", "touches",
-        ]  # fmt: skip
+            "id",
+            "business",
+            "stage",
+            "owner",
+            "next_action",
+            "next_action_due_at",
+            "sla_due_at",
+            "hold",
+            "exceptions",
+            "created_at",
+            "contact",
+            "touches",
+        ]
         read_only_fields = fields
 
 
@@ -176,9 +194,18 @@ class MessageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Message
         fields = [
-            "id", "lead", "direction", "channel", "status", "block_reason", "body", "from_number", "to",
-            "provider_sid", "created_at",
-        ]  # fmt: skip
+            "id",
+            "lead",
+            "direction",
+            "channel",
+            "status",
+            "block_reason",
+            "body",
+            "from_number",
+            "to",
+            "provider_sid",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -413,9 +440,10 @@ class EnrollmentSerializer(serializers.ModelSerializer):
     sequence = _public_id("sequence.public_id")
     sequence_key = _public_id("sequence.key")
     stop_reason = serializers.CharField(
-        read_only=True, help_text="Why the path ended: reply, booking, won, opt_out, complaint, hold, disqualified, "
+        read_only=True,
+        help_text="Why the path ended: reply, booking, won, opt_out, complaint, hold, disqualified, "
         "stage_left, goal, completed (or declined, expired, paid for an estimate's follow-up); empty while it runs",
-    )  # fmt: skip
+    )
 
     class Meta:
         model = Enrollment

@@ -88,9 +88,19 @@ class PaymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Payment
         fields = [
-            "id", "lead", "invoice", "job", "amount", "currency", "provider", "external_id", "match_status",
-            "match_candidates", "received_at", "created_at",
-        ]  # fmt: skip
+            "id",
+            "lead",
+            "invoice",
+            "job",
+            "amount",
+            "currency",
+            "provider",
+            "external_id",
+            "match_status",
+            "match_candidates",
+            "received_at",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -111,9 +121,14 @@ class LeadRecordFilterSerializer(serializers.Serializer):
 
 
 def _records_viewset(
-    model: type[Any], serializer: type[serializers.ModelSerializer], *, lead_path: str, related: list[str],
-    order: list[str], label: str,
-) -> type[ReadViewSet[Any]]:  # fmt: skip
+    model: type[Any],
+    serializer: type[serializers.ModelSerializer],
+    *,
+    lead_path: str,
+    related: list[str],
+    order: list[str],
+    label: str,
+) -> type[ReadViewSet[Any]]:
     def get_queryset(self: ReadViewSet[Any]) -> QuerySet[Any]:
         return scoped(model.objects.select_related(*related), self.request.user, lead_path=lead_path)
 
@@ -139,9 +154,13 @@ def _records_viewset(
 
 
 AppointmentViewSet = _records_viewset(
-    Appointment, AppointmentSerializer, lead_path="lead", related=["lead", "assigned_to__user"],
-    order=["starts_at", "pk"], label="Appointments",
-)  # fmt: skip
+    Appointment,
+    AppointmentSerializer,
+    lead_path="lead",
+    related=["lead", "assigned_to__user"],
+    order=["starts_at", "pk"],
+    label="Appointments",
+)
 EstimateViewSet = _records_viewset(
     Estimate, EstimateSerializer, lead_path="lead", related=["lead"], order=["created_at", "pk"], label="Estimates"
 )
@@ -152,13 +171,21 @@ InvoiceViewSet = _records_viewset(
     Invoice, InvoiceSerializer, lead_path="lead", related=["lead", "job"], order=["created_at", "pk"], label="Invoices"
 )
 PaymentViewSet = _records_viewset(
-    Payment, PaymentSerializer, lead_path="lead", related=["lead", "invoice", "job"], order=["received_at", "pk"],
+    Payment,
+    PaymentSerializer,
+    lead_path="lead",
+    related=["lead", "invoice", "job"],
+    order=["received_at", "pk"],
     label="Payments (provider, external id and match status)",
-)  # fmt: skip
+)
 RefundViewSet = _records_viewset(
-    Refund, RefundSerializer, lead_path="payment__lead", related=["payment__lead"], order=["refunded_at", "pk"],
+    Refund,
+    RefundSerializer,
+    lead_path="payment__lead",
+    related=["payment__lead"],
+    order=["refunded_at", "pk"],
     label="Refunds, each linked to its payment",
-)  # fmt: skip
+)
 
 
 # ---------------------------------------------------------------- the report

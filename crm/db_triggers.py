@@ -151,7 +151,9 @@ BEGIN
     FOR row IN SELECT id, content_hash FROM crm_receipt
             WHERE business_id = p_business AND seq IS NULL ORDER BY id LIMIT p_limit LOOP
         UPDATE crm_receipt SET seq = last_seq + 1, prev_hash = last_hash,
-            hash = encode(sha256(convert_to(last_hash || ':' || (last_seq + 1) || ':' || row.content_hash, 'UTF8')), 'hex')
+            hash = encode(
+                sha256(convert_to(last_hash || ':' || (last_seq + 1) || ':' || row.content_hash, 'UTF8')), 'hex'
+            )
             WHERE id = row.id
             RETURNING seq, hash INTO last_seq, last_hash;
         sealed := sealed + 1;

@@ -95,10 +95,18 @@ def _tables() -> dict[str, str]:
     from django.contrib.auth import get_user_model
 
     models: dict[str, type[Model]] = {
-        "lead": Lead, "touch": LeadTouch, "source": Source, "member": TeamMember, "user": get_user_model(),
-        "appointment": Appointment, "estimate": Estimate, "job": Job, "invoice": Invoice, "payment": Payment,
+        "lead": Lead,
+        "touch": LeadTouch,
+        "source": Source,
+        "member": TeamMember,
+        "user": get_user_model(),
+        "appointment": Appointment,
+        "estimate": Estimate,
+        "job": Job,
+        "invoice": Invoice,
+        "payment": Payment,
         "refund": Refund,
-    }  # fmt: skip
+    }
     return {name: connection.ops.quote_name(model._meta.db_table) for name, model in models.items()}
 
 
@@ -119,7 +127,8 @@ def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
     if by == "owner":
         return f"""lead_key AS (
             SELECT l.id AS lead_id, COALESCE(u.username, %(none)s) AS key
-            FROM {t["lead"]} l LEFT JOIN {t["member"]} m ON m.id = l.owner_id LEFT JOIN {t["user"]} u ON u.id = m.user_id
+            FROM {t["lead"]} l LEFT JOIN {t["member"]} m ON m.id = l.owner_id
+            LEFT JOIN {t["user"]} u ON u.id = m.user_id
             WHERE l.business_id = ANY(%(businesses)s))"""  # noqa: S608
     order = "ASC" if touch == "first" else "DESC"
     return f"""touch_key AS (
@@ -151,23 +160,58 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
         _Metric("leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test"),
         _Metric("contacted", f"{t['lead']} r", "r.id", "r.first_response_at", "NOT r.is_test"),
         _Metric("won", f"{t['lead']} r", "r.id", "r.closed_at", f"NOT r.is_test AND r.stage = '{Stage.WON}'"),
-        _Metric("booked", f"{t['appointment']} r {lead_with}", "r.lead_id", "r.created_at", "NOT l.is_test",
-                "COUNT(DISTINCT r.lead_id)"),
-        _Metric("held", f"{t['appointment']} r {lead_with}", "r.lead_id", "COALESCE(r.outcome_at, r.starts_at)",
-                f"NOT l.is_test AND r.status = '{Appointment.Status.HELD}'", "COUNT(DISTINCT r.lead_id)"),
-        _Metric("estimates", f"{t['estimate']} r", "r.lead_id", "r.sent_at",
-                f"r.status NOT IN ('{Estimate.Status.DRAFT}', '{Estimate.Status.PENDING_APPROVAL}')",
-                total="SUM(r.amount) FILTER (WHERE r.currency = %(currency)s)"),
-        _Metric("jobs_completed", f"{t['job']} r", "r.lead_id", "r.completed_at",
-                f"r.status = '{Job.Status.COMPLETED}'"),
-        _Metric("invoiced", f"{t['invoice']} r", "r.lead_id", "r.issued_at",
-                f"r.currency = %(currency)s AND r.status IN ('{Invoice.Status.ISSUED}', '{Invoice.Status.PAID}')",
-                total="SUM(r.amount)"),
-        _Metric("collected", f"{t['payment']} r", "r.lead_id", "r.received_at", "r.currency = %(currency)s",
-                total="SUM(r.amount)"),
-        _Metric("refunded", f"{t['refund']} r JOIN {t['payment']} p ON p.id = r.payment_id", "p.lead_id",
-                "r.refunded_at", "r.currency = %(currency)s", total="SUM(r.amount)"),
-    ]  # fmt: skip
+        _Metric(
+            "booked",
+            f"{t['appointment']} r {lead_with}",
+            "r.lead_id",
+            "r.created_at",
+            "NOT l.is_test",
+            "COUNT(DISTINCT r.lead_id)",
+        ),
+        _Metric(
+            "held",
+            f"{t['appointment']} r {lead_with}",
+            "r.lead_id",
+            "COALESCE(r.outcome_at, r.starts_at)",
+            f"NOT l.is_test AND r.status = '{Appointment.Status.HELD}'",
+            "COUNT(DISTINCT r.lead_id)",
+        ),
+        _Metric(
+            "estimates",
+            f"{t['estimate']} r",
+            "r.lead_id",
+            "r.sent_at",
+            f"r.status NOT IN ('{Estimate.Status.DRAFT}', '{Estimate.Status.PENDING_APPROVAL}')",
+            total="SUM(r.amount) FILTER (WHERE r.currency = %(currency)s)",
+        ),
+        _Metric(
+            "jobs_completed", f"{t['job']} r", "r.lead_id", "r.completed_at", f"r.status = '{Job.Status.COMPLETED}'"
+        ),
+        _Metric(
+            "invoiced",
+            f"{t['invoice']} r",
+            "r.lead_id",
+            "r.issued_at",
+            f"r.currency = %(currency)s AND r.status IN ('{Invoice.Status.ISSUED}', '{Invoice.Status.PAID}')",
+            total="SUM(r.amount)",
+        ),
+        _Metric(
+            "collected",
+            f"{t['payment']} r",
+            "r.lead_id",
+            "r.received_at",
+            "r.currency = %(currency)s",
+            total="SUM(r.amount)",
+        ),
+        _Metric(
+            "refunded",
+            f"{t['refund']} r JOIN {t['payment']} p ON p.id = r.payment_id",
+            "p.lead_id",
+            "r.refunded_at",
+            "r.currency = %(currency)s",
+            total="SUM(r.amount)",
+        ),
+    ]
 
 
 def revenue_sql(by: str, touch: str, *, since: bool, until: bool) -> str:
@@ -209,9 +253,13 @@ def revenue_report(
     number of leads."""
     sql = revenue_sql(by, touch, since=since is not None, until=until is not None)
     params = {
-        "businesses": list(business_ids), "currency": currency, "since": since, "until": until,
-        "none": NO_VALUE, "unattributed": UNATTRIBUTED,
-    }  # fmt: skip
+        "businesses": list(business_ids),
+        "currency": currency,
+        "since": since,
+        "until": until,
+        "none": NO_VALUE,
+        "unattributed": UNATTRIBUTED,
+    }
     rows: dict[str, RevenueRow] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -225,10 +225,15 @@ def lead_timeline(lead: Lead) -> list[TimelineEntry]:
         link = reverse("admin:crm_inboundevent_change", args=[raw.pk]) if raw else ""
         add(
             TimelineEntry(
-                t.received_at, "touch", t.public_id, f"{t.channel} via {where}{campaign}", _utm(t.utm),
-                link=link, link_label=f"raw event {raw.public_id}" if raw else "",
+                t.received_at,
+                "touch",
+                t.public_id,
+                f"{t.channel} via {where}{campaign}",
+                _utm(t.utm),
+                link=link,
+                link_label=f"raw event {raw.public_id}" if raw else "",
             )
-        )  # fmt: skip
+        )
     for m in lead.messages.all():
         arrow = "←" if m.direction == "in" else "→"
         status = m.status + (f" ({m.block_reason})" if m.block_reason else "")

@@ -140,21 +140,139 @@ class _Person:
 
 # One lead per stage (two won: one with a partial refund), spread over both setters.
 PEOPLE = [
-    _Person("Nora", "Quinn", "+13125550121", "60614", "hvac", "site", "Furnace bangs when it starts up.", None, Stage.NEW),
-    _Person("Omar", "Haddad", "+13125550122", "60622", "plumbing", "gads-main", "Water heater leaking in the basement.", "sam", Stage.ASSIGNED),
-    _Person("Priya", "Patel", "+13125550123", "60657", "hvac", "tf-quote", "Quote for a new heat pump.", "sara", Stage.CONTACTED),
+    _Person(
+        "Nora", "Quinn", "+13125550121", "60614", "hvac", "site", "Furnace bangs when it starts up.", None, Stage.NEW
+    ),
+    _Person(
+        "Omar",
+        "Haddad",
+        "+13125550122",
+        "60622",
+        "plumbing",
+        "gads-main",
+        "Water heater leaking in the basement.",
+        "sam",
+        Stage.ASSIGNED,
+    ),
+    _Person(
+        "Priya",
+        "Patel",
+        "+13125550123",
+        "60657",
+        "hvac",
+        "tf-quote",
+        "Quote for a new heat pump.",
+        "sara",
+        Stage.CONTACTED,
+    ),
     _Person("Lucas", "Meyer", "+13125550124", "60640", "hvac", "fb", "AC blows warm air.", "sam", Stage.ENGAGED),
-    _Person("Grace", "Kim", "+13125550125", "60618", "plumbing", "site", "Kitchen drain keeps clogging.", "sara", Stage.QUALIFIED),
-    _Person("Diego", "Ramirez", "+13125550126", "60608", "hvac", "gads-main", "Furnace tune-up before winter.", "sam", Stage.BOOKED),
-    _Person("Hannah", "Scott", "+13125550127", "60613", "hvac", "ig", "Thermostat not reaching set temperature.", "sara", Stage.NO_SHOW),
-    _Person("Ethan", "Brooks", "+13125550128", "60625", "plumbing", "site", "Replace a 40-gallon water heater.", "sam", Stage.APPOINTMENT_HELD),
-    _Person("Maya", "Johnson", "+13125550129", "60647", "hvac", "tf-quote", "Central air for a two-flat.", "sara", Stage.ESTIMATE_SENT, Decimal("8450.00")),
-    _Person("Robert", "Chen", "+13125550130", "60611", "hvac", "gads-main", "Full furnace and AC replacement.", "sam", Stage.WON, Decimal("12400.00")),
-    _Person("Linda", "Garcia", "+13125550131", "60616", "plumbing", "site", "Sump pump replacement.", "sara", Stage.WON, Decimal("1850.00"), Decimal("150.00")),
-    _Person("Kevin", "O'Brien", "+13125550132", "60630", "hvac", "fb", "Second opinion on a cracked heat exchanger.", "sam", Stage.LOST),
-    _Person("Tina", "Walsh", "+13175550133", "46201", "plumbing", "site", "Bathroom remodel plumbing.", "sara", Stage.DISQUALIFIED),
-    _Person("Marcus", "Lee", "+13125550134", "60660", "hvac", "ig", "Ductless mini-split quote.", "sam", Stage.UNRESPONSIVE),
-]  # fmt: skip
+    _Person(
+        "Grace",
+        "Kim",
+        "+13125550125",
+        "60618",
+        "plumbing",
+        "site",
+        "Kitchen drain keeps clogging.",
+        "sara",
+        Stage.QUALIFIED,
+    ),
+    _Person(
+        "Diego",
+        "Ramirez",
+        "+13125550126",
+        "60608",
+        "hvac",
+        "gads-main",
+        "Furnace tune-up before winter.",
+        "sam",
+        Stage.BOOKED,
+    ),
+    _Person(
+        "Hannah",
+        "Scott",
+        "+13125550127",
+        "60613",
+        "hvac",
+        "ig",
+        "Thermostat not reaching set temperature.",
+        "sara",
+        Stage.NO_SHOW,
+    ),
+    _Person(
+        "Ethan",
+        "Brooks",
+        "+13125550128",
+        "60625",
+        "plumbing",
+        "site",
+        "Replace a 40-gallon water heater.",
+        "sam",
+        Stage.APPOINTMENT_HELD,
+    ),
+    _Person(
+        "Maya",
+        "Johnson",
+        "+13125550129",
+        "60647",
+        "hvac",
+        "tf-quote",
+        "Central air for a two-flat.",
+        "sara",
+        Stage.ESTIMATE_SENT,
+        Decimal("8450.00"),
+    ),
+    _Person(
+        "Robert",
+        "Chen",
+        "+13125550130",
+        "60611",
+        "hvac",
+        "gads-main",
+        "Full furnace and AC replacement.",
+        "sam",
+        Stage.WON,
+        Decimal("12400.00"),
+    ),
+    _Person(
+        "Linda",
+        "Garcia",
+        "+13125550131",
+        "60616",
+        "plumbing",
+        "site",
+        "Sump pump replacement.",
+        "sara",
+        Stage.WON,
+        Decimal("1850.00"),
+        Decimal("150.00"),
+    ),
+    _Person(
+        "Kevin",
+        "O'Brien",
+        "+13125550132",
+        "60630",
+        "hvac",
+        "fb",
+        "Second opinion on a cracked heat exchanger.",
+        "sam",
+        Stage.LOST,
+    ),
+    _Person(
+        "Tina",
+        "Walsh",
+        "+13175550133",
+        "46201",
+        "plumbing",
+        "site",
+        "Bathroom remodel plumbing.",
+        "sara",
+        Stage.DISQUALIFIED,
+    ),
+    _Person(
+        "Marcus", "Lee", "+13125550134", "60660", "hvac", "ig", "Ductless mini-split quote.", "sam", Stage.UNRESPONSIVE
+    ),
+]
 
 _FUNNEL: list[str] = [Stage.CONTACTED, Stage.ENGAGED, Stage.QUALIFIED, Stage.BOOKED]
 # The stages each demo lead passes through after being assigned, in order.
@@ -316,16 +434,26 @@ class _Builder:
             else:
                 start, status = self.at(-6, 9), "held"
             appointment_record(
-                lead=lead, starts_at=start, ends_at=start + timedelta(hours=2), actor=actor,
-                assigned_to=tech, status=status, location=f"{person.postal_code} (home visit)",
-            )  # fmt: skip
+                lead=lead,
+                starts_at=start,
+                ends_at=start + timedelta(hours=2),
+                actor=actor,
+                assigned_to=tech,
+                status=status,
+                location=f"{person.postal_code} (home visit)",
+            )
         elif stage == Stage.ESTIMATE_SENT:
             won = person.stage == Stage.WON
             estimate_record(
-                lead=lead, amount=person.amount, currency=self.business.currency, actor=actor,
+                lead=lead,
+                amount=person.amount,
+                currency=self.business.currency,
+                actor=actor,
                 status=Estimate.Status.ACCEPTED if won else Estimate.Status.SENT,
-                description=person.request, sent_at=self.at(-5, 16), decided_at=self.at(-4, 10) if won else None,
-            )  # fmt: skip
+                description=person.request,
+                sent_at=self.at(-5, 16),
+                decided_at=self.at(-4, 10) if won else None,
+            )
         elif stage == Stage.WON:
             self.job_and_payment(lead, person)
 
@@ -333,24 +461,42 @@ class _Builder:
         """A completed job, its paid invoice and the payment, then any partial refund."""
         estimate = lead.estimates.get()
         job = job_record(
-            lead=lead, actor=ACTOR, estimate=estimate, technician=self.team.get("tom"), status=Job.Status.COMPLETED,
-            scheduled_for=self.at(-3, 8), completed_at=self.at(-3, 15),
-        )  # fmt: skip
+            lead=lead,
+            actor=ACTOR,
+            estimate=estimate,
+            technician=self.team.get("tom"),
+            status=Job.Status.COMPLETED,
+            scheduled_for=self.at(-3, 8),
+            completed_at=self.at(-3, 15),
+        )
         self.invoice_number += 1
         invoice = invoice_record(
-            lead=lead, amount=estimate.amount, currency=estimate.currency, actor=ACTOR, job=job,
-            number=f"INV-{self.invoice_number}", status=Invoice.Status.PAID,
-            issued_at=self.at(-3, 16), due_at=self.at(11, 16),
-        )  # fmt: skip
+            lead=lead,
+            amount=estimate.amount,
+            currency=estimate.currency,
+            actor=ACTOR,
+            job=job,
+            number=f"INV-{self.invoice_number}",
+            status=Invoice.Status.PAID,
+            issued_at=self.at(-3, 16),
+            due_at=self.at(11, 16),
+        )
         payment = payment_record(
-            lead=lead, amount=estimate.amount, currency=estimate.currency, actor=ACTOR,
-            received_at=self.at(-2, 11), invoice=invoice,
-        )  # fmt: skip
+            lead=lead,
+            amount=estimate.amount,
+            currency=estimate.currency,
+            actor=ACTOR,
+            received_at=self.at(-2, 11),
+            invoice=invoice,
+        )
         if person.refund:
             refund_record(
-                payment=payment, amount=person.refund, actor="mia", refunded_at=self.at(-1, 10),
+                payment=payment,
+                amount=person.refund,
+                actor="mia",
+                refunded_at=self.at(-1, 10),
                 reason="Disposal fee waived: the old pump was recycled by the customer",
-            )  # fmt: skip
+            )
 
     def message_out(self, lead: Lead, template_key: str, status: str) -> Message:
         template = self.templates[template_key]

@@ -138,9 +138,13 @@ def _act(request: HttpRequest, lead: Lead) -> str:
             local = timezone.make_naive(follow_up_at) if timezone.is_aware(follow_up_at) else follow_up_at
             follow_up_at = local.replace(tzinfo=ZoneInfo(lead.business.timezone))
         moved_on = appointment_next_state(
-            lead, form.cleaned_data["state"], actor=actor, reason=form.cleaned_data["reason"],
-            follow_up_at=follow_up_at, follow_up_title=form.cleaned_data["follow_up_title"],
-        )  # fmt: skip
+            lead,
+            form.cleaned_data["state"],
+            actor=actor,
+            reason=form.cleaned_data["reason"],
+            follow_up_at=follow_up_at,
+            follow_up_title=form.cleaned_data["follow_up_title"],
+        )
         return f"{moved_on.public_id}: {moved_on.stage}" + (
             f", next: {moved_on.next_action}" if moved_on.next_action else ""
         )

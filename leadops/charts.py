@@ -52,8 +52,16 @@ def bar_chart(
         '<svg id="{}" class="chart" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg" '
         'viewBox="0 0 {} {}" width="{}" height="{}"><title>{}</title>'
         '<text x="0" y="16" class="chart-title">{}</text>{}</svg>',
-        chart_id, title, CHART_WIDTH, height, CHART_WIDTH, height, title, title, body,
-    )  # fmt: skip
+        chart_id,
+        title,
+        CHART_WIDTH,
+        height,
+        CHART_WIDTH,
+        height,
+        title,
+        title,
+        body,
+    )
 
 
 def percent(value: float | None) -> str:

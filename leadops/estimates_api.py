@@ -119,9 +119,13 @@ class EstimateViewSet(EstimateReadViewSet):  # type: ignore[valid-type,misc]
         actor = _actor(request)
         with transaction.atomic():  # recorded and sent (or asked for approval) together, or not at all
             estimate = estimate_record(
-                lead=lead, amount=data["amount"], currency=currency, actor=actor, description=data["description"],
+                lead=lead,
+                amount=data["amount"],
+                currency=currency,
+                actor=actor,
+                description=data["description"],
                 expires_at=data["expires_at"],
-            )  # fmt: skip
+            )
             if data["send"]:
                 estimate = estimate_send(estimate, actor=actor, user=request.user)
         return Response(EstimateSerializer(self._reloaded(estimate)).data, status=status.HTTP_201_CREATED)

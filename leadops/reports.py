@@ -43,10 +43,22 @@ APPROVAL_WAIT = timedelta(hours=24)
 PAGE_SIZE = 50
 # Public id prefix -> the admin list that finds it by `?q=<id>`.
 ID_ADMIN = {
-    "tch": "leadtouch", "evt": "inboundevent", "cev": "consentevent", "tm": "teammember", "task": "task",
-    "enr": "enrollment", "appt": "appointment", "est": "estimate", "job": "job", "inv": "invoice",
-    "pay": "payment", "rfnd": "refund", "msg": "message", "rcpt": "receipt", "call": "call",
-}  # fmt: skip
+    "tch": "leadtouch",
+    "evt": "inboundevent",
+    "cev": "consentevent",
+    "tm": "teammember",
+    "task": "task",
+    "enr": "enrollment",
+    "appt": "appointment",
+    "est": "estimate",
+    "job": "job",
+    "inv": "invoice",
+    "pay": "payment",
+    "rfnd": "refund",
+    "msg": "message",
+    "rcpt": "receipt",
+    "call": "call",
+}
 
 
 def visible_businesses(user: Any) -> QuerySet[Business]:
@@ -255,9 +267,29 @@ def _exception_csv_rows(data: dict[str, Any]) -> Iterator[list[Any]]:
     for provider, kind, public_id, error, at, status in events.iterator(chunk_size=2000):
         yield ["failed_event", f"{provider}:{kind}", public_id, "", "", error[:300], at.isoformat(), 1, status]
     for row in data["rejections"]:
-        yield ["rejected_signature", row["provider"], row["source__key"] or "", "", "", "", row["last"].isoformat(), row["n"], ""]  # fmt: skip
+        yield [
+            "rejected_signature",
+            row["provider"],
+            row["source__key"] or "",
+            "",
+            "",
+            "",
+            row["last"].isoformat(),
+            row["n"],
+            "",
+        ]
     for a in data["waiting"]:
-        yield ["approval_waiting", a.kind, a.public_id, a.lead.public_id if a.lead else "", "", a.summary, a.created_at.isoformat(), 1, a.status]  # fmt: skip
+        yield [
+            "approval_waiting",
+            a.kind,
+            a.public_id,
+            a.lead.public_id if a.lead else "",
+            "",
+            a.summary,
+            a.created_at.isoformat(),
+            1,
+            a.status,
+        ]
 
 
 class _Echo:
@@ -323,16 +355,27 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
     if filters is None:
         return render(request, "leadops/reports/funnel.html", context, status=400)
     funnel = funnel_report(
-        _scoped_leads(request, filters), since=filters.since, until=filters.until, period=filters.period,
-        by=filters.by, tz=filters.tz,
-    )  # fmt: skip
+        _scoped_leads(request, filters),
+        since=filters.since,
+        until=filters.until,
+        period=filters.period,
+        by=filters.by,
+        tz=filters.tz,
+    )
     total = funnel.total
     conversions = dict(total.conversions)
     bars = [
-        (label, float(total.counts[key]), f"{total.counts[key]}" + (f" · {percent(conversions[key])}" if key in conversions else ""))
+        (
+            label,
+            float(total.counts[key]),
+            f"{total.counts[key]}" + (f" · {percent(conversions[key])}" if key in conversions else ""),
+        )
         for key, label in STAGES
-    ]  # fmt: skip
-    speed = [(row.key, row.median_seconds or 0.0, f"{seconds(row.median_seconds)} (p90 {seconds(row.p90_seconds)})") for row in funnel.speed_by_source]  # fmt: skip
+    ]
+    speed = [
+        (row.key, row.median_seconds or 0.0, f"{seconds(row.median_seconds)} (p90 {seconds(row.p90_seconds)})")
+        for row in funnel.speed_by_source
+    ]
     context.update(
         funnel=funnel,
         filters=filters,

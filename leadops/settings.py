@@ -81,7 +81,8 @@ for _number, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
     except (ValueError, TypeError) as _exc:
         raise environ.ImproperlyConfigured(
             f"FIELD_ENCRYPTION_KEYS entry {_number} is not a Fernet key (32 url-safe base64 bytes): "
-            "generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+            "generate one with `python -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())'`"
         ) from _exc
 
 # API tokens (`Authorization: Token <key>`) stop working this many days after they were made.
@@ -157,8 +158,8 @@ INSTALLED_APPS = [
     "devtools",
 ]
 
-# The browser-session layers (sessions, CSRF, login, messages) are skipped for provider webhooks under WEBHOOK_PATH_PREFIX
-# (leadops.middleware): a webhook proves itself by its signature, never by a
+# The browser-session layers (sessions, CSRF, login, messages) are skipped for
+# provider webhooks under WEBHOOK_PATH_PREFIX (leadops.middleware): a webhook proves itself by its signature, never by a
 # cookie, so none of them protects or serves it, and they cost its acceptance.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -21,8 +21,13 @@ from crm.models import Task
 from crm.permissions import can
 from crm.selectors import scope_for
 
-CLOSE_CHOICES = [("", "— keep the lead open —"), ("won", "won"), ("lost", "lost"),
-                 ("disqualified", "disqualified"), ("unresponsive", "unresponsive")]  # fmt: skip
+CLOSE_CHOICES = [
+    ("", "— keep the lead open —"),
+    ("won", "won"),
+    ("lost", "lost"),
+    ("disqualified", "disqualified"),
+    ("unresponsive", "unresponsive"),
+]
 
 
 class CompleteForm(forms.Form):
@@ -30,10 +35,11 @@ class CompleteForm(forms.Form):
     reached = forms.BooleanField(required=False, label="I reached the lead (counts for speed to lead)")
     next_title = forms.CharField(max_length=300, required=False, label="Next action")
     next_due = forms.DateTimeField(
-        required=False, label="Next action due (local time)",
+        required=False,
+        label="Next action due (local time)",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
-    )  # fmt: skip
+    )
     close_as = forms.ChoiceField(choices=CLOSE_CHOICES, required=False, label="Or close the lead as")
     lost_reason = forms.CharField(max_length=300, required=False)
 
@@ -57,8 +63,9 @@ def my_next_actions(request: HttpRequest) -> HttpResponse:
         "overdue": sum(1 for t in tasks if t.due_at < now),
         "today": sum(1 for t in tasks if now <= t.due_at and t.due_at.date() == now.date()),
     }
-    return render(request, "leadops/next_actions.html", {"tasks": tasks, "counts": counts, "now": now,
-                                                          "title": "My next actions"})  # fmt: skip
+    return render(
+        request, "leadops/next_actions.html", {"tasks": tasks, "counts": counts, "now": now, "title": "My next actions"}
+    )
 
 
 @staff_member_required
@@ -78,14 +85,22 @@ def task_complete_view(request: HttpRequest, public_id: str) -> HttpResponse:
             due = due.replace(tzinfo=zone) if timezone.is_naive(due) else due
         try:
             task_complete(
-                task, actor=request.user.get_username(), outcome=data["outcome"], next_title=data["next_title"],
-                next_due_at=due, terminal_stage=data["close_as"], lost_reason=data["lost_reason"],
+                task,
+                actor=request.user.get_username(),
+                outcome=data["outcome"],
+                next_title=data["next_title"],
+                next_due_at=due,
+                terminal_stage=data["close_as"],
+                lost_reason=data["lost_reason"],
                 reached=data["reached"],
-            )  # fmt: skip
+            )
         except NextActionError as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Done: {task.title}")
             return redirect("my-next-actions")
-    return render(request, "leadops/task_complete.html", {"task": task, "form": form, "zone": zone,
-                                                          "title": f"Complete: {task.title}"})  # fmt: skip
+    return render(
+        request,
+        "leadops/task_complete.html",
+        {"task": task, "form": form, "zone": zone, "title": f"Complete: {task.title}"},
+    )

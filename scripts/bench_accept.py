@@ -157,7 +157,8 @@ def main(argv: list[str]) -> int:
                 )
         for label, values in ratios.items():
             print(
-                f"{label:<8} {trees[label]}: webhook/floor ratio median {statistics.median(values):.2f}x over {len(values)} rounds"
+                f"{label:<8} {trees[label]}: webhook/floor ratio median {statistics.median(values):.2f}x over "
+                f"{len(values)} rounds"
             )
         print(bench_servers.load_average())
     finally:

@@ -51,8 +51,12 @@ def main(argv: list[str]) -> int:
     for n, weight in enumerate(weights):
         member_create(business, Role.SETTER, username=f"{business.slug}-s{n}", weight=weight)
     t0 = time.perf_counter()
-    leads = [lead_create(business, first_name=f"B{i}", phone=f"+1212555{i % 10000:04d}", email=f"b{i}@example.com")
-             if i < 10000 else None for i in range(args.leads)]  # fmt: skip
+    leads = [
+        lead_create(business, first_name=f"B{i}", phone=f"+1212555{i % 10000:04d}", email=f"b{i}@example.com")
+        if i < 10000
+        else None
+        for i in range(args.leads)
+    ]
     leads = [lead for lead in leads if lead is not None]
     print(f"opened {len(leads)} leads in {time.perf_counter() - t0:.1f}s")
 
@@ -80,8 +84,10 @@ def main(argv: list[str]) -> int:
     elapsed = time.perf_counter() - started
     split = Counter(Lead.objects.filter(business=business).values_list("owner__user__username", flat=True))
     total_weight = sum(weights)
-    print(f"routed {len(latencies)} leads from {args.threads} threads in {elapsed:.2f}s: "
-          f"{len(latencies) / elapsed:.0f} leads/s")  # fmt: skip
+    print(
+        f"routed {len(latencies)} leads from {args.threads} threads in {elapsed:.2f}s: "
+        f"{len(latencies) / elapsed:.0f} leads/s"
+    )
     ordered = sorted(latencies)
     p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
     print(f"per routing: median {statistics.median(ordered) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms")

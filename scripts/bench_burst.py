@@ -167,7 +167,8 @@ def main(argv: list[str]) -> int:
         processes.append(bench_servers.gunicorn_start(args.tree.resolve(), port))
         processes.append(bench_servers.qcluster_start(args.tree.resolve()))
         print(
-            f"serving {args.tree.resolve()}: gunicorn (2 workers) and qcluster (defaults); {bench_servers.load_average()}"
+            f"serving {args.tree.resolve()}: gunicorn (2 workers) and qcluster (defaults); "
+            f"{bench_servers.load_average()}"
         )
         time.sleep(3)  # the cluster's workers start
         if burst:
@@ -189,7 +190,8 @@ def main(argv: list[str]) -> int:
             since = timezone.now()
             wall, statuses = post_all(port, sustained, args.connections, rate=args.sustained_rate)
             print(
-                f"sustained: {len(sustained)} posted in {wall:.1f} s at {len(sustained) / wall:.1f}/s; answers {statuses}"
+                f"sustained: {len(sustained)} posted in {wall:.1f} s at {len(sustained) / wall:.1f}/s; answers "
+                f"{statuses}"
             )
             _, done = wait_decided(since, statuses.get(200, 0), args.wait)
             print(f"  {len(done)} processed; {latencies(done)}")

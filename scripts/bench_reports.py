@@ -127,40 +127,70 @@ def fill(n: int, setters: int) -> dict[str, Any]:
         m.Contact, n, {"public_id": pid("cont"), "business": str(b), "first_name": "'Pat'", "last_name": "'Doe' || g"}
     )
     p0 = insert_select(
-        m.ContactPoint, n,
-        {"public_id": pid("cp"), "business": str(b), "contact": f"{c0} + g - 1", "kind": "'phone'",
-         "value": "'+1212' || lpad(g::text, 7, '0')"},
-    )  # fmt: skip
+        m.ContactPoint,
+        n,
+        {
+            "public_id": pid("cp"),
+            "business": str(b),
+            "contact": f"{c0} + g - 1",
+            "kind": "'phone'",
+            "value": "'+1212' || lpad(g::text, 7, '0')",
+        },
+    )
     stage = (
         "CASE WHEN g % 20 < 6 THEN 'assigned' WHEN g % 20 < 10 THEN 'contacted' WHEN g % 20 < 12 THEN 'booked' "
         "WHEN g % 20 = 12 THEN 'appointment_held' WHEN g % 20 = 13 THEN 'estimate_sent' WHEN g % 20 = 14 THEN 'won' "
         "WHEN g % 20 < 17 THEN 'lost' WHEN g % 20 = 17 THEN 'no_show' ELSE 'new' END"
     )
     l0 = insert_select(
-        m.Lead, n,
-        {"public_id": pid("lead"), "business": str(b), "contact": f"{c0} + g - 1", "stage": stage,
-         "owner": f"CASE WHEN g % 50 = 0 THEN NULL ELSE ({team_ids})[(g % {setters}) + 1] END",
-         "next_action": "CASE WHEN g % 30 = 0 THEN '' ELSE 'Call back' END",
-         "next_action_due_at": f"CASE WHEN g % 30 = 0 THEN NULL ELSE {created} + interval '1 day' END",
-         "first_response_at": f"CASE WHEN g % 10 < 7 THEN {created} + ((g % 3600) || ' seconds')::interval END",
-         "speed_to_lead_seconds": "CASE WHEN g % 10 < 7 THEN (g * 37) % 3600 END",
-         "sla_breached_at": f"CASE WHEN g % 40 = 7 THEN {created} + interval '10 minutes' END",
-         "closed_at": f"CASE WHEN g % 20 IN (14, 15, 16) THEN {created} + interval '3 days' END",
-         "created_at": created, "updated_at": created},
-    )  # fmt: skip
+        m.Lead,
+        n,
+        {
+            "public_id": pid("lead"),
+            "business": str(b),
+            "contact": f"{c0} + g - 1",
+            "stage": stage,
+            "owner": f"CASE WHEN g % 50 = 0 THEN NULL ELSE ({team_ids})[(g % {setters}) + 1] END",
+            "next_action": "CASE WHEN g % 30 = 0 THEN '' ELSE 'Call back' END",
+            "next_action_due_at": f"CASE WHEN g % 30 = 0 THEN NULL ELSE {created} + interval '1 day' END",
+            "first_response_at": f"CASE WHEN g % 10 < 7 THEN {created} + ((g % 3600) || ' seconds')::interval END",
+            "speed_to_lead_seconds": "CASE WHEN g % 10 < 7 THEN (g * 37) % 3600 END",
+            "sla_breached_at": f"CASE WHEN g % 40 = 7 THEN {created} + interval '10 minutes' END",
+            "closed_at": f"CASE WHEN g % 20 IN (14, 15, 16) THEN {created} + interval '3 days' END",
+            "created_at": created,
+            "updated_at": created,
+        },
+    )
     lead = f"{l0} + g - 1"
     insert_select(
-        m.LeadTouch, n,
-        {"public_id": pid("tch"), "business": str(b), "lead": lead, "source": f"({src_ids})[(g % 4) + 1]",
-         "channel": "'form'", "provider": "'website'", "campaign_id": "'cmp' || (g % 12)", "received_at": created},
-    )  # fmt: skip
+        m.LeadTouch,
+        n,
+        {
+            "public_id": pid("tch"),
+            "business": str(b),
+            "lead": lead,
+            "source": f"({src_ids})[(g % 4) + 1]",
+            "channel": "'form'",
+            "provider": "'website'",
+            "campaign_id": "'cmp' || (g % 12)",
+            "received_at": created,
+        },
+    )
     e0 = insert_select(
-        m.ConsentEvent, n,
-        {"public_id": pid("cev"), "business": str(b), "contact_point": f"{p0} + g - 1", "channel": "'sms'",
-         "action": "CASE WHEN g % 25 = 0 THEN 'revoke' ELSE 'grant' END", "basis": "'form_disclosure'",
-         "actor": "'bench'", "at": created},
+        m.ConsentEvent,
+        n,
+        {
+            "public_id": pid("cev"),
+            "business": str(b),
+            "contact_point": f"{p0} + g - 1",
+            "channel": "'sms'",
+            "action": "CASE WHEN g % 25 = 0 THEN 'revoke' ELSE 'grant' END",
+            "basis": "'form_disclosure'",
+            "actor": "'bench'",
+            "at": created,
+        },
         where="WHERE g % 10 < 6",
-    )  # fmt: skip
+    )
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -171,26 +201,50 @@ def fill(n: int, setters: int) -> dict[str, Any]:
             [e0],
         )
     insert_select(
-        m.Task, n,
-        {"public_id": pid("task"), "business": str(b), "lead": lead,
-         "owner": f"({team_ids})[(g % {setters}) + 1]", "title": "'Call back'",
-         "due_at": "now() + ((g % 96) - 48 || ' hours')::interval"},
+        m.Task,
+        n,
+        {
+            "public_id": pid("task"),
+            "business": str(b),
+            "lead": lead,
+            "owner": f"({team_ids})[(g % {setters}) + 1]",
+            "title": "'Call back'",
+            "due_at": "now() + ((g % 96) - 48 || ' hours')::interval",
+        },
         where="WHERE g % 2 = 0 AND g % 20 < 14",
-    )  # fmt: skip
+    )
     insert_select(
-        m.Message, n,
-        {"public_id": pid("msgo"), "business": str(b), "lead": lead, "contact": f"{c0} + g - 1",
-         "direction": "'out'", "status": "CASE WHEN g % 33 = 0 THEN 'undelivered' WHEN g % 17 = 0 THEN 'blocked' ELSE 'delivered' END",
-         "block_reason": "CASE WHEN g % 33 <> 0 AND g % 17 = 0 THEN 'quiet_hours' ELSE '' END",
-         "idempotency_key": "'bench-out-' || g", "body": "'Hi Pat'", "created_at": f"{created} + interval '5 minutes'"},
-    )  # fmt: skip
+        m.Message,
+        n,
+        {
+            "public_id": pid("msgo"),
+            "business": str(b),
+            "lead": lead,
+            "contact": f"{c0} + g - 1",
+            "direction": "'out'",
+            "status": "CASE WHEN g % 33 = 0 THEN 'undelivered' WHEN g % 17 = 0 THEN 'blocked' ELSE 'delivered' END",
+            "block_reason": "CASE WHEN g % 33 <> 0 AND g % 17 = 0 THEN 'quiet_hours' ELSE '' END",
+            "idempotency_key": "'bench-out-' || g",
+            "body": "'Hi Pat'",
+            "created_at": f"{created} + interval '5 minutes'",
+        },
+    )
     insert_select(
-        m.Message, n,
-        {"public_id": pid("msgi"), "business": str(b), "lead": lead, "contact": f"{c0} + g - 1",
-         "contact_point": f"{p0} + g - 1", "direction": "'in'", "status": "'received'", "body": "'Yes please'",
-         "created_at": "now() - ((g % 72) || ' hours')::interval"},
+        m.Message,
+        n,
+        {
+            "public_id": pid("msgi"),
+            "business": str(b),
+            "lead": lead,
+            "contact": f"{c0} + g - 1",
+            "contact_point": f"{p0} + g - 1",
+            "direction": "'in'",
+            "status": "'received'",
+            "body": "'Yes please'",
+            "created_at": "now() - ((g % 72) || ' hours')::interval",
+        },
         where="WHERE g % 5 = 0",
-    )  # fmt: skip
+    )
     appt_status = (
         "CASE WHEN g % 20 IN (12, 13, 14) THEN 'held' WHEN g % 20 = 17 THEN 'no_show' "
         "WHEN g % 20 = 10 THEN 'scheduled' WHEN g % 20 = 11 THEN 'confirmed' ELSE 'canceled' END"
@@ -201,51 +255,98 @@ def fill(n: int, setters: int) -> dict[str, Any]:
         + " + interval '2 days' END"
     )
     insert_select(
-        m.Appointment, n,
-        {"public_id": pid("appt"), "business": str(b), "lead": lead, "status": appt_status, "starts_at": appt_start,
-         "ends_at": f"({appt_start}) + interval '1 hour'", "external_id": "NULL"},
+        m.Appointment,
+        n,
+        {
+            "public_id": pid("appt"),
+            "business": str(b),
+            "lead": lead,
+            "status": appt_status,
+            "starts_at": appt_start,
+            "ends_at": f"({appt_start}) + interval '1 hour'",
+            "external_id": "NULL",
+        },
         where="WHERE g % 20 BETWEEN 10 AND 17",
-    )  # fmt: skip
+    )
     insert_select(
-        m.Estimate, n,
-        {"public_id": pid("est"), "business": str(b), "lead": lead, "amount": "(g % 900) + 100",
-         "status": "CASE WHEN g % 20 = 14 THEN 'accepted' ELSE 'sent' END", "sent_at": created},
+        m.Estimate,
+        n,
+        {
+            "public_id": pid("est"),
+            "business": str(b),
+            "lead": lead,
+            "amount": "(g % 900) + 100",
+            "status": "CASE WHEN g % 20 = 14 THEN 'accepted' ELSE 'sent' END",
+            "sent_at": created,
+        },
         where="WHERE g % 20 IN (13, 14)",
-    )  # fmt: skip
+    )
     j0 = insert_select(
-        m.Job, n,
-        {"public_id": pid("job"), "business": str(b), "lead": lead, "status": "'completed'",
-         "completed_at": f"{created} + interval '5 days'"},
+        m.Job,
+        n,
+        {
+            "public_id": pid("job"),
+            "business": str(b),
+            "lead": lead,
+            "status": "'completed'",
+            "completed_at": f"{created} + interval '5 days'",
+        },
         where="WHERE g % 20 = 14",
-    )  # fmt: skip
+    )
     insert_select(
-        m.Invoice, n // 20,
-        {"public_id": pid("inv"), "business": str(b), "lead": f"(SELECT lead_id FROM crm_job WHERE id = {j0} + g - 1)",  # noqa: S608
-         "job": f"{j0} + g - 1", "amount": "500", "status": "'issued'"},
+        m.Invoice,
+        n // 20,
+        {
+            "public_id": pid("inv"),
+            "business": str(b),
+            "lead": f"(SELECT lead_id FROM crm_job WHERE id = {j0} + g - 1)",  # noqa: S608
+            "job": f"{j0} + g - 1",
+            "amount": "500",
+            "status": "'issued'",
+        },
         where="WHERE g % 2 = 0",
-    )  # fmt: skip
+    )
     pay0 = insert_select(
-        m.Payment, n,
-        {"public_id": pid("pay"), "business": str(b),
-         "lead": f"CASE WHEN g % 200 = 14 THEN NULL ELSE {lead} END",
-         "match_status": "CASE WHEN g % 200 = 14 THEN 'unmatched' ELSE 'matched' END",
-         "amount": "((g % 900) + 100)::numeric(12,2)", "received_at": "now() - ((g % 60) || ' days')::interval",
-         "external_id": "NULL"},
+        m.Payment,
+        n,
+        {
+            "public_id": pid("pay"),
+            "business": str(b),
+            "lead": f"CASE WHEN g % 200 = 14 THEN NULL ELSE {lead} END",
+            "match_status": "CASE WHEN g % 200 = 14 THEN 'unmatched' ELSE 'matched' END",
+            "amount": "((g % 900) + 100)::numeric(12,2)",
+            "received_at": "now() - ((g % 60) || ' days')::interval",
+            "external_id": "NULL",
+        },
         where="WHERE g % 20 = 14",
-    )  # fmt: skip
+    )
     insert_select(
-        m.Refund, n // 20,
-        {"public_id": pid("rfnd"), "business": str(b), "payment": f"{pay0} + g - 1", "amount": "50.00",
-         "refunded_at": "now() - ((g % 30) || ' days')::interval", "external_id": "NULL"},
+        m.Refund,
+        n // 20,
+        {
+            "public_id": pid("rfnd"),
+            "business": str(b),
+            "payment": f"{pay0} + g - 1",
+            "amount": "50.00",
+            "refunded_at": "now() - ((g % 30) || ' days')::interval",
+            "external_id": "NULL",
+        },
         where="WHERE g % 10 = 0",
-    )  # fmt: skip
+    )
     insert_select(
-        m.Enrollment, n,
-        {"public_id": pid("enr"), "business": str(b), "lead": lead, "contact": f"{c0} + g - 1",
-         "sequence": str(sequence.pk), "status": "'active'",
-         "next_step_due_at": "now() + ((g % 48) - 24 || ' hours')::interval"},
+        m.Enrollment,
+        n,
+        {
+            "public_id": pid("enr"),
+            "business": str(b),
+            "lead": lead,
+            "contact": f"{c0} + g - 1",
+            "sequence": str(sequence.pk),
+            "status": "'active'",
+            "next_step_due_at": "now() + ((g % 48) - 24 || ' hours')::interval",
+        },
         where="WHERE g % 20 = 5",
-    )  # fmt: skip
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"business": business, "manager": manager, "setter": team[0], "lead_pk": l0 + 14}
@@ -262,7 +363,8 @@ def timed(label: str, repeat: int, fn: Callable[[], Any]) -> None:
         times.append(time.perf_counter() - start)
         queries = len(connection.queries)
     print(
-        f"{label:<42} median {statistics.median(times) * 1000:9.1f} ms   worst {max(times) * 1000:9.1f} ms   {queries:4d} queries"
+        f"{label:<42} median {statistics.median(times) * 1000:9.1f} ms   worst {max(times) * 1000:9.1f} ms   "
+        f"{queries:4d} queries"
     )
 
 
@@ -296,7 +398,8 @@ def main(argv: list[str]) -> int:
         first = time.perf_counter()
         run = pipeline_qa_run()
         print(
-            f"{'pipeline QA, first run':<42} {(time.perf_counter() - first) * 1000:9.1f} ms   opened {sum(run.opened.values())} items: {run.opened}"
+            f"{'pipeline QA, first run':<42} {(time.perf_counter() - first) * 1000:9.1f} ms   opened "
+            f"{sum(run.opened.values())} items: {run.opened}"
         )
         timed("pipeline QA, steady state", args.repeat, pipeline_qa_run)
         timed("alerts scan", args.repeat, alerts_scan)

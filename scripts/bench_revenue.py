@@ -79,14 +79,18 @@ def main(argv: list[str]) -> int:
                 lambda by=by, touch=touch: revenue_report([business.pk], currency="USD", by=by, touch=touch)
             )
             totals = report.totals  # type: ignore[attr-defined]
-            print(f"report by={by:<8} touch={touch:<6} {seconds * 1000:8.0f} ms  {queries:2d} queries  "
-                  f"{len(report.rows):3d} rows  leads={totals.leads} net={totals.net}")  # type: ignore[attr-defined]  # fmt: skip
+            print(
+                f"report by={by:<8} touch={touch:<6} {seconds * 1000:8.0f} ms  {queries:2d} queries  "
+                f"{len(report.rows):3d} rows  leads={totals.leads} net={totals.net}"  # type: ignore[attr-defined]
+            )
     paid = m.Payment.objects.filter(business=business).aggregate(t=Sum("amount"))["t"] or Decimal(0)
     refunded = m.Refund.objects.filter(business=business).aggregate(t=Sum("amount"))["t"] or Decimal(0)
     report = revenue_report([business.pk], currency="USD")
     ok = report.totals.collected == paid and report.totals.refunded == refunded
-    print(f"reconciles: collected {report.totals.collected} = payments {paid}; refunded {report.totals.refunded} = "
-          f"refunds {refunded}: {'yes' if ok else 'NO'}")  # fmt: skip
+    print(
+        f"reconciles: collected {report.totals.collected} = payments {paid}; refunded {report.totals.refunded} = "
+        f"refunds {refunded}: {'yes' if ok else 'NO'}"
+    )
 
     client = Client()
     client.force_login(user)
@@ -122,26 +126,68 @@ def create(count: int, m: Any, UserFactory: Any, timezone: Any) -> tuple[Any, An
         leads = m.Lead.objects.bulk_create([m.Lead(business=business, contact=c, stage="new") for c in contacts])
         touches, appointments, estimates, jobs, invoices, payments = [], [], [], [], [], []
         for lead, at in zip(leads, created, strict=True):
-            touches.append(m.LeadTouch(business=business, lead=lead, source=rng.choice(sources), channel="form",
-                                       provider="website", campaign_id=f"c{rng.randrange(10)}", received_at=at))  # fmt: skip
+            touches.append(
+                m.LeadTouch(
+                    business=business,
+                    lead=lead,
+                    source=rng.choice(sources),
+                    channel="form",
+                    provider="website",
+                    campaign_id=f"c{rng.randrange(10)}",
+                    received_at=at,
+                )
+            )
             if rng.random() < 0.3:
-                touches.append(m.LeadTouch(business=business, lead=lead, source=rng.choice(sources), channel="form",
-                                           provider="website", received_at=at + timedelta(days=2)))  # fmt: skip
+                touches.append(
+                    m.LeadTouch(
+                        business=business,
+                        lead=lead,
+                        source=rng.choice(sources),
+                        channel="form",
+                        provider="website",
+                        received_at=at + timedelta(days=2),
+                    )
+                )
             if rng.random() < 0.4:
-                appointments.append(m.Appointment(business=business, lead=lead, starts_at=at + timedelta(days=3),
-                                                  ends_at=at + timedelta(days=3, hours=1),
-                                                  status="held" if rng.random() < 0.7 else "scheduled"))  # fmt: skip
+                appointments.append(
+                    m.Appointment(
+                        business=business,
+                        lead=lead,
+                        starts_at=at + timedelta(days=3),
+                        ends_at=at + timedelta(days=3, hours=1),
+                        status="held" if rng.random() < 0.7 else "scheduled",
+                    )
+                )
             if rng.random() < 0.3:
                 amount = Decimal(rng.randrange(10000, 500000)) / 100
-                estimates.append(m.Estimate(business=business, lead=lead, amount=amount, status="sent",
-                                            sent_at=at + timedelta(days=4)))  # fmt: skip
+                estimates.append(
+                    m.Estimate(
+                        business=business, lead=lead, amount=amount, status="sent", sent_at=at + timedelta(days=4)
+                    )
+                )
                 if rng.random() < 0.6:
-                    jobs.append(m.Job(business=business, lead=lead, status="completed",
-                                      completed_at=at + timedelta(days=10)))  # fmt: skip
-                    invoices.append(m.Invoice(business=business, lead=lead, amount=amount, status="paid",
-                                              issued_at=at + timedelta(days=10)))  # fmt: skip
-                    payments.append(m.Payment(business=business, lead=lead, contact=lead.contact, amount=amount,
-                                              match_status="matched", received_at=at + timedelta(days=12)))  # fmt: skip
+                    jobs.append(
+                        m.Job(business=business, lead=lead, status="completed", completed_at=at + timedelta(days=10))
+                    )
+                    invoices.append(
+                        m.Invoice(
+                            business=business,
+                            lead=lead,
+                            amount=amount,
+                            status="paid",
+                            issued_at=at + timedelta(days=10),
+                        )
+                    )
+                    payments.append(
+                        m.Payment(
+                            business=business,
+                            lead=lead,
+                            contact=lead.contact,
+                            amount=amount,
+                            match_status="matched",
+                            received_at=at + timedelta(days=12),
+                        )
+                    )
         m.LeadTouch.objects.bulk_create(touches)
         m.Appointment.objects.bulk_create(appointments)
         m.Estimate.objects.bulk_create(estimates)
@@ -149,9 +195,17 @@ def create(count: int, m: Any, UserFactory: Any, timezone: Any) -> tuple[Any, An
         m.Invoice.objects.bulk_create(invoices)
         saved = m.Payment.objects.bulk_create(payments)
         m.Refund.objects.bulk_create(
-            [m.Refund(business=business, payment=p, amount=(p.amount / 4).quantize(Decimal("0.01")),
-                      refunded_at=p.received_at + timedelta(days=5)) for p in saved if rng.random() < 0.1]
-        )  # fmt: skip
+            [
+                m.Refund(
+                    business=business,
+                    payment=p,
+                    amount=(p.amount / 4).quantize(Decimal("0.01")),
+                    refunded_at=p.received_at + timedelta(days=5),
+                )
+                for p in saved
+                if rng.random() < 0.1
+            ]
+        )
         won = [lead.pk for lead in leads if rng.random() < 0.15]
         m.Lead.objects.filter(pk__in=won).update(stage="won", closed_at=now - timedelta(days=1))
     print(f"created {count} leads with their records in {time.perf_counter() - t0:.1f}s")

@@ -15,8 +15,9 @@ chain is written one at a time, so one business is the worst case).
 
 Prints the setup time, then rows, seconds and rows per second for the run,
 the statements sent per step (each a round trip to the database: queries and
-savepoints; each step's transaction adds its BEGIN and COMMIT), and checks that every step ran exactly once and that every
-business's receipt chain verifies.
+savepoints; each step's transaction adds its BEGIN and COMMIT), and checks
+that every step ran exactly once and that every business's receipt chain
+verifies.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
         Source,
         TeamMember,
         Timer,
-    )  # fmt: skip
+    )
 
     step = (
         {"after": "15m", "channel": "sms", "template": "nudge_sms"}
@@ -97,11 +98,16 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
         count = min(per_business, rows - b * per_business)
         business = Business.objects.create(slug=f"bench-{b}", name=f"Bench {b}", timezone="America/New_York")
         owner = TeamMember.objects.create(business=business, user=user, role=Role.SETTER, display_name="Sam Bench")
-        Source.objects.create(business=business, key=f"bench-line-{b}", provider="twilio",
-                              config={"phone_number": "+13125550100"})  # fmt: skip
-        MessageTemplate.objects.create(business=business, key="nudge_sms", channel="sms", approved=True,
-                                       body="Hi {first_name}, {owner_first_name} from {business} here. "
-                                       "Still need help? Reply STOP to opt out.")  # fmt: skip
+        Source.objects.create(
+            business=business, key=f"bench-line-{b}", provider="twilio", config={"phone_number": "+13125550100"}
+        )
+        MessageTemplate.objects.create(
+            business=business,
+            key="nudge_sms",
+            channel="sms",
+            approved=True,
+            body="Hi {first_name}, {owner_first_name} from {business} here. Still need help? Reply STOP to opt out.",
+        )
         sequence = Sequence.objects.create(business=business, key="no_reply", trigger="no_reply", steps=[step])
         contacts = Contact.objects.bulk_create(
             [Contact(business=business, first_name=f"Pat{n}") for n in range(count)], batch_size=2000
@@ -115,36 +121,60 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
         )
         events = ConsentEvent.objects.bulk_create(
             [
-                ConsentEvent(business=business, contact_point=p, channel="sms", action="grant",
-                             basis="form_disclosure", actor="bench", at=DUE - timedelta(days=1))
+                ConsentEvent(
+                    business=business,
+                    contact_point=p,
+                    channel="sms",
+                    action="grant",
+                    basis="form_disclosure",
+                    actor="bench",
+                    at=DUE - timedelta(days=1),
+                )
                 for p in points
             ],
             batch_size=2000,
-        )  # fmt: skip
+        )
         ConsentState.objects.bulk_create(
-            [ConsentState(contact_point=e.contact_point, channel="sms", status="granted", last_event=e,
-                          updated_at=e.at) for e in events],
+            [
+                ConsentState(
+                    contact_point=e.contact_point, channel="sms", status="granted", last_event=e, updated_at=e.at
+                )
+                for e in events
+            ],
             batch_size=2000,
-        )  # fmt: skip
+        )
         leads = Lead.objects.bulk_create(
             [Lead(business=business, contact=c, owner=owner, stage="assigned") for c in contacts], batch_size=2000
         )
         enrollments = Enrollment.objects.bulk_create(
             [
-                Enrollment(business=business, lead=lead, contact=lead.contact, sequence=sequence, status="active",
-                           next_step_index=0, next_step_due_at=DUE)
+                Enrollment(
+                    business=business,
+                    lead=lead,
+                    contact=lead.contact,
+                    sequence=sequence,
+                    status="active",
+                    next_step_index=0,
+                    next_step_due_at=DUE,
+                )
                 for lead in leads
             ],
             batch_size=2000,
-        )  # fmt: skip
+        )
         Timer.objects.bulk_create(
             [
-                Timer(business=business, lead=e.lead, kind=STEP_TIMER, due_at=DUE,
-                      payload={"enrollment": e.pk, "step": 0}, dedupe_key=f"seq:{e.public_id}:0")
+                Timer(
+                    business=business,
+                    lead=e.lead,
+                    kind=STEP_TIMER,
+                    due_at=DUE,
+                    payload={"enrollment": e.pk, "step": 0},
+                    dedupe_key=f"seq:{e.public_id}:0",
+                )
                 for e in enrollments
             ],
             batch_size=2000,
-        )  # fmt: skip
+        )
         enrollment_ids += [e.pk for e in enrollments]
     return enrollment_ids
 
@@ -173,9 +203,12 @@ def run(workers: int, batch: int) -> tuple[float, int, int, int]:
                 # Unbounded here: the figure is the throughput of one run over every row (the
                 # periodic job stops at RUN_LIMIT timers and lets the next run go on).
                 result = timers_run_due(
-                    now=DUE + timedelta(minutes=1), batch=batch, kinds=[STEP_TIMER], limit=10**9,
+                    now=DUE + timedelta(minutes=1),
+                    batch=batch,
+                    kinds=[STEP_TIMER],
+                    limit=10**9,
                     budget=timedelta(hours=1),
-                )  # fmt: skip
+                )
             with lock:
                 totals.update({"claimed": result.claimed, "done": result.done, "failed": result.failed})
                 totals["statements"] += statements
@@ -220,8 +253,10 @@ def main(argv: list[str]) -> int:
             else Task.objects.filter(kind="follow_up").count()
         )
         statuses = Counter(Message.objects.values_list("status", flat=True))
-        print(f"check: {ran} enrollments advanced once, {made} {args.channel} steps made, messages {dict(statuses)}, "
-              f"pending step timers left {Timer.objects.filter(status='pending', due_at__lte=DUE).count()}")  # fmt: skip
+        print(
+            f"check: {ran} enrollments advanced once, {made} {args.channel} steps made, messages {dict(statuses)}, "
+            f"pending step timers left {Timer.objects.filter(status='pending', due_at__lte=DUE).count()}"
+        )
         from crm.services.receipts import receipts_verify
 
         broken = receipts_verify()

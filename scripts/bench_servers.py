@@ -121,8 +121,12 @@ def gunicorn_start(
 def qcluster_start(tree: Path, *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # noqa: S603 (our own manage.py)
         [sys.executable, "manage.py", "qcluster"],
-        cwd=tree, env=server_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        cwd=tree,
+        env=server_env(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def process_stop(process: subprocess.Popen[bytes]) -> None:

@@ -77,7 +77,8 @@ business: {{slug: drill, name: Drill HVAC, timezone: America/New_York, region: U
 sources:
   - {{key: site, provider: website, secret: "{SITE_SECRET}"}}
 templates:
-  - {{key: ack_sms, channel: sms, approved: true, body: "Hi {{first_name}}, this is {{business}}. We got your request. Reply STOP to opt out."}}
+  - {{key: ack_sms, channel: sms, approved: true,
+      body: "Hi {{first_name}}, this is {{business}}. We got your request. Reply STOP to opt out."}}
 team:
   - {{username: dro, name: Dee Owner, email: dee@drill.example, role: owner}}
   - {{username: drm, name: Dan Manager, email: dan@drill.example, role: manager}}
@@ -168,10 +169,24 @@ def redis_server(workdir: Path) -> Iterator[str]:
         raise SystemExit("the Redis runs need Debian's redis-server (apt-get install redis-server)")
     port = free_port()
     server = subprocess.Popen(  # noqa: S603
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
-         str(workdir), "--logfile", str(workdir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--logfile",
+            str(workdir / "redis.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
         import redis
@@ -213,8 +228,9 @@ def template_build(workdir: Path, seed_from: str = "") -> PrivatePostgres:
     if seed_from:
         dump = subprocess.run(  # noqa: S603
             [str(bin_dir() / "pg_dump"), "--no-owner", "--no-privileges", "-d", seed_from],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+        )
         # Column attribute options (`ALTER COLUMN … SET (…)`) are none of our
         # migrations' doing, and a server may keep private ones another
         # version refuses (one here keeps `pg_attver`): left out.
@@ -251,13 +267,20 @@ class Drill:
         self.report = Report(fault, broker)
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "Q_BROKER", "TEST_DATABASE_NAME")},
-            "DATABASE_URL": server.url(DATABASE), "DJANGO_SETTINGS_MODULE": "leadops.settings", "DEBUG": "false",
-            "SECRET_KEY": os.environ.get("SECRET_KEY", SECRET_KEY), "SEND_MODE": "live",
-            "TWILIO_ACCOUNT_SID": SID, "TWILIO_AUTH_TOKEN": TOKEN, "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
-            "TWILIO_API_BASE_URL": self.twilio.url, "PUBLIC_BASE_URL": "http://127.0.0.1:9",
+            "DATABASE_URL": server.url(DATABASE),
+            "DJANGO_SETTINGS_MODULE": "leadops.settings",
+            "DEBUG": "false",
+            "SECRET_KEY": os.environ.get("SECRET_KEY", SECRET_KEY),
+            "SEND_MODE": "live",
+            "TWILIO_ACCOUNT_SID": SID,
+            "TWILIO_AUTH_TOKEN": TOKEN,
+            "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
+            "TWILIO_API_BASE_URL": self.twilio.url,
+            "PUBLIC_BASE_URL": "http://127.0.0.1:9",
             # The sweeps' bounds (their lowest allowed), so a drill takes minutes, not ten.
-            "MESSAGE_SENDING_STALE_SECONDS": str(self.bound), "MESSAGE_QUEUED_STALE_SECONDS": str(self.bound),
-        }  # fmt: skip
+            "MESSAGE_SENDING_STALE_SECONDS": str(self.bound),
+            "MESSAGE_QUEUED_STALE_SECONDS": str(self.bound),
+        }
         if broker == "redis":
             self.env.update(Q_BROKER="redis", REDIS_URL=redis_url)
         self.web: Process | None = None
@@ -270,8 +293,18 @@ class Drill:
     def web_start(self) -> None:
         port = free_port()
         self.web_url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "gunicorn", "leadops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-                   "--workers", "2", "--log-level", "warning"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "leadops.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--log-level",
+            "warning",
+        ]
         self.web = start(command, self.env, self.workdir / "gunicorn.log")
 
         def answers() -> bool:
@@ -302,11 +335,17 @@ class Drill:
         out = []
         for person in range(self.args.people):
             name = NAMES[person % len(NAMES)] + ("" if person < len(NAMES) else f"{person}")
-            body = json.dumps({
-                "first_name": name, "last_name": "Drill", "phone": f"+1212555{1000 + person:04d}",
-                "message": "our furnace stopped working", "consent": "yes", "consent_text": CONSENT,
-                "nonce": f"p{person}",
-            }).encode()  # fmt: skip
+            body = json.dumps(
+                {
+                    "first_name": name,
+                    "last_name": "Drill",
+                    "phone": f"+1212555{1000 + person:04d}",
+                    "message": "our furnace stopped working",
+                    "consent": "yes",
+                    "consent_text": CONSENT,
+                    "nonce": f"p{person}",
+                }
+            ).encode()
             out.append((person, f"p{person}", body))
         return out + [d for i, d in enumerate(list(out)) if i % 4 == 0]
 
@@ -586,8 +625,10 @@ def _nothing() -> Iterator[str]:
 
 
 def table(reports: list[Report]) -> str:
-    lines = [f"{'fault':<11}{'broker':<7}{'accepted':>9}{'refused':>8}{'lost':>6}{'dup sends':>10}"
-             f"{'stuck w/o item':>15}  {'chain':<8}{'settled':<8}{'seconds':>8}"]  # fmt: skip
+    lines = [
+        f"{'fault':<11}{'broker':<7}{'accepted':>9}{'refused':>8}{'lost':>6}{'dup sends':>10}"
+        f"{'stuck w/o item':>15}  {'chain':<8}{'settled':<8}{'seconds':>8}"
+    ]
     for r in reports:
         lines.append(
             f"{r.fault:<11}{r.broker:<7}{r.accepted:>9}{r.refused:>8}{r.lost_events:>6}{r.duplicate_sends:>10}"
@@ -604,8 +645,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=0, help="runs at once (default: all)")
     parser.add_argument("--people", type=int, default=12, help="people in each burst (default %(default)s)")
     parser.add_argument("--slow", type=float, default=2.0, help="the slow provider's seconds per text (kill9)")
-    parser.add_argument("--bound", type=int, default=60, help="seconds in flight before a message counts as stuck "
-                        "(the sweeps' MESSAGE_*_STALE_SECONDS; default %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--bound",
+        type=int,
+        default=60,
+        help="seconds in flight before a message counts as stuck "
+        "(the sweeps' MESSAGE_*_STALE_SECONDS; default %(default)s)",
+    )
     parser.add_argument(
         "--grace", type=float, default=45.0, help="seconds past the bound to settle (default %(default)s)"
     )
@@ -662,8 +708,17 @@ def main(argv: list[str]) -> int:
 
 
 def _options(args: argparse.Namespace) -> list[str]:
-    return ["--people", str(args.people), "--slow", str(args.slow), "--bound", str(args.bound),
-            "--grace", str(args.grace), *(["--keep"] if args.keep else [])]  # fmt: skip
+    return [
+        "--people",
+        str(args.people),
+        "--slow",
+        str(args.slow),
+        "--bound",
+        str(args.bound),
+        "--grace",
+        str(args.grace),
+        *(["--keep"] if args.keep else []),
+    ]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ then every task it leads to (processing the event: identity, consent, and
 the orchestrator's new-lead step run in the same unit of work: fit, owner,
 next action, the acknowledgement decision, the SLA clock; receipts all
 along; then the owner's notice), each run the way a worker runs it — the
-real task function on the real queued arguments — until the queue is empty. Used by the statement-count test and by bench_lead_statements.py.
+real task function on the real queued arguments — until the queue is empty.
+Used by the statement-count test and by bench_lead_statements.py.
 
 Needs the demo business loaded (its website source `site`) and real commits
 (on-commit enqueues), so a test using it is transactional.
@@ -21,11 +22,19 @@ from typing import Any
 WEBSITE_PATH = "/hooks/forms/site/"
 WEBSITE_SECRET = "demo-website-secret-acme"  # noqa: S105 (the demo file's, public)
 FORM = {
-    "first_name": "Rosa", "last_name": "Diaz", "phone": "(312) 555-0147", "email": "rosa.diaz@example.com",
-    "postal_code": "60601", "message": "Furnace makes a banging noise", "service": "hvac", "consent": True,
+    "first_name": "Rosa",
+    "last_name": "Diaz",
+    "phone": "(312) 555-0147",
+    "email": "rosa.diaz@example.com",
+    "postal_code": "60601",
+    "message": "Furnace makes a banging noise",
+    "service": "hvac",
+    "consent": True,
     "consent_text": "You agree that Acme may call and text you about your request.",
-    "page_url": "https://acme.example/quote", "utm_source": "google", "gclid": "Cj0KCQ-bench",
-}  # fmt: skip
+    "page_url": "https://acme.example/quote",
+    "utm_source": "google",
+    "gclid": "Cj0KCQ-bench",
+}
 TRANSACTION_CONTROL = ("SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "COMMIT")
 # What receipt_write sends today besides its INSERT: the chain's advisory lock
 # and the read of the chain's tail. The receipt redesign makes a receipt one

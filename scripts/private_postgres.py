@@ -149,8 +149,16 @@ def initdb(workdir: Path) -> PrivatePostgres:
     server = PrivatePostgres(workdir, free_port())
     server.data.mkdir()
     _own(workdir)
-    command = [str(bin_dir() / "initdb"), "-D", str(server.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-               "--no-sync"]  # fmt: skip
+    command = [
+        str(bin_dir() / "initdb"),
+        "-D",
+        str(server.data),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "--encoding=UTF8",
+        "--no-sync",
+    ]
     subprocess.run(command, check=True, capture_output=True, user=_run_as())  # noqa: S603
     server.start()
     server.wait_ready()

@@ -70,8 +70,18 @@ def _start(command: list[str], env: dict[str, str], url: str = "") -> Process:
 
 def gunicorn_start(env: dict[str, str], *, workers: int = 1) -> Process:
     port = free_port()
-    command = [sys.executable, "-m", "gunicorn", "leadops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-               "--workers", str(workers), "--log-level", "warning"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "leadops.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+    ]
     return _start(command, env, f"http://127.0.0.1:{port}")
 
 

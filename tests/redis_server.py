@@ -67,10 +67,24 @@ def redis_server() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="leadops-redis-") as workdir:
         # No snapshots, no append-only file: a throwaway server.
         server = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                "--logfile",
+                os.path.join(workdir, "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         try:
             url = f"redis://127.0.0.1:{port}/0"
             wait_for_ping(url)

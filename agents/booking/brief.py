@@ -97,7 +97,8 @@ def brief_build(appointment: Appointment) -> str:
         extra += [f"{k}={v}" for k, v in sorted((touch.utm or {}).items()) if v]
         suffix = f", {', '.join(extra)}" if extra else ""
         lines.append(
-            f"Source ({touch.public_id}): {touch.channel} via {where_from} on {touch.received_at:%Y-%m-%d %H:%M} UTC{suffix}"
+            f"Source ({touch.public_id}): {touch.channel} via {where_from} on {touch.received_at:%Y-%m-%d %H:%M} "
+            f"UTC{suffix}"
         )
         answers = _answer_lines(touch.answers or {})
         if answers:
@@ -142,9 +143,13 @@ def brief_email(appointment: Appointment) -> str:
         return "already emailed"
     text = appointment.brief or brief_store(appointment)
     receipt_write(
-        business=appointment.lead.business, lead=appointment.lead, subject=appointment.public_id, actor=ACTOR,
-        action=EMAILED, after={"to": address, "technician": tech.public_id},
-    )  # fmt: skip
+        business=appointment.lead.business,
+        lead=appointment.lead,
+        subject=appointment.public_id,
+        actor=ACTOR,
+        action=EMAILED,
+        after={"to": address, "technician": tech.public_id},
+    )
     subject = f"Brief: {appointment.lead.contact.name or appointment.lead.public_id}, {appointment.public_id}"
     # A task of its own, after commit: a slow mail server never holds the booking or the timer loop.
     notice_enqueue(address, subject, text)

@@ -138,9 +138,14 @@ def booking_exception(
     try:
         with transaction.atomic():
             item = ExceptionItem.objects.create(
-                business=business, lead=lead, owner=manager, kind=UNMATCHED, subject=subject, detail=detail[:500],
+                business=business,
+                lead=lead,
+                owner=manager,
+                kind=UNMATCHED,
+                subject=subject,
+                detail=detail[:500],
                 detected_at=now,
-            )  # fmt: skip
+            )
     except IntegrityError:
         # A concurrent replay opened it first (crm_exceptionitem_one_open_per_subject).
         return ExceptionItem.objects.get(business=business, kind=UNMATCHED, subject=subject, status="open")
@@ -149,10 +154,19 @@ def booking_exception(
         business=business, lead=lead, owner=manager, kind="exception", title=f"{title[:270]} ({subject})", due_at=now
     )
     receipt_write(
-        business=business, lead=lead, subject=item.public_id, actor=ACTOR, action="exception.opened",
-        reason=detail[:300], after={"kind": UNMATCHED, "booking": subject, "task": task.public_id,
-                                    "owner": manager.user.get_username() if manager else None},
-    )  # fmt: skip
+        business=business,
+        lead=lead,
+        subject=item.public_id,
+        actor=ACTOR,
+        action="exception.opened",
+        reason=detail[:300],
+        after={
+            "kind": UNMATCHED,
+            "booking": subject,
+            "task": task.public_id,
+            "owner": manager.user.get_username() if manager else None,
+        },
+    )
     return item
 
 
@@ -165,7 +179,13 @@ def booking_exception_resolve(item: ExceptionItem, *, actor: str, how: str) -> b
             business_id=item.business_id, kind="exception", status=Task.Status.OPEN, title__endswith=f"({item.subject})"
         ).update(status=Task.Status.DONE, outcome=how[:300], completed_at=timezone.now(), completed_by=actor)
         receipt_write(
-            business=item.business, lead=item.lead, subject=item.public_id, actor=actor, action="exception.resolved",
-            reason=how, before={"status": "open"}, after={"status": "resolved"},
-        )  # fmt: skip
+            business=item.business,
+            lead=item.lead,
+            subject=item.public_id,
+            actor=actor,
+            action="exception.resolved",
+            reason=how,
+            before={"status": "open"},
+            after={"status": "resolved"},
+        )
     return bool(resolved)

@@ -84,23 +84,36 @@ def no_show_step(lead: Lead, data: dict[str, Any]) -> str:
     when, name = appointment_when(appointment), _name(lead)
     outcomes = [_rebooking_offer(lead, appointment, now=now)]
     task = next_action_set(
-        lead, f"Call {name} to rebook the missed visit ({when})", now + OUTREACH_DUE, actor=ACTOR,
-        reason=f"{appointment.public_id}: no-show", owner=owner,
-    )  # fmt: skip
+        lead,
+        f"Call {name} to rebook the missed visit ({when})",
+        now + OUTREACH_DUE,
+        actor=ACTOR,
+        reason=f"{appointment.public_id}: no-show",
+        owner=owner,
+    )
     outcomes.append(f"outreach task {task.public_id}")
     member_notify(
-        owner, "No-show",
+        owner,
+        "No-show",
         f"{name} ({lead.public_id}) missed the visit {when} ({appointment.public_id}). "
         f"Rebooking: {outcomes[0]}. Your task: {task.title}.",
-    )  # fmt: skip
+    )
     receipt_write(
-        business=lead.business, lead=lead, subject=appointment.public_id, actor=ACTOR, action="no_show.owner_notified",
+        business=lead.business,
+        lead=lead,
+        subject=appointment.public_id,
+        actor=ACTOR,
+        action="no_show.owner_notified",
         after={"owner": owner.user.get_username(), "rebooking": outcomes[0]},
-    )  # fmt: skip
+    )
     deadline = timer_schedule(
-        business=lead.business, lead=lead, kind=NO_SHOW_DEADLINE_TIMER, due_at=now + REBOOK_WAIT,
-        payload={"appointment": appointment.pk}, dedupe_key=f"{NO_SHOW_DEADLINE_TIMER}:{appointment.public_id}",
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        kind=NO_SHOW_DEADLINE_TIMER,
+        due_at=now + REBOOK_WAIT,
+        payload={"appointment": appointment.pk},
+        dedupe_key=f"{NO_SHOW_DEADLINE_TIMER}:{appointment.public_id}",
+    )
     outcomes.append(f"ends {deadline.due_at:%Y-%m-%d} unless rebooked")
     return "; ".join(outcomes)
 
@@ -117,9 +130,15 @@ def _rebooking_offer(lead: Lead, appointment: Appointment, *, now: datetime) -> 
     except TemplateError as exc:
         return f"no automated offer ({exc}): the outreach task carries it"
     message = message_send(
-        lead=lead, channel="sms", body=body, actor=ACTOR, automated=True, template_key=template.key,
-        idempotency_key=f"no_show.rebook:{appointment.public_id}", now=now,
-    )  # fmt: skip
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=ACTOR,
+        automated=True,
+        template_key=template.key,
+        idempotency_key=f"no_show.rebook:{appointment.public_id}",
+        now=now,
+    )
     return f"rebooking text {message.public_id} {message.status}" + (
         f" ({message.block_reason})" if message.block_reason else ""
     )
@@ -137,9 +156,13 @@ def no_show_deadline(appointment: Appointment, *, now: datetime | None = None) -
         return f"skipped: the lead is {lead.stage}"
     if lead.hold:
         receipt_write(
-            business=lead.business, lead=lead, subject=appointment.public_id, actor=ACTOR,
-            action="no_show.deadline_skipped", reason="the lead is on hold: a person decides",
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            subject=appointment.public_id,
+            actor=ACTOR,
+            action="no_show.deadline_skipped",
+            reason="the lead is on hold: a person decides",
+        )
         return "skipped: on hold"
     since = appointment.outcome_at or appointment.starts_at
     answered = lead.messages.filter(direction="in", created_at__gte=since).exists()
@@ -149,9 +172,11 @@ def no_show_deadline(appointment: Appointment, *, now: datetime | None = None) -
         lead_close(lead, Stage.LOST, actor=ACTOR, reason=reason, lost_reason=reason)
         return "lost"
     lead_close(
-        lead, Stage.UNRESPONSIVE, actor=ACTOR,
+        lead,
+        Stage.UNRESPONSIVE,
+        actor=ACTOR,
         reason=f"no-show {appointment.public_id}: no answer and no rebooking within {days} days",
-    )  # fmt: skip
+    )
     return "unresponsive"
 
 

@@ -230,9 +230,16 @@ def appointment_book(
     member = _technician(rule, starts, ends, wanted=assigned_to, prefer=None)
     _to_booked(lead, actor=actor, reason=f"booked {when_label(starts, ends, _zone(lead))}")
     appointment = appointment_record(
-        lead=lead, starts_at=starts, ends_at=ends, actor=actor, availability=rule, assigned_to=member,
-        notes=notes, location=_location(lead), status=Appointment.Status.SCHEDULED,
-    )  # fmt: skip
+        lead=lead,
+        starts_at=starts,
+        ends_at=ends,
+        actor=actor,
+        availability=rule,
+        assigned_to=member,
+        notes=notes,
+        location=_location(lead),
+        status=Appointment.Status.SCHEDULED,
+    )
     return Booked(appointment, _after_booking(lead, appointment, actor=actor, confirm=confirm, now=now))
 
 
@@ -268,14 +275,23 @@ def _confirm(lead: Lead, appointment: Appointment, *, actor: str, now: datetime)
         _person_task(lead, f"Confirm the visit {when} with {_name(lead)} yourself", str(exc), actor=actor, now=now)
         return None
     message = message_send(
-        lead=lead, channel="sms", body=body, actor=actor, idempotency_key=f"appointment.confirmation:{appointment.public_id}",
-        automated=actor.startswith("agent:"), template_key=template.key, now=now,
-    )  # fmt: skip
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=actor,
+        idempotency_key=f"appointment.confirmation:{appointment.public_id}",
+        automated=actor.startswith("agent:"),
+        template_key=template.key,
+        now=now,
+    )
     if message.status == Message.Status.BLOCKED:
         _person_task(
-            lead, f"Confirm the visit {when} with {_name(lead)} yourself",
-            f"the confirmation was blocked ({message.block_reason})", actor=actor, now=now,
-        )  # fmt: skip
+            lead,
+            f"Confirm the visit {when} with {_name(lead)} yourself",
+            f"the confirmation was blocked ({message.block_reason})",
+            actor=actor,
+            now=now,
+        )
     return message
 
 
@@ -340,15 +356,25 @@ def reminder_send(timer: Timer) -> str:
         body = template_render(template, {**playbook_context(lead), "appointment_time": when})
     except TemplateError as exc:
         receipt_write(
-            business=lead.business, lead=lead, subject=appointment.public_id, actor=ACTOR,
-            action="appointment.reminder_skipped", reason=str(exc), after={"reminder": label},
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            subject=appointment.public_id,
+            actor=ACTOR,
+            action="appointment.reminder_skipped",
+            reason=str(exc),
+            after={"reminder": label},
+        )
         _person_task(lead, f"Remind {_name(lead)} of the visit {when}", str(exc), actor=ACTOR, now=timezone.now())
         return "skipped: no approved reminder template"
     message = message_send(
-        lead=lead, channel="sms", body=body, actor=ACTOR, automated=True, template_key=template.key,
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=ACTOR,
+        automated=True,
+        template_key=template.key,
         idempotency_key=f"appointment.reminder:{appointment.public_id}:{label}",
-    )  # fmt: skip
+    )
     return message.status
 
 
@@ -393,14 +419,26 @@ def appointment_reschedule(
     Appointment.objects.filter(pk=old.pk).update(status=Appointment.Status.CANCELED, outcome_at=now)
     reminders_cancel(old, why="rescheduled")
     new = appointment_record(
-        lead=lead, starts_at=starts, ends_at=ends, actor=actor, availability=rule, assigned_to=member,
-        notes=old.notes, location=old.location, status=Appointment.Status.SCHEDULED, rescheduled_from=old,
-    )  # fmt: skip
+        lead=lead,
+        starts_at=starts,
+        ends_at=ends,
+        actor=actor,
+        availability=rule,
+        assigned_to=member,
+        notes=old.notes,
+        location=old.location,
+        status=Appointment.Status.SCHEDULED,
+        rescheduled_from=old,
+    )
     receipt_write(
-        business=lead.business, lead=lead, subject=old.public_id, actor=actor, action="appointment.rescheduled",
+        business=lead.business,
+        lead=lead,
+        subject=old.public_id,
+        actor=actor,
+        action="appointment.rescheduled",
         before={"status": old.status, "starts_at": old.starts_at},
         after={"status": "canceled", "rescheduled_to": new.public_id, "starts_at": new.starts_at},
-    )  # fmt: skip
+    )
     _to_booked(lead, actor=actor, reason=f"rescheduled to {when_label(starts, ends, _zone(lead))}")
     return Booked(new, _after_booking(lead, new, actor=actor, confirm=confirm, now=now))
 
@@ -422,9 +460,15 @@ def appointment_cancel(
     reminders_cancel(appt, why=f"canceled: {reason}")
     lead = appt.lead
     receipt_write(
-        business=lead.business, lead=lead, subject=appt.public_id, actor=actor, action="appointment.canceled",
-        reason=reason, before={"status": appt.status}, after={"status": "canceled"},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=appt.public_id,
+        actor=actor,
+        action="appointment.canceled",
+        reason=reason,
+        before={"status": appt.status},
+        after={"status": "canceled"},
+    )
     still_booked = lead.appointments.filter(status__in=HOLDING).exists()
     if lead.stage == Stage.BOOKED and not still_booked:
         lead_sync.lead_transition(lead, Stage.QUALIFIED, actor=actor, reason=f"{appt.public_id} canceled: {reason}")
@@ -451,9 +495,14 @@ def appointment_outcome_record(appt: Appointment, status: str, *, actor: str, no
     reminders_cancel(appt, why=status.replace("_", "-"))
     lead = appt.lead
     receipt_write(
-        business=lead.business, lead=lead, subject=appt.public_id, actor=actor, action=f"appointment.{status}",
-        before={"status": appt.status}, after={"status": status},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=appt.public_id,
+        actor=actor,
+        action=f"appointment.{status}",
+        before={"status": appt.status},
+        after={"status": status},
+    )
     return lead
 
 
@@ -506,9 +555,13 @@ def appointment_next_state(
         if owner is None:
             raise BookingError("the lead has no owner and the business no manager to take the follow-up")
         next_action_set(
-            lead, follow_up_title.strip() or "Follow up after the visit", follow_up_at, actor=actor,
-            reason=reason or "dated follow-up after the visit", owner=owner,
-        )  # fmt: skip
+            lead,
+            follow_up_title.strip() or "Follow up after the visit",
+            follow_up_at,
+            actor=actor,
+            reason=reason or "dated follow-up after the visit",
+            owner=owner,
+        )
     else:
         raise BookingError(f"unknown next state {state!r} (one of {', '.join(NEXT_STATES)})")
     lead.refresh_from_db()
@@ -557,10 +610,13 @@ def cancellation_step(lead: Lead, data: dict[str, Any]) -> str:
     if owner is None:
         raise MissingInformation("Rebook the canceled visit", "the lead has no owner and the business no manager")
     task = next_action_set(
-        lead, f"Rebook {_name(lead)}: the visit {appointment_when(appointment)} was canceled",
-        timezone.now() + REBOOK_DUE, actor=ACTOR, reason=f"{appointment.public_id} canceled: {data.get('reason', '')}",
+        lead,
+        f"Rebook {_name(lead)}: the visit {appointment_when(appointment)} was canceled",
+        timezone.now() + REBOOK_DUE,
+        actor=ACTOR,
+        reason=f"{appointment.public_id} canceled: {data.get('reason', '')}",
         owner=owner,
-    )  # fmt: skip
+    )
     return f"rebooking task {task.public_id} for {owner}"
 
 
@@ -578,9 +634,13 @@ def held_step(lead: Lead, data: dict[str, Any]) -> str:
         )
     due = max(appointment.ends_at, timezone.now()) + HELD_DECISION_DUE
     task = next_action_set(
-        lead, "After the visit: send the estimate, mark won, close as lost with the reason, or set a dated follow-up",
-        due, actor=ACTOR, reason=f"{appointment.public_id} held", owner=lead.owner,
-    )  # fmt: skip
+        lead,
+        "After the visit: send the estimate, mark won, close as lost with the reason, or set a dated follow-up",
+        due,
+        actor=ACTOR,
+        reason=f"{appointment.public_id} held",
+        owner=lead.owner,
+    )
     return f"next-state task {task.public_id} for {lead.owner}"
 
 
@@ -620,10 +680,18 @@ def appointment_record_external(
         appointment_release_rescheduled(rescheduled_from, actor=actor, now=now)
     _to_booked(lead, actor=actor, reason=f"booked in {provider} for {when_label(starts_at, ends_at, _zone(lead))}")
     appointment = appointment_record(
-        lead=lead, starts_at=starts_at, ends_at=ends_at, actor=actor, provider=provider, external_id=external_id,
-        assigned_to=assigned_to, location=location[:300], notes=notes, status=Appointment.Status.SCHEDULED,
+        lead=lead,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        actor=actor,
+        provider=provider,
+        external_id=external_id,
+        assigned_to=assigned_to,
+        location=location[:300],
+        notes=notes,
+        status=Appointment.Status.SCHEDULED,
         rescheduled_from=rescheduled_from,
-    )  # fmt: skip
+    )
     _after_booking(lead, appointment, actor=actor, confirm=False, now=now)
     return appointment
 
@@ -639,8 +707,13 @@ def appointment_release_rescheduled(appointment: Appointment, *, actor: str, now
     Appointment.objects.filter(pk=appt.pk).update(status=Appointment.Status.CANCELED, outcome_at=now or timezone.now())
     reminders_cancel(appt, why="rescheduled")
     receipt_write(
-        business=appt.lead.business, lead=appt.lead, subject=appt.public_id, actor=actor,
-        action="appointment.rescheduled", before={"status": appt.status}, after={"status": "canceled"},
+        business=appt.lead.business,
+        lead=appt.lead,
+        subject=appt.public_id,
+        actor=actor,
+        action="appointment.rescheduled",
+        before={"status": appt.status},
+        after={"status": "canceled"},
         reason="moved in the outside calendar",
-    )  # fmt: skip
+    )
     return True

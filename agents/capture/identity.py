@@ -95,9 +95,19 @@ def points_of(business: Business, capture: Capture) -> list[Point]:
 # What carriers send for a withheld caller ID (words, and Twilio's spelled-out
 # placeholder numbers): not a number, and never a way to match two callers.
 WITHHELD_CALLER_IDS = {
-    "anonymous", "restricted", "unknown", "unavailable", "blocked", "private", "withheld",
-    "+266696687", "+7378742833", "+2562533", "+8656696", "+86282452253",
-}  # fmt: skip
+    "anonymous",
+    "restricted",
+    "unknown",
+    "unavailable",
+    "blocked",
+    "private",
+    "withheld",
+    "+266696687",
+    "+7378742833",
+    "+2562533",
+    "+8656696",
+    "+86282452253",
+}
 
 
 def _withheld(raw: str) -> bool:

@@ -198,6 +198,11 @@ def _text_back(call: Call, lead: Lead) -> None:
     except TemplateError:
         return  # no approved text-back: the call-back task is the follow-up
     message_send(
-        lead=lead, channel="sms", body=body, actor=ACTOR, idempotency_key=f"missed-call-text:{call.public_id}",
-        automated=True, template_key=template.key,
-    )  # fmt: skip
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=ACTOR,
+        idempotency_key=f"missed-call-text:{call.public_id}",
+        automated=True,
+        template_key=template.key,
+    )

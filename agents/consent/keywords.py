@@ -67,7 +67,9 @@ def read_text(body: str) -> Reading:
 
 def confirmation_text(kind: str, business_name: str) -> str:
     return {
-        "opt_out": f"{business_name}: you are unsubscribed and will get no more texts from us. Reply START to resubscribe.",
+        "opt_out": (
+            f"{business_name}: you are unsubscribed and will get no more texts from us. Reply START to resubscribe."
+        ),
         "opt_in": f"{business_name}: you are resubscribed to texts about your request. Reply STOP to opt out.",
         "help": f"{business_name}: texts about your service request. Msg&data rates may apply. Reply STOP to opt out.",
     }[kind]
@@ -104,19 +106,26 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
     if reading.kind == "revocation" and not contact.automation_paused:
         _pause(contact, f"the person wrote: {message.body[:200]}")
         approval_request_open(
-            business=lead.business, lead=lead, kind="opt_out_question", proposed_by=ACTOR,
+            business=lead.business,
+            lead=lead,
+            kind="opt_out_question",
+            proposed_by=ACTOR,
             summary=f"Does this mean stop? “{message.body[:160]}”",
             payload={"message": message.public_id, "point": point.value if point else "", "body": message.body},
-        )  # fmt: skip
+        )
     if reading.kind == "complaint" and "complaint" not in lead.exceptions:
         if not lead.hold:
             lead_sync.lead_set_hold(lead, True, actor=ACTOR, reason="complaint: a person must look first")
         lead_sync.lead_flag_exception(lead, "complaint", actor=ACTOR, reason=message.body[:200])
         _pause(contact, "complaint")
         approval_request_open(
-            business=lead.business, lead=lead, kind="complaint", proposed_by=ACTOR,
-            summary=f"Complaint: “{message.body[:160]}”", payload={"message": message.public_id, "body": message.body},
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            kind="complaint",
+            proposed_by=ACTOR,
+            summary=f"Complaint: “{message.body[:160]}”",
+            payload={"message": message.public_id, "body": message.body},
+        )
     return reading
 
 
@@ -126,15 +135,23 @@ def _record_once(
     if point.consent_events.filter(evidence__message=message.public_id).exists():
         return  # a replay of the same text
     consent_record(
-        contact_point=point, channel="sms", granted=granted, basis="keyword", actor=ACTOR,
-        evidence={**evidence, "keyword": keyword}, inbound_event=message.inbound_event,
-    )  # fmt: skip
+        contact_point=point,
+        channel="sms",
+        granted=granted,
+        basis="keyword",
+        actor=ACTOR,
+        evidence={**evidence, "keyword": keyword},
+        inbound_event=message.inbound_event,
+    )
 
 
 def _pause(contact: Contact, reason: str) -> None:
     Contact.objects.filter(pk=contact.pk).update(automation_paused=True, automation_paused_reason=reason[:300])
     contact.automation_paused = True
     receipt_write(
-        business=contact.business, subject=contact.public_id, actor=ACTOR, action="contact.automation_paused",
+        business=contact.business,
+        subject=contact.public_id,
+        actor=ACTOR,
+        action="contact.automation_paused",
         reason=reason,
-    )  # fmt: skip
+    )

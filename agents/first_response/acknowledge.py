@@ -56,19 +56,40 @@ def lead_first_response(
         # queue can lag a fast person: an acknowledgement now would talk over them.
         outcome = f"not sent: the lead is already {lead.stage}"
     elif (draft := draft_acknowledgement(lead)).needs_person:
-        task_create(lead=lead, title="Acknowledge this lead yourself", due_at=now, actor=ACTOR, kind="follow_up",
-                    owner=owner, reason=draft.reason)  # fmt: skip
+        task_create(
+            lead=lead,
+            title="Acknowledge this lead yourself",
+            due_at=now,
+            actor=ACTOR,
+            kind="follow_up",
+            owner=owner,
+            reason=draft.reason,
+        )
     else:
         message = message_send(
-            lead=lead, channel="sms", body=draft.body, actor="agent:sms_assistant", idempotency_key=f"ack:{lead.public_id}",
-            automated=True, template_key=draft.template_key or "", now=now, lead_locked=lead_is_current(lead),
-        )  # fmt: skip
+            lead=lead,
+            channel="sms",
+            body=draft.body,
+            actor="agent:sms_assistant",
+            idempotency_key=f"ack:{lead.public_id}",
+            automated=True,
+            template_key=draft.template_key or "",
+            now=now,
+            lead_locked=lead_is_current(lead),
+        )
         outcome = message.status
         if message.status in ACKNOWLEDGED:
             lead_mark_acknowledged(lead, now)
         elif message.status == Message.Status.BLOCKED:
-            task_create(lead=lead, title=f"Reach this lead yourself (automatic reply blocked: {message.block_reason})",
-                        due_at=now, actor=ACTOR, kind="follow_up", owner=owner, reason=message.block_reason)  # fmt: skip
+            task_create(
+                lead=lead,
+                title=f"Reach this lead yourself (automatic reply blocked: {message.block_reason})",
+                due_at=now,
+                actor=ACTOR,
+                kind="follow_up",
+                owner=owner,
+                reason=message.block_reason,
+            )
     due = due_at or now + timedelta(minutes=lead.business.first_response_minutes)
     name = lead.contact.name or "the lead"
     next_action_ensure(lead, title or f"First contact: reach {name}", due, actor=ACTOR, reason="new lead", owner=owner)

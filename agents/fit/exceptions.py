@@ -37,9 +37,11 @@ def exception_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> Non
         return
     decider = request.decided_by.get_username() if request.decided_by else "agent:approvals"
     lead_sync.lead_transition(
-        lead, Stage.DISQUALIFIED, actor=decider,
+        lead,
+        Stage.DISQUALIFIED,
+        actor=decider,
         reason=request.decision_note or f"exception declined: {', '.join(payload.get('flags', []))}",
-    )  # fmt: skip
+    )
 
 
 def register() -> None:

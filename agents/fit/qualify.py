@@ -20,13 +20,24 @@ from crm.selectors import message_templates
 # under the business's own `scope_keywords`.
 BUILT_IN_SCOPE: dict[str, tuple[str, ...]] = {
     LeadException.EMERGENCY: (
-        "emergency", "urgent", "asap", "no heat", "no ac", "no cooling", "flooding", "flooded", "burst",
-        "gas smell", "smell gas", "smoke", "sparking",
+        "emergency",
+        "urgent",
+        "asap",
+        "no heat",
+        "no ac",
+        "no cooling",
+        "flooding",
+        "flooded",
+        "burst",
+        "gas smell",
+        "smell gas",
+        "smoke",
+        "sparking",
     ),
     LeadException.COMMERCIAL: ("commercial", "office building", "restaurant", "warehouse", "retail", "storefront"),
     LeadException.WARRANTY: ("warranty", "under guarantee", "you installed", "recall"),
     LeadException.LICENSED_DIAGNOSIS: ("gas line", "electrical panel", "breaker", "carbon monoxide", "permit"),
-}  # fmt: skip
+}
 # These take the exception path: a person decides before any booking.
 EXCEPTION_PATH = (LeadException.OUT_OF_AREA, LeadException.EMERGENCY, LeadException.COMMERCIAL, LeadException.WARRANTY)
 
@@ -167,9 +178,18 @@ def fit_score(lead: Lead, fit: Fit) -> tuple[int, list[dict[str, Any]]]:
     ).exists()
     paid = any(touch.gclid or touch.fbclid for touch in lead.touches.all())
     facts = {
-        "in_area": (fit.territory.status == "in_area", f"postal code {fit.territory.postal_code} in {', '.join(fit.territory.areas)}"),
-        "out_of_area": (fit.territory.status == "out_of_area", f"postal code {fit.territory.postal_code} outside every service area"),
-        "service_matched": (fit.service_line is not None, f"service line {fit.service_line.slug if fit.service_line else ''}"),
+        "in_area": (
+            fit.territory.status == "in_area",
+            f"postal code {fit.territory.postal_code} in {', '.join(fit.territory.areas)}",
+        ),
+        "out_of_area": (
+            fit.territory.status == "out_of_area",
+            f"postal code {fit.territory.postal_code} outside every service area",
+        ),
+        "service_matched": (
+            fit.service_line is not None,
+            f"service line {fit.service_line.slug if fit.service_line else ''}",
+        ),
         "has_phone": ("phone" in points_kinds, "a valid phone number"),
         "has_email": ("email" in points_kinds, "a valid email address"),
         "sms_consent": (sms_granted, "SMS consent granted"),
@@ -177,7 +197,7 @@ def fit_score(lead: Lead, fit: Fit) -> tuple[int, list[dict[str, Any]]]:
         "emergency": (LeadException.EMERGENCY in fit.flags, "emergency words in the request"),
         "commercial": (LeadException.COMMERCIAL in fit.flags, "commercial property"),
         "warranty": (LeadException.WARRANTY in fit.flags, "a warranty claim"),
-    }  # fmt: skip
+    }
     score, reasons = 0, []
     for rule in rules:
         applies, why = facts.get(rule["rule"], (False, ""))

@@ -64,10 +64,15 @@ def _locked(estimate: Estimate) -> Estimate:
 
 def _receipt(estimate: Estimate, action: str, *, actor: str, before: str, reason: str = "", **after: Any) -> None:
     receipt_write(
-        business=estimate.business, lead=estimate.lead, subject=estimate.public_id, actor=actor, action=action,
-        reason=reason, before={"status": before},
+        business=estimate.business,
+        lead=estimate.lead,
+        subject=estimate.public_id,
+        actor=actor,
+        action=action,
+        reason=reason,
+        before={"status": before},
         after={"status": estimate.status, "amount": estimate.amount, "currency": estimate.currency, **after},
-    )  # fmt: skip
+    )
 
 
 def high_value_threshold(estimate: Estimate) -> Decimal | None:
@@ -104,17 +109,28 @@ def estimate_send(estimate: Estimate, *, actor: str, user: Any = None, now: date
         estimate.status = S.PENDING_APPROVAL
         estimate.save(update_fields=["status"])
         request = approval_request_open(
-            business=estimate.business, lead=estimate.lead, kind=ApprovalRequest.Kind.HIGH_VALUE_ESTIMATE,
+            business=estimate.business,
+            lead=estimate.lead,
+            kind=ApprovalRequest.Kind.HIGH_VALUE_ESTIMATE,
             summary=f"Send estimate {estimate.public_id} for {estimate.amount} {estimate.currency} "
             f"(above {threshold} {estimate.currency} for {estimate.lead.service_line})",
-            proposed_by=actor, proposed_by_user=user,
-            payload={"estimate": estimate.public_id, "amount": str(estimate.amount), "currency": estimate.currency,
-                     "threshold": str(threshold)},
-        )  # fmt: skip
+            proposed_by=actor,
+            proposed_by_user=user,
+            payload={
+                "estimate": estimate.public_id,
+                "amount": str(estimate.amount),
+                "currency": estimate.currency,
+                "threshold": str(threshold),
+            },
+        )
         _receipt(
-            estimate, "estimate.approval_requested", actor=actor, before=S.DRAFT,
-            reason=f"above the high-value amount {threshold}", approval=request.public_id,
-        )  # fmt: skip
+            estimate,
+            "estimate.approval_requested",
+            actor=actor,
+            before=S.DRAFT,
+            reason=f"above the high-value amount {threshold}",
+            approval=request.public_id,
+        )
         return estimate
     return _mark_sent(estimate, actor=actor, now=now, before=S.DRAFT)
 
@@ -157,8 +173,9 @@ def estimate_accept(estimate: Estimate, *, actor: str, now: datetime | None = No
     """The customer accepted: the estimate's follow-up ends (`won`); the
     orchestrator's `estimate.accepted` step wins the lead."""
     estimate = _decide(estimate, S.ACCEPTED, actor=actor, reason="the customer accepted", now=now)
-    lead_event(estimate.lead, "estimate.accepted", key=estimate.public_id, data={"estimate": estimate.public_id},
-               actor=actor)  # fmt: skip
+    lead_event(
+        estimate.lead, "estimate.accepted", key=estimate.public_id, data={"estimate": estimate.public_id}, actor=actor
+    )
     return estimate
 
 
@@ -167,8 +184,13 @@ def estimate_decline(estimate: Estimate, *, actor: str, reason: str = "", now: d
     """The customer declined: the follow-up ends (`declined`); the
     orchestrator's `estimate.declined` step decides the lead."""
     estimate = _decide(estimate, S.DECLINED, actor=actor, reason=reason or "the customer declined", now=now)
-    lead_event(estimate.lead, "estimate.declined", key=estimate.public_id,
-               data={"estimate": estimate.public_id, "reason": reason}, actor=actor)  # fmt: skip
+    lead_event(
+        estimate.lead,
+        "estimate.declined",
+        key=estimate.public_id,
+        data={"estimate": estimate.public_id, "reason": reason},
+        actor=actor,
+    )
     return estimate
 
 
@@ -245,22 +267,32 @@ def estimate_sent_step(lead: Lead, data: dict[str, Any]) -> str:
     if lead.stage != Stage.ESTIMATE_SENT:
         if not lead_sync.transition_allowed(lead.stage, Stage.ESTIMATE_SENT):
             exception_task(
-                lead, f"Estimate {estimate.public_id} sent from stage {lead.stage}: set the lead's stage",
-                f"{lead.stage} cannot move to estimate_sent", actor=ACTOR,
-            )  # fmt: skip
+                lead,
+                f"Estimate {estimate.public_id} sent from stage {lead.stage}: set the lead's stage",
+                f"{lead.stage} cannot move to estimate_sent",
+                actor=ACTOR,
+            )
             return f"stage {lead.stage} kept: a person decides"
         lead_sync.lead_transition(lead, Stage.ESTIMATE_SENT, actor=ACTOR, reason=f"estimate {estimate.public_id} sent")
         done.append("estimate_sent")
     due = estimate.sent_at + timedelta(days=lead.business.estimate_follow_up_days)
     timer_schedule(
-        business=lead.business, lead=lead, kind=FOLLOW_UP_TIMER, due_at=due,
-        payload={"estimate": estimate.pk}, dedupe_key=f"{FOLLOW_UP_TIMER}:{estimate.public_id}",
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        kind=FOLLOW_UP_TIMER,
+        due_at=due,
+        payload={"estimate": estimate.pk},
+        dedupe_key=f"{FOLLOW_UP_TIMER}:{estimate.public_id}",
+    )
     if estimate.expires_at is not None:
         timer_schedule(
-            business=lead.business, lead=lead, kind=EXPIRY_TIMER, due_at=estimate.expires_at,
-            payload={"estimate": estimate.pk}, dedupe_key=f"{EXPIRY_TIMER}:{estimate.public_id}",
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            kind=EXPIRY_TIMER,
+            due_at=estimate.expires_at,
+            payload={"estimate": estimate.pk},
+            dedupe_key=f"{EXPIRY_TIMER}:{estimate.public_id}",
+        )
     action = f"Get a decision on estimate {estimate.public_id}"
     if lead.next_action != action:
         lead_sync.lead_set_next_action(lead, action, due, actor=ACTOR, reason="estimate sent")

@@ -52,9 +52,11 @@ def no_reply_completed(enrollment: Enrollment, lead: Lead, now: datetime) -> Non
         return
     if lead_sync.transition_allowed(lead.stage, Stage.UNRESPONSIVE):
         lead_sync.lead_transition(
-            lead, Stage.UNRESPONSIVE, actor=ACTOR,
+            lead,
+            Stage.UNRESPONSIVE,
+            actor=ACTOR,
             reason=f"no reply after the whole {enrollment.sequence.key} path ({enrollment.public_id})",
-        )  # fmt: skip
+        )
         return
     exception_task(
         lead,

@@ -63,14 +63,27 @@ def reply_record(
     now = now or timezone.now()
     point = ContactPoint.objects.filter(contact=lead.contact, value=sender).first() if sender else None
     message = Message.objects.create(
-        business=lead.business, lead=lead, contact=lead.contact, contact_point=point, direction="in",
-        channel=channel, status=Message.Status.RECEIVED, body=body, from_number=sender[:64], actor=actor,
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        contact_point=point,
+        direction="in",
+        channel=channel,
+        status=Message.Status.RECEIVED,
+        body=body,
+        from_number=sender[:64],
+        actor=actor,
         created_at=now,
-    )  # fmt: skip
+    )
     receipt_write(
-        business=lead.business, lead=lead, subject=message.public_id, actor=actor, action="message.received",
-        reason="logged by a person", after={"channel": channel, "from": sender},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=message.public_id,
+        actor=actor,
+        action="message.received",
+        reason="logged by a person",
+        after={"channel": channel, "from": sender},
+    )
     reply_log(message, lead=lead, now=now)
     return message
 
@@ -93,9 +106,14 @@ def reply_step(lead: Lead, data: dict[str, Any]) -> str:
         who = lead.contact.name or (message.from_number if message else "") or "The lead"
         quoted = f": “{message.body[:120]}”" if message and message.body else ""
         task = task_create(
-            lead=lead, title=f"{who} replied — take over the conversation{quoted}"[:300], due_at=timezone.now(),
-            actor=ACTOR, kind=TAKE_OVER, owner=owner, reason=f"reply {message.public_id if message else ''}".strip(),
-        )  # fmt: skip
+            lead=lead,
+            title=f"{who} replied — take over the conversation{quoted}"[:300],
+            due_at=timezone.now(),
+            actor=ACTOR,
+            kind=TAKE_OVER,
+            owner=owner,
+            reason=f"reply {message.public_id if message else ''}".strip(),
+        )
         outcome.append(f"task {task.public_id}")
     if lead.stage in ENGAGES and lead_sync.transition_allowed(lead.stage, Stage.ENGAGED):
         lead_sync.lead_transition(lead, Stage.ENGAGED, actor=ACTOR, reason="the person replied")

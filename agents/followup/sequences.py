@@ -81,8 +81,17 @@ M = Message.Status
 
 # The shared exits, and what each means on the enrollment.
 EXIT_REASONS = (
-    "reply", "booking", "won", "opt_out", "complaint", "hold", "disqualified", "stage_left", "goal", "completed",
-)  # fmt: skip
+    "reply",
+    "booking",
+    "won",
+    "opt_out",
+    "complaint",
+    "hold",
+    "disqualified",
+    "stage_left",
+    "goal",
+    "completed",
+)
 # Exits that are the path reaching its end rather than being cut short.
 COMPLETING_REASONS = frozenset({"goal", "completed"})
 # The stages in which a trigger's path makes sense; leaving them ends the path.
@@ -276,9 +285,13 @@ def _schedule(enrollment: Enrollment, index: int, due_at: datetime) -> None:
     """The timer for step `index` (the index past the last step completes the path)."""
     key = _step_key(enrollment, index)
     timer = timer_schedule(
-        business=enrollment.business, lead=enrollment.lead, kind=STEP_TIMER, due_at=due_at,
-        payload={"enrollment": enrollment.pk, "step": index}, dedupe_key=key,
-    )  # fmt: skip
+        business=enrollment.business,
+        lead=enrollment.lead,
+        kind=STEP_TIMER,
+        due_at=due_at,
+        payload={"enrollment": enrollment.pk, "step": index},
+        dedupe_key=key,
+    )
     if timer.status == Timer.Status.CANCELED:
         # The path waited and now resumes at this step: its timer comes back.
         Timer.objects.filter(pk=timer.pk, status=Timer.Status.CANCELED).update(
@@ -290,17 +303,24 @@ def _schedule(enrollment: Enrollment, index: int, due_at: datetime) -> None:
 
 def _cancel_timers(enrollment: Enrollment) -> None:
     Timer.objects.filter(
-        lead_id=enrollment.lead_id, kind=STEP_TIMER, status=Timer.Status.PENDING,
+        lead_id=enrollment.lead_id,
+        kind=STEP_TIMER,
+        status=Timer.Status.PENDING,
         dedupe_key__startswith=f"seq:{enrollment.public_id}:",
-    ).update(status=Timer.Status.CANCELED)  # fmt: skip
+    ).update(status=Timer.Status.CANCELED)
 
 
 def _receipt(enrollment: Enrollment, action: str, *, actor: str, reason: str, before: str, **after: Any) -> None:
     receipt_write(
-        business=enrollment.business, lead=enrollment.lead, subject=enrollment.public_id, actor=actor,
-        action=action, reason=reason, before={"status": before},
+        business=enrollment.business,
+        lead=enrollment.lead,
+        subject=enrollment.public_id,
+        actor=actor,
+        action=action,
+        reason=reason,
+        before={"status": before},
         after={"status": enrollment.status, "sequence": enrollment.sequence.key, **after},
-    )  # fmt: skip
+    )
 
 
 def _block_unsent(enrollment: Enrollment, *, reason: str) -> int:
@@ -313,10 +333,15 @@ def _block_unsent(enrollment: Enrollment, *, reason: str) -> int:
         ):
             blocked += 1
             receipt_write(
-                business=message.business, lead=message.lead, subject=message.public_id, actor=ACTOR,
-                action="message.blocked", reason=f"stopped: the path ended ({reason})",
-                before={"status": message.status}, after={"status": M.BLOCKED, "block_reason": "stopped"},
-            )  # fmt: skip
+                business=message.business,
+                lead=message.lead,
+                subject=message.public_id,
+                actor=ACTOR,
+                action="message.blocked",
+                reason=f"stopped: the path ended ({reason})",
+                before={"status": message.status},
+                after={"status": M.BLOCKED, "block_reason": "stopped"},
+            )
     return blocked
 
 
@@ -329,9 +354,14 @@ def _end(enrollment: Enrollment, *, reason: str, actor: str, now: datetime) -> N
     _cancel_timers(enrollment)
     blocked = _block_unsent(enrollment, reason=reason)
     _receipt(
-        enrollment, f"enrollment.{enrollment.status}", actor=actor, reason=reason, before=before,
-        step=enrollment.next_step_index, messages_blocked=blocked,
-    )  # fmt: skip
+        enrollment,
+        f"enrollment.{enrollment.status}",
+        actor=actor,
+        reason=reason,
+        before=before,
+        step=enrollment.next_step_index,
+        messages_blocked=blocked,
+    )
 
 
 def _activate(
@@ -353,10 +383,14 @@ def _wait(enrollment: Enrollment, *, actor: str, behind: Enrollment, before: str
     enrollment.save(update_fields=["status", "next_step_due_at"])
     _cancel_timers(enrollment)
     _receipt(
-        enrollment, "enrollment.waiting", actor=actor, before=before, step=enrollment.next_step_index,
+        enrollment,
+        "enrollment.waiting",
+        actor=actor,
+        before=before,
+        step=enrollment.next_step_index,
         reason=f"one path at a time: {behind.sequence.key} ({behind.public_id}, priority "
         f"{behind.sequence.priority}) runs for this person",
-    )  # fmt: skip
+    )
 
 
 def _resume_next(contact_id: int, *, actor: str, now: datetime) -> Enrollment | None:
@@ -460,9 +494,13 @@ def _enroll(lead: Lead, sequence: Sequence, *, actor: str, now: datetime, start_
         .first()
     )
     enrollment = Enrollment.objects.create(
-        business=lead.business, lead=lead, contact=lead.contact, sequence=sequence, status=E.WAITING,
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        sequence=sequence,
+        status=E.WAITING,
         next_step_index=start_index,
-    )  # fmt: skip
+    )
     if running is not None and running.sequence.priority <= sequence.priority:
         _wait(enrollment, actor=actor, behind=running, before="")
         return enrollment
@@ -533,9 +571,13 @@ def enrollment_resume_after_hold(lead: Lead, *, actor: str, now: datetime | None
     if lead.stage not in TRIGGER_STAGES.get(held.sequence.trigger, {lead.stage}):
         return None
     return _enroll(
-        lead, held.sequence, actor=actor, now=now, start_index=held.next_step_index,
+        lead,
+        held.sequence,
+        actor=actor,
+        now=now,
+        start_index=held.next_step_index,
         reason=f"hold released: {held.public_id} resumes at step {held.next_step_index + 1}",
-    )  # fmt: skip
+    )
 
 
 # --- running a step -------------------------------------------------------------------------
@@ -606,9 +648,15 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
         due = step_due(enrollment.sequence, previous, steps[following]) if following < len(steps) else None
         _schedule(enrollment, following, due or previous + COMPLETE_AFTER)
         _receipt(
-            enrollment, "enrollment.step_ran", actor=ACTOR, reason=outcome, before=E.ACTIVE, step=index + 1,
-            channel=step.channel, next_step_due_at=enrollment.next_step_due_at,
-        )  # fmt: skip
+            enrollment,
+            "enrollment.step_ran",
+            actor=ACTOR,
+            reason=outcome,
+            before=E.ACTIVE,
+            step=index + 1,
+            channel=step.channel,
+            next_step_due_at=enrollment.next_step_due_at,
+        )
         return outcome
 
 
@@ -619,10 +667,14 @@ def _step_owner(lead: Lead) -> Any:
 def _perform(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) -> str:
     if step.channel == "task":
         task = task_create(
-            lead=lead, title=step.title or f"Follow up ({enrollment.sequence.key})", due_at=now,
-            actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR), kind="follow_up", owner=_step_owner(lead),
+            lead=lead,
+            title=step.title or f"Follow up ({enrollment.sequence.key})",
+            due_at=now,
+            actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR),
+            kind="follow_up",
+            owner=_step_owner(lead),
             reason=f"step {step.index + 1} of {enrollment.sequence.key}",
-        )  # fmt: skip
+        )
         return f"task {task.public_id}"
     runner = CHANNEL_RUNNERS.get(step.channel)
     if runner is not None:
@@ -638,11 +690,18 @@ def message_step(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) 
         task = step_to_person(enrollment, lead, step, now, rendered.problem)
         return f"task {task.public_id}: {rendered.problem}"
     message = message_send(
-        lead=lead, channel=step.channel, body=rendered.body, subject=rendered.subject,
-        actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR), idempotency_key=_step_key(enrollment, step.index),
-        automated=True, template_key=rendered.template_key, enrollment=enrollment, now=now,
+        lead=lead,
+        channel=step.channel,
+        body=rendered.body,
+        subject=rendered.subject,
+        actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR),
+        idempotency_key=_step_key(enrollment, step.index),
+        automated=True,
+        template_key=rendered.template_key,
+        enrollment=enrollment,
+        now=now,
         lead_locked=True,  # step_run holds the lead and contact locks and read them in this transaction
-    )  # fmt: skip
+    )
     return f"{message.status} {message.public_id}" + (f" ({message.block_reason})" if message.block_reason else "")
 
 
@@ -652,18 +711,25 @@ def step_to_person(enrollment: Enrollment, lead: Lead, step: Step, now: datetime
     if existing is not None:
         return existing
     return task_create(
-        lead=lead, title=title[:300], due_at=now, actor=ACTOR, kind="follow_up", owner=_step_owner(lead),
+        lead=lead,
+        title=title[:300],
+        due_at=now,
+        actor=ACTOR,
+        kind="follow_up",
+        owner=_step_owner(lead),
         reason=f"no approved text to send automatically: {problem}",
-    )  # fmt: skip
+    )
 
 
 def _step_timer(timer: Timer) -> None:
     # `claimed_at` is the `now` the run was asked to act at: running timers
     # "at" a later time (tests, catch-up) acts as of that time.
     step_run(
-        int(timer.payload["enrollment"]), int(timer.payload["step"]), now=timer.claimed_at or timezone.now(),
+        int(timer.payload["enrollment"]),
+        int(timer.payload["step"]),
+        now=timer.claimed_at or timezone.now(),
         lead_id=timer.lead_id,
-    )  # fmt: skip
+    )
 
 
 # --- dry-run preview -------------------------------------------------------------------------
@@ -711,9 +777,13 @@ def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None
         due = step_due(sequence, due, step)
         owner = _step_owner(lead)
         item = PreviewStep(
-            step=step.index + 1, due_at=due, channel=step.channel, body=step.title, template=step.template,
+            step=step.index + 1,
+            due_at=due,
+            channel=step.channel,
+            body=step.title,
+            template=step.template,
             owner=owner.user.get_username() if owner else None,
-        )  # fmt: skip
+        )
         preview.append(item)
         if step.channel == "task":
             item.verdict = "task"
@@ -742,9 +812,16 @@ def _preview_gate(
     lead: Lead, own: Enrollment | None, step: Step, item: PreviewStep, projection: _Projection, due: datetime
 ) -> None:
     message = Message(
-        business=lead.business, lead=lead, contact=lead.contact, contact_point=recipient_point(lead.contact, step.channel),
-        direction="out", channel=step.channel, body=item.body, automated=True, enrollment=own,
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        contact_point=recipient_point(lead.contact, step.channel),
+        direction="out",
+        channel=step.channel,
+        body=item.body,
+        automated=True,
+        enrollment=own,
+    )
     verdict = gate_check(message, automated=True, compliance_reply=False, now=due)
     status, reason = verdict.status, verdict.reason
     if status == M.QUEUED:

@@ -50,10 +50,15 @@ def _twiml_view(kind: str, build: Build) -> Callable[[HttpRequest, str], HttpRes
             # One event per call, stage and key pressed: Twilio's retries are duplicates.
             external_id = f"{call_sid}:{kind}:{params.get('Digits', '')}:{params.get('DialCallStatus', '')}"
             accepted = accept(
-                request, provider=Provider.TWILIO, external_id=external_id if call_sid else f"{kind}:{body_digest(body)}",
-                body=body, business=message.business, kind=kind, malformed="" if call_sid else "no CallSid",
+                request,
+                provider=Provider.TWILIO,
+                external_id=external_id if call_sid else f"{kind}:{body_digest(body)}",
+                body=body,
+                business=message.business,
+                kind=kind,
+                malformed="" if call_sid else "no CallSid",
                 extra_headers={voice.MESSAGE_HEADER: message.public_id},
-            )  # fmt: skip
+            )
             if not call_sid:
                 raise WebhookError(400, "malformed_payload", "no CallSid")
         except WebhookError as exc:

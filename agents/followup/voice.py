@@ -100,9 +100,14 @@ def voice_step(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) ->
     reason = voice_eligibility(lead, now=now)
     if reason:
         receipt_write(
-            business=lead.business, lead=lead, subject=enrollment.public_id, actor=ACTOR, action="voice.skipped",
-            reason=reason, after={"step": step.index + 1, "template": step.template},
-        )  # fmt: skip
+            business=lead.business,
+            lead=lead,
+            subject=enrollment.public_id,
+            actor=ACTOR,
+            action="voice.skipped",
+            reason=reason,
+            after={"step": step.index + 1, "template": step.template},
+        )
         return f"skipped: {reason}"
     return message_step(enrollment, lead, step, now)
 
@@ -178,9 +183,11 @@ def gather_twiml(message: Message, call: Call | None) -> VoiceResponse:
     assert message.lead is not None
     if outcome == "connecting":
         dial = response.dial(
-            action=twiml_url("followup-voice-dial", message), method="POST", timeout=DIAL_SECONDS,
+            action=twiml_url("followup-voice-dial", message),
+            method="POST",
+            timeout=DIAL_SECONDS,
             caller_id=message.from_number or None,
-        )  # fmt: skip
+        )
         dial.number(owner_phone(message.lead))
         return response
     if outcome == "callback_task":
@@ -207,11 +214,17 @@ def _call_for(message: Message, params: dict[str, str], at: datetime) -> Call:
     call, _ = Call.objects.get_or_create(
         provider_sid=params["CallSid"],
         defaults={
-            "business": message.business, "lead": message.lead, "contact": message.contact, "direction": "out",
-            "status": params.get("CallStatus", "in-progress")[:20], "from_number": message.from_number,
-            "to": message.to, "started_at": at, "enrollment": message.enrollment,
+            "business": message.business,
+            "lead": message.lead,
+            "contact": message.contact,
+            "direction": "out",
+            "status": params.get("CallStatus", "in-progress")[:20],
+            "from_number": message.from_number,
+            "to": message.to,
+            "started_at": at,
+            "enrollment": message.enrollment,
         },
-    )  # fmt: skip
+    )
     return Call.objects.select_for_update().get(pk=call.pk)
 
 
@@ -227,9 +240,15 @@ def _set_outcome(call: Call, outcome: str, *, allowed_from: tuple[str, ...], rea
         fields.append("answered_by")
     call.save(update_fields=fields)
     receipt_write(
-        business=call.business, lead=call.lead, subject=call.public_id, actor=ACTOR, action="call.outcome",
-        reason=reason, before={"outcome": before}, after={"outcome": outcome, **more},
-    )  # fmt: skip
+        business=call.business,
+        lead=call.lead,
+        subject=call.public_id,
+        actor=ACTOR,
+        action="call.outcome",
+        reason=reason,
+        before={"outcome": before},
+        after={"outcome": outcome, **more},
+    )
     return True
 
 
@@ -259,9 +278,14 @@ def _process_answer(event: InboundEvent) -> str:
 def _call_back_task(call: Call, lead: Lead, why: str) -> Task:
     existing = lead.tasks.filter(kind=CALL_BACK, status=Task.Status.OPEN).first()
     return existing or task_create(
-        lead=lead, title=f"Call back {lead.contact.name or call.to} (follow-up call: {why})"[:300],
-        due_at=timezone.now(), actor=ACTOR, kind=CALL_BACK, owner=owner_of(lead), reason=why,
-    )  # fmt: skip
+        lead=lead,
+        title=f"Call back {lead.contact.name or call.to} (follow-up call: {why})"[:300],
+        due_at=timezone.now(),
+        actor=ACTOR,
+        kind=CALL_BACK,
+        owner=owner_of(lead),
+        reason=why,
+    )
 
 
 def _process_gather(event: InboundEvent) -> str:
@@ -279,8 +303,14 @@ def _process_gather(event: InboundEvent) -> str:
         _set_outcome(call, "connecting", allowed_from=waiting, reason="pressed 1: connecting the owner", digits=digits)
     elif digits == "1":
         task = _call_back_task(call, lead, "the owner has no phone on record")
-        _set_outcome(call, "callback_task", allowed_from=waiting, reason="pressed 1; nobody to connect",
-                     digits=digits, task=task.public_id)  # fmt: skip
+        _set_outcome(
+            call,
+            "callback_task",
+            allowed_from=waiting,
+            reason="pressed 1; nobody to connect",
+            digits=digits,
+            task=task.public_id,
+        )
     else:
         _set_outcome(call, "no_input", allowed_from=("", "answered"), reason="no choice made", digits=digits)
     return InboundEvent.Status.PROCESSED
@@ -291,9 +321,14 @@ def _revoke_voice(message: Message, call: Call, event: InboundEvent) -> None:
     if point is None or ConsentEvent.objects.filter(contact_point=point, evidence__call=call.provider_sid).exists():
         return  # a replay of the same key press
     consent_record(
-        contact_point=point, channel="voice", granted=False, basis="keypress", actor=ACTOR, inbound_event=event,
+        contact_point=point,
+        channel="voice",
+        granted=False,
+        basis="keypress",
+        actor=ACTOR,
+        inbound_event=event,
         evidence={"call": call.provider_sid, "digits": "9", "message": message.public_id},
-    )  # fmt: skip
+    )
 
 
 def _process_dial(event: InboundEvent) -> str:
@@ -306,8 +341,14 @@ def _process_dial(event: InboundEvent) -> str:
         _set_outcome(call, "connected", allowed_from=("connecting",), reason="the owner picked up", dial=status)
     else:
         task = _call_back_task(call, lead, f"the owner's phone was {status or 'not answered'}")
-        _set_outcome(call, "callback_task", allowed_from=("connecting",), reason=f"dial {status}", dial=status,
-                     task=task.public_id)  # fmt: skip
+        _set_outcome(
+            call,
+            "callback_task",
+            allowed_from=("connecting",),
+            reason=f"dial {status}",
+            dial=status,
+            task=task.public_id,
+        )
     return InboundEvent.Status.PROCESSED
 
 

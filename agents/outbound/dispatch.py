@@ -153,11 +153,17 @@ def call_row_ensure(message: Message, sid: str) -> None:
     Call.objects.get_or_create(
         provider_sid=sid,
         defaults={
-            "business": message.business, "lead": message.lead, "contact": message.contact, "direction": "out",
-            "status": "queued", "from_number": message.from_number, "to": message.to, "started_at": timezone.now(),
+            "business": message.business,
+            "lead": message.lead,
+            "contact": message.contact,
+            "direction": "out",
+            "status": "queued",
+            "from_number": message.from_number,
+            "to": message.to,
+            "started_at": timezone.now(),
             "enrollment_id": message.enrollment_id,
         },
-    )  # fmt: skip
+    )
 
 
 def _rest_error(message: Message, exc: TwilioRestException) -> str:
@@ -192,9 +198,13 @@ def _retry_later(message: Message, error: str) -> str:
         # Ready again only at the backoff's end: the queued sweep leaves it to the timer until then.
         Message.objects.filter(pk=message.pk, status=S.SENDING).update(status=S.QUEUED, error_code="429", queued_at=due)
         timer_schedule(
-            business=message.business, lead=message.lead, kind=RETRY_TIMER, due_at=due,
-            payload={"message": message.pk}, dedupe_key=f"{RETRY_TIMER}:{message.pk}:{attempts}",
-        )  # fmt: skip
+            business=message.business,
+            lead=message.lead,
+            kind=RETRY_TIMER,
+            due_at=due,
+            payload={"message": message.pk},
+            dedupe_key=f"{RETRY_TIMER}:{message.pk}:{attempts}",
+        )
     return S.QUEUED
 
 
@@ -248,17 +258,27 @@ def message_give_up(message: Message, *, from_status: str, reason: str, actor: s
     if not Message.objects.filter(pk=message.pk, status=from_status).update(status=S.FAILED, error_code=GAVE_UP):
         return False
     receipt_write(
-        business=message.business, lead=message.lead, subject=message.public_id, actor=actor,
-        action="message.gave_up", reason=reason[:500], before={"status": from_status},
+        business=message.business,
+        lead=message.lead,
+        subject=message.public_id,
+        actor=actor,
+        action="message.gave_up",
+        reason=reason[:500],
+        before={"status": from_status},
         after={"status": S.FAILED, "attempts": message.attempts, "reconcile_attempts": message.reconcile_attempts},
-    )  # fmt: skip
+    )
     detail = f"{message.channel} to {message.to} not sent: {reason}"[:500]
     try:
         with transaction.atomic():
             ExceptionItem.objects.create(
-                business=message.business, lead=message.lead, owner=business_manager(message.business_id),
-                kind=GAVE_UP_EXCEPTION, subject=message.public_id, detail=detail, detected_at=timezone.now(),
-            )  # fmt: skip
+                business=message.business,
+                lead=message.lead,
+                owner=business_manager(message.business_id),
+                kind=GAVE_UP_EXCEPTION,
+                subject=message.public_id,
+                detail=detail,
+                detected_at=timezone.now(),
+            )
     except IntegrityError:
         # Already open for this message (the partial unique constraint): it says the same.
         pass

@@ -127,7 +127,9 @@ def _automation_counts(message: Message, contact: Contact, now: datetime) -> tup
     read in one query: the checks stay in order, the round trips halve."""
     sent = (
         Message.objects.filter(
-            contact=OuterRef("pk"), direction="out", status__in=COUNTED_STATUSES,
+            contact=OuterRef("pk"),
+            direction="out",
+            status__in=COUNTED_STATUSES,
             created_at__gte=now - timedelta(hours=24),
         )
         .exclude(pk=message.pk)
@@ -135,7 +137,7 @@ def _automation_counts(message: Message, contact: Contact, now: datetime) -> tup
         .values("contact")
         .annotate(n=Count("pk"))
         .values("n")
-    )  # fmt: skip
+    )
     active = Enrollment.objects.filter(contact=OuterRef("pk"), status=Enrollment.Status.ACTIVE)
     if message.enrollment_id:
         active = active.exclude(pk=message.enrollment_id)
@@ -205,14 +207,18 @@ def message_send(
         return Message.objects.get(idempotency_key=idempotency_key)  # never a second send
     if not lead_locked:
         return message_gate(
-            message, compliance_reply=compliance_reply, needs_approval=needs_approval, requested_by=requested_by,
+            message,
+            compliance_reply=compliance_reply,
+            needs_approval=needs_approval,
+            requested_by=requested_by,
             now=now,
-        )  # fmt: skip
+        )
     if contact.business_id == lead.business_id:
         contact.business = lead.business
     # Just inserted in this transaction: no one else can see (or lock) the row yet.
-    return _gate(message, compliance_reply=compliance_reply, needs_approval=needs_approval,
-                 requested_by=requested_by, now=now)  # fmt: skip
+    return _gate(
+        message, compliance_reply=compliance_reply, needs_approval=needs_approval, requested_by=requested_by, now=now
+    )
 
 
 @transaction.atomic(savepoint=False)

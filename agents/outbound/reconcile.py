@@ -151,10 +151,15 @@ def _stall(message: Message) -> int:
         ):
             return 0  # its worker finished after all
         receipt_write(
-            business=message.business, lead=message.lead, subject=message.public_id, actor=ACTOR,
-            action="message.stalled", reason="the worker stopped mid-send: the outcome is unknown until reconciled",
-            before={"status": S.SENDING}, after={"status": S.UNKNOWN, "sid": message.provider_sid},
-        )  # fmt: skip
+            business=message.business,
+            lead=message.lead,
+            subject=message.public_id,
+            actor=ACTOR,
+            action="message.stalled",
+            reason="the worker stopped mid-send: the outcome is unknown until reconciled",
+            before={"status": S.SENDING},
+            after={"status": S.UNKNOWN, "sid": message.provider_sid},
+        )
     message.status = S.UNKNOWN
     return 1
 
@@ -164,9 +169,10 @@ def _settle(
 ) -> None:
     if message.channel == "email":
         run.gave_up += message_give_up(
-            message, from_status=S.UNKNOWN,
+            message,
+            from_status=S.UNKNOWN,
             reason="the mail server's answer was lost and no mail server can be asked whether it went out",
-        )  # fmt: skip
+        )
         return
     if settings.SEND_MODE != "live":
         return  # nothing to ask: dry-run never hands anything to a provider
@@ -235,9 +241,14 @@ def _provider_record(message: Message, client: Client) -> Any | None:
 
 
 PROVIDER_OUTCOME = {
-    "delivered": S.DELIVERED, "read": S.DELIVERED, "undelivered": S.UNDELIVERED, "failed": S.FAILED,
-    "canceled": S.FAILED, "busy": S.FAILED, "no-answer": S.FAILED,
-}  # fmt: skip
+    "delivered": S.DELIVERED,
+    "read": S.DELIVERED,
+    "undelivered": S.UNDELIVERED,
+    "failed": S.FAILED,
+    "canceled": S.FAILED,
+    "busy": S.FAILED,
+    "no-answer": S.FAILED,
+}
 
 
 def _found(message: Message, run: Sweep, record: Any) -> None:
@@ -252,10 +263,15 @@ def _found(message: Message, run: Sweep, record: Any) -> None:
         if message.channel == "voice":
             call_row_ensure(message, record.sid)
         receipt_write(
-            business=message.business, lead=message.lead, subject=message.public_id, actor=ACTOR,
-            action="message.reconciled_sent", reason="the provider's record settles an unknown outcome",
-            before={"status": S.UNKNOWN}, after={"status": status, "sid": record.sid, "provider_status": record.status},
-        )  # fmt: skip
+            business=message.business,
+            lead=message.lead,
+            subject=message.public_id,
+            actor=ACTOR,
+            action="message.reconciled_sent",
+            reason="the provider's record settles an unknown outcome",
+            before={"status": S.UNKNOWN},
+            after={"status": status, "sid": record.sid, "provider_status": record.status},
+        )
     run.found += 1
 
 
@@ -266,18 +282,24 @@ def _not_found(message: Message, run: Sweep, *, now: datetime) -> None:
         return
     if message.attempts >= Message.MAX_DISPATCH_ATTEMPTS:
         run.gave_up += message_give_up(
-            message, from_status=S.UNKNOWN,
+            message,
+            from_status=S.UNKNOWN,
             reason=f"the provider has no record of it after all {message.attempts} dispatch attempts",
-        )  # fmt: skip
+        )
         return
     with transaction.atomic():
         if not Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(status=S.QUEUED, queued_at=now):
             return
         receipt_write(
-            business=message.business, lead=message.lead, subject=message.public_id, actor=ACTOR,
-            action="message.reconciled_requeued", reason="the provider has no record of it: it is sent once more",
-            before={"status": S.UNKNOWN}, after={"status": S.QUEUED, "attempts": message.attempts},
-        )  # fmt: skip
+            business=message.business,
+            lead=message.lead,
+            subject=message.public_id,
+            actor=ACTOR,
+            action="message.reconciled_requeued",
+            reason="the provider has no record of it: it is sent once more",
+            before={"status": S.UNKNOWN},
+            after={"status": S.QUEUED, "attempts": message.attempts},
+        )
         dispatch_enqueue(message.pk)
     run.requeued += 1
 
@@ -286,9 +308,10 @@ def _unreachable(message: Message, run: Sweep, error: str) -> None:
     spent = message.reconcile_attempts + 1
     if spent >= Message.MAX_RECONCILE_ATTEMPTS:
         run.gave_up += message_give_up(
-            message, from_status=S.UNKNOWN,
+            message,
+            from_status=S.UNKNOWN,
             reason=f"its outcome could not be settled in {spent} tries ({error}); check the provider's log",
-        )  # fmt: skip
+        )
         return
     Message.objects.filter(
         pk=message.pk, status=S.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1

@@ -25,10 +25,18 @@ RANK: dict[str, int] = {
     S.FAILED: 3,
 }
 TWILIO_STATUS: dict[str, str] = {
-    "accepted": S.QUEUED, "scheduled": S.QUEUED, "queued": S.QUEUED, "sending": S.SENDING, "sent": S.SENT,
-    "delivered": S.DELIVERED, "read": S.DELIVERED, "undelivered": S.UNDELIVERED, "failed": S.FAILED,
-    "canceled": S.FAILED, "partially_delivered": S.DELIVERED,
-}  # fmt: skip
+    "accepted": S.QUEUED,
+    "scheduled": S.QUEUED,
+    "queued": S.QUEUED,
+    "sending": S.SENDING,
+    "sent": S.SENT,
+    "delivered": S.DELIVERED,
+    "read": S.DELIVERED,
+    "undelivered": S.UNDELIVERED,
+    "failed": S.FAILED,
+    "canceled": S.FAILED,
+    "partially_delivered": S.DELIVERED,
+}
 
 
 class UnknownMessage(RetryLater):

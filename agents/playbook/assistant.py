@@ -224,7 +224,10 @@ def _checked(lead: Lead, proposal: Proposal) -> Draft:
         unmodified = False
     if not unmodified:
         if findings:
-            reason = f"text differs from {key} and makes claims ({', '.join(claim_kinds(findings))}): a person must approve it"
+            reason = (
+                f"text differs from {key} and makes claims ({', '.join(claim_kinds(findings))}): a person must "
+                "approve it"
+            )
             return Draft(body, key, None, False, findings, True, reason, intent)
         return Draft(body, key, None, False, findings, False, f"text differs from {key}; no claims found", intent)
 

@@ -49,7 +49,10 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 
 _NUMBER = r"\d{1,3}(?:[,.]\d{3})*(?:[.,]\d{1,2})?|\d+(?:[.,]\d{1,2})?"
-_WORD_NUMBER = r"(?:an?|one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|forty-five|a\s+few|a\s+couple(?:\s+of)?|\d+(?:\s*(?:-|to|or)\s*\d+)?)"
+_WORD_NUMBER = (
+    r"(?:an?|one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|forty-five"
+    r"|a\s+few|a\s+couple(?:\s+of)?|\d+(?:\s*(?:-|to|or)\s*\d+)?)"
+)
 _DURATION = r"(?:minutes?|mins?|hours?|hrs?|days?|business\s+days?|weeks?)"
 _WEEKDAY = (
     r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tues?|wed|thu|thurs|fri|sat|sun"

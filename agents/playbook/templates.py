@@ -262,7 +262,8 @@ def template_approve(version: MessageTemplateVersion, user: AbstractBaseUser) ->
     version = MessageTemplateVersion.objects.select_for_update().get(pk=version.pk)
     if not _member(template, user.pk, roles=APPROVER_ROLES):
         raise TemplateApprovalRefused(
-            f"{user.get_username()} is not an owner or manager of {template.business.slug}: they cannot approve its playbook"
+            f"{user.get_username()} is not an owner or manager of {template.business.slug}: they cannot approve its "
+            "playbook"
         )
     if version.proposed_by_user_id == user.pk:
         raise TemplateApprovalRefused(f"{user.get_username()} proposed this text: someone else must approve it")
@@ -270,7 +271,8 @@ def template_approve(version: MessageTemplateVersion, user: AbstractBaseUser) ->
         if (version.body, version.subject) == (template.body, template.subject):
             return version
         raise TemplateApprovalRefused(
-            f"version {version.version} of {template.key} was approved before and replaced since: propose its text again"
+            f"version {version.version} of {template.key} was approved before and replaced since: propose its text "
+            "again"
         )
 
     before = _state(template)

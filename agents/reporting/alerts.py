@@ -50,9 +50,13 @@ def alert_raise(*, business: Business, key: str, text: str, lead: Lead | None = 
     if not slack_webhook_for(business):
         return None
     return timer_schedule(
-        business=business, kind=TIMER_KIND, due_at=timezone.now(), lead=lead,
-        payload={"text": text}, dedupe_key=f"alert:{key}"[:200],
-    )  # fmt: skip
+        business=business,
+        kind=TIMER_KIND,
+        due_at=timezone.now(),
+        lead=lead,
+        payload={"text": text},
+        dedupe_key=f"alert:{key}"[:200],
+    )
 
 
 def _queue(alerts: list[Timer]) -> int:
@@ -97,13 +101,14 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     for lead in breached:
         owner = lead.owner.user.get_username() if lead.owner else "nobody"
         add(
-            lead.business, f"sla:{lead.public_id}",
+            lead.business,
+            f"sla:{lead.public_id}",
             f":rotating_light: {esc(lead.business.name)}: first response overdue for "
             f"{esc(lead.contact.name or lead.public_id)} "
             f"({lead.public_id}, owner {esc(owner)}) since {lead.sla_breached_at:%H:%M} UTC — "
             f"{_link(reverse('admin:crm_lead_change', args=[lead.pk]))}",
             lead.pk,
-        )  # fmt: skip
+        )
 
     complaint_leads = ApprovalRequest.objects.filter(
         kind=ApprovalRequest.Kind.COMPLAINT, created_at__gte=now - LOOKBACK, lead__isnull=False
@@ -117,12 +122,13 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     )
     for lead in complaints:
         add(
-            lead.business, f"complaint:{lead.public_id}",
+            lead.business,
+            f"complaint:{lead.public_id}",
             f":warning: {esc(lead.business.name)}: complaint from {esc(lead.contact.name or lead.public_id)} "
             f"({lead.public_id}); "
             f"automation is paused until a person decides — {_link(reverse('admin:crm_lead_change', args=[lead.pk]))}",
             lead.pk,
-        )  # fmt: skip
+        )
 
     failed = list(
         InboundEvent.objects.filter(status=InboundEvent.Status.FAILED, received_at__gte=now - BURST_WINDOW).values_list(
@@ -138,10 +144,11 @@ def alerts_scan(*, now: datetime | None = None) -> int:
             by_provider = Counter(provider for _, provider in failed)
             detail = ", ".join(f"{p}: {n}" for p, n in by_provider.most_common())
             add(
-                home, f"webhooks:{now:%Y-%m-%dT%H}",
+                home,
+                f"webhooks:{now:%Y-%m-%dT%H}",
                 f":fire: {len(failed)} webhook deliveries failed in the last {BURST_WINDOW.seconds // 60} minutes "
                 f"({detail}) — {_link(reverse('admin:crm_inboundevent_changelist') + '?status__exact=failed')}",
-            )  # fmt: skip
+            )
     return _queue(alerts) if alerts else 0
 
 

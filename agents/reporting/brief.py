@@ -172,11 +172,17 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
         .order_by("sla_breached_at", "pk")
     )
     _take(
-        brief, "sla", sla,
-        lambda lead: (f"First response overdue: {_name(lead.contact, lead.public_id)} ({lead.public_id})",
-                      _lead_link(lead.pk), lead.public_id, lead.sla_breached_at),
+        brief,
+        "sla",
+        sla,
+        lambda lead: (
+            f"First response overdue: {_name(lead.contact, lead.public_id)} ({lead.public_id})",
+            _lead_link(lead.pk),
+            lead.public_id,
+            lead.sla_breached_at,
+        ),
         more_link=reverse("admin:crm_lead_changelist"),
-    )  # fmt: skip
+    )
 
     answered = Message.objects.filter(
         lead_id=OuterRef("lead_id"), direction="out", created_at__gt=OuterRef("created_at"), status__in=ANSWERED
@@ -188,39 +194,62 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
         .order_by("created_at", "pk")
     )
     _take(
-        brief, "reply", replies,
-        lambda m: (f"Reply from {_name(m.lead.contact, m.lead.public_id)}: “{m.body[:80]}”",
-                   reverse("lead-copilot", args=[m.lead.public_id]), m.public_id, m.created_at),
+        brief,
+        "reply",
+        replies,
+        lambda m: (
+            f"Reply from {_name(m.lead.contact, m.lead.public_id)}: “{m.body[:80]}”",
+            reverse("lead-copilot", args=[m.lead.public_id]),
+            m.public_id,
+            m.created_at,
+        ),
         more_link=reverse("admin:crm_message_changelist") + "?direction__exact=in",
-    )  # fmt: skip
+    )
 
     tasks = Task.objects.filter(business_id=business.pk, status=Task.Status.OPEN, due_at__lt=now)
     mine = Q(owner_id=member.pk) | (Q(owner__isnull=True) if full else Q(pk__in=[]))
     _take(
-        brief, "task", tasks.filter(mine).select_related("lead").order_by("due_at", "pk"),
-        lambda t: (f"Overdue since {_local(business, t.due_at):%a %H:%M}: {t.title}",
-                   _lead_link(t.lead_id) if t.lead_id else reverse("admin:crm_task_change", args=[t.pk]),
-                   t.public_id, t.due_at),
+        brief,
+        "task",
+        tasks.filter(mine).select_related("lead").order_by("due_at", "pk"),
+        lambda t: (
+            f"Overdue since {_local(business, t.due_at):%a %H:%M}: {t.title}",
+            _lead_link(t.lead_id) if t.lead_id else reverse("admin:crm_task_change", args=[t.pk]),
+            t.public_id,
+            t.due_at,
+        ),
         more_link=reverse("admin:crm_task_changelist") + "?status__exact=open",
-    )  # fmt: skip
+    )
     if full:
         others = tasks.exclude(mine).count()
         if others:
             brief.items.append(
-                BriefItem(3, "task", f"{others} overdue task(s) on the rest of the team",
-                          reverse("admin:crm_task_changelist") + "?status__exact=open", "", None)
-            )  # fmt: skip
+                BriefItem(
+                    3,
+                    "task",
+                    f"{others} overdue task(s) on the rest of the team",
+                    reverse("admin:crm_task_changelist") + "?status__exact=open",
+                    "",
+                    None,
+                )
+            )
 
     if full:
         approvals = ApprovalRequest.objects.filter(
             business_id=business.pk, status=ApprovalRequest.Status.PENDING
         ).order_by("created_at", "pk")
         _take(
-            brief, "approval", approvals,
-            lambda a: (f"Decide: {a.summary}", reverse("admin:approvals_approvalrequest_change", args=[a.pk]),
-                       a.public_id, a.created_at),
+            brief,
+            "approval",
+            approvals,
+            lambda a: (
+                f"Decide: {a.summary}",
+                reverse("admin:approvals_approvalrequest_change", args=[a.pk]),
+                a.public_id,
+                a.created_at,
+            ),
             more_link=reverse("admin:approvals_approvalrequest_changelist"),
-        )  # fmt: skip
+        )
 
     appointments = Appointment.objects.filter(
         business_id=business.pk,
@@ -231,22 +260,34 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
     if not full:
         appointments = appointments.filter(Q(lead__owner_id=member.pk) | Q(assigned_to_id=member.pk))
     _take(
-        brief, "appointment", appointments.select_related("lead__contact").order_by("starts_at", "pk"),
-        lambda a: (f"{_local(business, a.starts_at):%H:%M} appointment: {_name(a.lead.contact, a.lead.public_id)}"
-                   + (f" at {a.location}" if a.location else ""),
-                   _lead_link(a.lead_id), a.public_id, a.starts_at),
-    )  # fmt: skip
+        brief,
+        "appointment",
+        appointments.select_related("lead__contact").order_by("starts_at", "pk"),
+        lambda a: (
+            f"{_local(business, a.starts_at):%H:%M} appointment: {_name(a.lead.contact, a.lead.public_id)}"
+            + (f" at {a.location}" if a.location else ""),
+            _lead_link(a.lead_id),
+            a.public_id,
+            a.starts_at,
+        ),
+    )
 
     if full:
         unmatched = Payment.objects.filter(
             business_id=business.pk, match_status__in=[Payment.MatchStatus.UNMATCHED, Payment.MatchStatus.AMBIGUOUS]
         ).order_by("received_at", "pk")
         _take(
-            brief, "payment", unmatched,
-            lambda p: (f"Match payment {p.amount} {p.currency} ({p.match_status}, {p.provider})",
-                       reverse("admin:crm_payment_change", args=[p.pk]), p.public_id, p.received_at),
+            brief,
+            "payment",
+            unmatched,
+            lambda p: (
+                f"Match payment {p.amount} {p.currency} ({p.match_status}, {p.provider})",
+                reverse("admin:crm_payment_change", args=[p.pk]),
+                p.public_id,
+                p.received_at,
+            ),
             more_link=reverse("admin:crm_payment_changelist"),
-        )  # fmt: skip
+        )
 
     brief.items.sort(key=lambda i: i.priority)
     month_start = today_start.replace(day=1)
@@ -355,9 +396,12 @@ def brief_send(timer: Timer) -> None:
     subject = f"Daily brief — {member.business.name} — {timer.payload.get('date', '')}"
     send_mail(subject, brief_text(brief), None, [email])
     receipt_write(
-        business=member.business, actor=ACTOR, action="brief.sent", subject=member.public_id,
+        business=member.business,
+        actor=ACTOR,
+        action="brief.sent",
+        subject=member.public_id,
         after={"date": timer.payload.get("date"), "items": len(brief.items), "to": email},
-    )  # fmt: skip
+    )
 
 
 def register() -> None:

@@ -117,9 +117,14 @@ def call_score(call: Call, *, actor: str = ACTOR) -> Call:
     call.review_status = review
     call.save(update_fields=["flags", "score", "review_status"])
     receipt_write(
-        business=call.business, lead=call.lead, subject=call.public_id, actor=actor, action="call.scored",
-        before=before, after={"points": points, "flags": codes, "review_status": review},
-    )  # fmt: skip
+        business=call.business,
+        lead=call.lead,
+        subject=call.public_id,
+        actor=actor,
+        action="call.scored",
+        before=before,
+        after={"points": points, "flags": codes, "review_status": review},
+    )
     return call
 
 
@@ -131,9 +136,13 @@ def call_transcript_set(call: Call, text: str, *, actor: str, source: str) -> Ca
         raise ValueError("the transcript is empty")
     Call.objects.filter(pk=call.pk).update(transcript=text)
     receipt_write(
-        business=call.business, lead=call.lead, subject=call.public_id, actor=actor, action="call.transcript_added",
+        business=call.business,
+        lead=call.lead,
+        subject=call.public_id,
+        actor=actor,
+        action="call.transcript_added",
         after={"source": source, "characters": len(text)},
-    )  # fmt: skip
+    )
     return call_score(call)
 
 
@@ -143,9 +152,14 @@ def call_review_mark(call: Call, *, actor: str, note: str = "") -> bool:
     done = Call.objects.filter(pk=call.pk, review_status="pending").update(review_status="reviewed")
     if done:
         receipt_write(
-            business=call.business, lead=call.lead, subject=call.public_id, actor=actor, action="call.reviewed",
-            reason=note, after={"review_status": "reviewed"},
-        )  # fmt: skip
+            business=call.business,
+            lead=call.lead,
+            subject=call.public_id,
+            actor=actor,
+            action="call.reviewed",
+            reason=note,
+            after={"review_status": "reviewed"},
+        )
     return bool(done)
 
 
@@ -189,9 +203,14 @@ def recording_status(request: HttpRequest) -> HttpResponse:
             raise reject(request, provider=Provider.TWILIO, source=None, reason=problem, status=403)
         external_id, missing = _external_id(params)
         accept(
-            request, provider=Provider.TWILIO, external_id=external_id or f"recording:{body_digest(body)}",
-            body=body, business=business, kind="recording", malformed=f"no {missing}" if missing else "",
-        )  # fmt: skip
+            request,
+            provider=Provider.TWILIO,
+            external_id=external_id or f"recording:{body_digest(body)}",
+            body=body,
+            business=business,
+            kind="recording",
+            malformed=f"no {missing}" if missing else "",
+        )
         if missing:
             raise WebhookError(400, "malformed_payload", f"no {missing}")
     except WebhookError as exc:
@@ -226,9 +245,13 @@ def _process_recording(event: InboundEvent) -> str:
         changes["duration_seconds"] = int(duration)
     Call.objects.filter(pk=call.pk).update(**changes)
     receipt_write(
-        business=call.business, lead=call.lead, subject=call.public_id, actor=ACTOR, action="call.recording_added",
+        business=call.business,
+        lead=call.lead,
+        subject=call.public_id,
+        actor=ACTOR,
+        action="call.recording_added",
         after={"recording": params.get("RecordingSid", ""), "duration": duration},
-    )  # fmt: skip
+    )
     if text:
         call_transcript_set(call, text, actor=ACTOR, source="twilio")
     return InboundEvent.Status.PROCESSED

@@ -3,22 +3,34 @@ stopped. Each condition it finds becomes one open `ExceptionItem` owned by the
 business's manager; when the condition clears, the item is resolved by QA
 itself on the next run.
 
-| kind | subject | condition |
-|---|---|---|
-| `no_owner` | lead | open, not a test, older than the routing grace, no owner |
-| `manager_queue` | lead | open and flagged `no_eligible_owner`: routing found nobody, the manager holds it (with the reason) |
-| `missing_identity` | lead | open and flagged `missing_identity` |
-| `out_of_area` | lead | open and flagged `out_of_area` (the exception path: a person decides before booking) |
-| `no_next_action` | lead | open, owned, older than the grace, no next action |
-| `invalid_stage` | lead | the stage says something its records do not (booked without an appointment…) |
-| `stale_stage` | lead | open, unchanged longer than its stage allows (STALE_DAYS), and nobody is on it: no next action, or one overdue by more than STALE_OVERDUE |
-| `sla_breached` | lead | open, SLA breached, and still no first human contact |
-| `stuck_enrollment` | enrollment | active, but its step is overdue by an hour, has no due time, or its lead is closed |
-| `undelivered_message` | message | outbound, undelivered/failed in the last week, on an open lead, not delivered since (a send the sweep gave up on has its own `send_gave_up` item) |
-| `stuck_message` | message | outbound and still queued, sending or unknown STUCK_SEND after it was last queued or claimed: the message sweep has not settled it |
-| `unmatched_payment` | payment | unmatched or ambiguous |
-| `appointment_no_outcome` | appointment | scheduled or confirmed, ended more than two hours ago |
-| `job_not_invoiced` | job | completed more than a day ago, with no (non-void) invoice |
+Kinds, the record each is about, and the condition:
+
+- `no_owner` (lead): open, not a test, older than the routing grace, no owner
+- `manager_queue` (lead): open and flagged `no_eligible_owner`: routing found
+  nobody, the manager holds it (with the reason)
+- `missing_identity` (lead): open and flagged `missing_identity`
+- `out_of_area` (lead): open and flagged `out_of_area` (the exception path: a
+  person decides before booking)
+- `no_next_action` (lead): open, owned, older than the grace, no next action
+- `invalid_stage` (lead): the stage says something its records do not (booked
+  without an appointment…)
+- `stale_stage` (lead): open, unchanged longer than its stage allows
+  (STALE_DAYS), and nobody is on it: no next action, or one overdue by more
+  than STALE_OVERDUE
+- `sla_breached` (lead): open, SLA breached, and still no first human contact
+- `stuck_enrollment` (enrollment): active, but its step is overdue by an hour,
+  has no due time, or its lead is closed
+- `undelivered_message` (message): outbound, undelivered/failed in the last
+  week, on an open lead, not delivered since (a send the sweep gave up on has
+  its own `send_gave_up` item)
+- `stuck_message` (message): outbound and still queued, sending or unknown
+  STUCK_SEND after it was last queued or claimed: the message sweep has not
+  settled it
+- `unmatched_payment` (payment): unmatched or ambiguous
+- `appointment_no_outcome` (appointment): scheduled or confirmed, ended more
+  than two hours ago
+- `job_not_invoiced` (job): completed more than a day ago, with no (non-void)
+  invoice
 
 Every check is one set-based query, and each kind is synchronised in one SQL
 statement: its findings are inserted as items (INSERT … SELECT) and the open
@@ -232,18 +244,31 @@ def _stuck_message(now: datetime) -> QuerySet[Any]:
         .filter(since__lt=now - STUCK_SEND)
     )
     detail = _text(
-        F("channel"), " ", F("status"), " since ", _minute("since"), " UTC, ", Cast("attempts", CharField()),
+        F("channel"),
+        " ",
+        F("status"),
+        " since ",
+        _minute("since"),
+        " UTC, ",
+        Cast("attempts", CharField()),
         " dispatch attempt(s)",
-    )  # fmt: skip
+    )
     return _found(qs, detail)
 
 
 def _unmatched_payment(now: datetime) -> QuerySet[Any]:
     qs = Payment.objects.filter(match_status__in=[Payment.MatchStatus.UNMATCHED, Payment.MatchStatus.AMBIGUOUS])
     detail = _text(
-        F("match_status"), ": ", Cast("amount", CharField()), " ", F("currency"), " from ", F("provider"), " on ",
+        F("match_status"),
+        ": ",
+        Cast("amount", CharField()),
+        " ",
+        F("currency"),
+        " from ",
+        F("provider"),
+        " on ",
         _day("received_at"),
-    )  # fmt: skip
+    )
     return _found(qs, detail)
 
 
@@ -343,8 +368,18 @@ def _sync(kind: str, now: datetime) -> list[tuple[str, int, int]]:
     # The ULID time part: the first 10 characters after the prefix.
     time_part = new_public_id("exc")[: len("exc_") + 10]
     params = [
-        *found_params, *managers_params, time_part, BASE64, _ALPHABET * 2, kind, now, kind, now, ACTOR, kind,
-    ]  # fmt: skip
+        *found_params,
+        *managers_params,
+        time_part,
+        BASE64,
+        _ALPHABET * 2,
+        kind,
+        now,
+        kind,
+        now,
+        ACTOR,
+        kind,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [(what, business_id, n) for what, business_id, n in cursor.fetchall()]
@@ -382,6 +417,9 @@ def _receipts(per_business: dict[int, dict[str, dict[str, int]]]) -> None:
     # themselves are the per-record trail, this says who opened and closed them.
     for business in Business.objects.filter(pk__in=list(per_business)):
         receipt_write(
-            business=business, actor=ACTOR, action="qa.run", subject=business.public_id,
+            business=business,
+            actor=ACTOR,
+            action="qa.run",
+            subject=business.public_id,
             after=per_business[business.pk],
-        )  # fmt: skip
+        )

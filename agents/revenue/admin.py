@@ -111,17 +111,28 @@ class ServiceFormAdmin(ScopedAdmin):
                     reverse(f"admin:crm_{self.model._meta.model_name}_change", args=[record.pk])
                 )
         context = {
-            **self.admin_site.each_context(request), "title": self.add_title, "form": form,
-            "opts": self.model._meta, "has_view_permission": True,
-        }  # fmt: skip
+            **self.admin_site.each_context(request),
+            "title": self.add_title,
+            "form": form,
+            "opts": self.model._meta,
+            "has_view_permission": True,
+        }
         return TemplateResponse(request, "admin/revenue/service_form.html", context)
 
 
 @admin.register(m.Payment)
 class PaymentAdmin(ServiceFormAdmin):
     list_display = [
-        "public_id", "lead", "amount", "currency", "provider", "external_id", "match_status", "received_at", "business",
-    ]  # fmt: skip
+        "public_id",
+        "lead",
+        "amount",
+        "currency",
+        "provider",
+        "external_id",
+        "match_status",
+        "received_at",
+        "business",
+    ]
     list_select_related = ["lead", "business"]
     list_filter = ["match_status", "provider", BusinessFilter]
     search_fields = ["public_id", "external_id", "lead__public_id"]
@@ -133,9 +144,14 @@ class PaymentAdmin(ServiceFormAdmin):
     def add_record(self, request: HttpRequest, data: dict[str, Any]) -> m.Payment:
         lead = _visible_lead(request, data["lead"])
         return payment_manual_record(
-            lead=lead, amount=data["amount"], currency=data["currency"], received_at=data["received_at"],
-            actor=actor_of(request), invoice=_record(m.Invoice, lead, data["invoice"]), reference=data["reference"],
-        )  # fmt: skip
+            lead=lead,
+            amount=data["amount"],
+            currency=data["currency"],
+            received_at=data["received_at"],
+            actor=actor_of(request),
+            invoice=_record(m.Invoice, lead, data["invoice"]),
+            reference=data["reference"],
+        )
 
     def get_urls(self) -> list[Any]:
         view = self.admin_site.admin_view
@@ -163,9 +179,14 @@ class PaymentAdmin(ServiceFormAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def _payment_form(
-        self, request: HttpRequest, object_id: str, form_class: type[forms.Form], allowed: bool,
-        apply: Callable[[m.Payment, dict[str, Any]], object], done: str,
-    ) -> HttpResponse:  # fmt: skip
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_class: type[forms.Form],
+        allowed: bool,
+        apply: Callable[[m.Payment, dict[str, Any]], object],
+        done: str,
+    ) -> HttpResponse:
         payment = get_object_or_404(self.get_queryset(request), pk=object_id)
         back = HttpResponseRedirect(reverse("admin:crm_payment_change", args=[payment.pk]))
         if request.method != "POST":
@@ -199,9 +220,12 @@ class PaymentAdmin(ServiceFormAdmin):
     def refund_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         def apply(payment: m.Payment, data: dict[str, Any]) -> object:
             return refund_add(
-                payment, amount=data["amount"], actor=actor_of(request), reason=data["reason"],
+                payment,
+                amount=data["amount"],
+                actor=actor_of(request),
+                reason=data["reason"],
                 refunded_at=timezone.now(),
-            )  # fmt: skip
+            )
 
         payment = get_object_or_404(self.get_queryset(request), pk=object_id)
         allowed = can(request.user, "refund.add", payment.business_id)
@@ -221,9 +245,14 @@ class InvoiceAdmin(ServiceFormAdmin):
     def add_record(self, request: HttpRequest, data: dict[str, Any]) -> m.Invoice:
         lead = _visible_lead(request, data["lead"])
         return invoice_issue(
-            lead=lead, amount=data["amount"], currency=data["currency"], actor=actor_of(request),
-            job=_record(m.Job, lead, data["job"]), number=data["number"], due_at=data["due_at"],
-        )  # fmt: skip
+            lead=lead,
+            amount=data["amount"],
+            currency=data["currency"],
+            actor=actor_of(request),
+            job=_record(m.Job, lead, data["job"]),
+            number=data["number"],
+            due_at=data["due_at"],
+        )
 
 
 @admin.register(m.Job)

@@ -47,18 +47,30 @@ def job_complete(job: Job, *, actor: str, completed_at: datetime | None = None) 
         raise JobError(f"{job.public_id} is {job.status}: only a scheduled or in-progress job can be completed")
     lead = Lead.objects.select_related("business").get(pk=job.lead_id)
     receipt_write(
-        business=lead.business, lead=lead, subject=job.public_id, actor=actor, action="job.completed",
-        before={"status": "scheduled"}, after={"status": "completed", "completed_at": at},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=job.public_id,
+        actor=actor,
+        action="job.completed",
+        before={"status": "scheduled"},
+        after={"status": "completed", "completed_at": at},
+    )
     lead_event(lead, "job.completed", key=job.public_id, data={"job": job.public_id}, actor=actor)
     return job
 
 
 @transaction.atomic
 def invoice_issue(
-    *, lead: Lead, amount: Decimal, currency: str, actor: str, job: Job | None = None, number: str = "",
-    due_at: datetime | None = None, issued_at: datetime | None = None,
-) -> Invoice:  # fmt: skip
+    *,
+    lead: Lead,
+    amount: Decimal,
+    currency: str,
+    actor: str,
+    job: Job | None = None,
+    number: str = "",
+    due_at: datetime | None = None,
+    issued_at: datetime | None = None,
+) -> Invoice:
     """Issue an invoice for the lead (and job), with a receipt and the open
     task to collect it, owned by the lead's owner (else the manager)."""
     try:
@@ -72,16 +84,28 @@ def invoice_issue(
     now = issued_at or timezone.now()
     due = due_at or now + DEFAULT_PAYMENT_TERMS
     invoice = invoice_record(
-        lead=lead, amount=amount, currency=currency.upper(), actor=actor, job=job, number=number,
-        status=Invoice.Status.ISSUED, issued_at=now, due_at=due,
-    )  # fmt: skip
+        lead=lead,
+        amount=amount,
+        currency=currency.upper(),
+        actor=actor,
+        job=job,
+        number=number,
+        status=Invoice.Status.ISSUED,
+        issued_at=now,
+        due_at=due,
+    )
     if job is not None:
         _close_invoice_tasks(lead, job, f"invoiced: {invoice.public_id}", actor=actor)
     owner = lead.owner if lead.owner and lead.owner.is_active else business_manager(lead.business_id)
     task_create(
-        lead=lead, title=f"Collect {amount} {invoice.currency} for invoice {invoice.public_id}", due_at=due,
-        actor=actor, kind=COLLECT_TASK_KIND, owner=owner, reason=f"invoice {invoice.public_id} issued",
-    )  # fmt: skip
+        lead=lead,
+        title=f"Collect {amount} {invoice.currency} for invoice {invoice.public_id}",
+        due_at=due,
+        actor=actor,
+        kind=COLLECT_TASK_KIND,
+        owner=owner,
+        reason=f"invoice {invoice.public_id} issued",
+    )
     return invoice
 
 
@@ -100,9 +124,14 @@ def job_completed_step(lead: Lead, data: dict[str, Any]) -> str:
         if not lead.tasks.filter(kind=INVOICE_TASK_KIND, title=title).exists():
             owner = lead.owner if lead.owner and lead.owner.is_active else business_manager(lead.business_id)
             task_create(
-                lead=lead, title=title, due_at=timezone.now() + INVOICE_DUE, actor=ACTOR, kind=INVOICE_TASK_KIND,
-                owner=owner, reason=f"job {job.public_id} completed without an invoice",
-            )  # fmt: skip
+                lead=lead,
+                title=title,
+                due_at=timezone.now() + INVOICE_DUE,
+                actor=ACTOR,
+                kind=INVOICE_TASK_KIND,
+                owner=owner,
+                reason=f"job {job.public_id} completed without an invoice",
+            )
         outcome.append("invoice task open")
     if lead.stage != Stage.WON:
         if not lead_sync.transition_allowed(lead.stage, Stage.WON):

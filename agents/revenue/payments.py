@@ -178,21 +178,34 @@ def payment_receive(
     try:
         with transaction.atomic():
             payment = Payment.objects.create(
-                business=business, provider=provider, external_id=external_id, amount=amount,
-                currency=currency.upper(), received_at=received_at, inbound_event=inbound_event,
+                business=business,
+                provider=provider,
+                external_id=external_id,
+                amount=amount,
+                currency=currency.upper(),
+                received_at=received_at,
+                inbound_event=inbound_event,
                 match_status=Payment.MatchStatus.UNMATCHED,
-            )  # fmt: skip
+            )
     except IntegrityError:
         payment = Payment.objects.select_for_update().get(provider=provider, external_id=external_id)
         if payment.match_status != Payment.MatchStatus.MATCHED and metadata_refs(hints.metadata):
             payment_match(payment, hints)
         return Received(payment, created=False)
     receipt_write(
-        business=business, subject=payment.public_id, actor=ACTOR, action="payment.received",
+        business=business,
+        subject=payment.public_id,
+        actor=ACTOR,
+        action="payment.received",
         reason=hints.description[:300],
-        after={"amount": amount, "currency": payment.currency, "provider": provider, "external_id": external_id,
-               "received_at": received_at},
-    )  # fmt: skip
+        after={
+            "amount": amount,
+            "currency": payment.currency,
+            "provider": provider,
+            "external_id": external_id,
+            "received_at": received_at,
+        },
+    )
     payment_match(payment, hints)
     return Received(payment, created=True)
 
@@ -225,9 +238,11 @@ def payment_match(payment: Payment, hints: PaymentHints) -> Payment:
         best = exact[0]
         job = best.invoice.job if best.invoice else None
         return _link(
-            payment, Link(best.lead, best.invoice, job, via="contact, amount and time"), actor=ACTOR,
+            payment,
+            Link(best.lead, best.invoice, job, via="contact, amount and time"),
+            actor=ACTOR,
             reason="the one exact match by contact, amount and time",
-        )  # fmt: skip
+        )
     if len(exact) > 1:
         why = f"{len(exact)} exact matches by contact, amount and time"
     elif candidates:
@@ -294,15 +309,28 @@ def _candidates(payment: Payment, hints: PaymentHints) -> list[Candidate]:
     contacts = _contact_ids(business.pk, business.region, hints)
     earliest, latest = payment.received_at - MATCH_WINDOW, payment.received_at + MATCH_LEAD_TIME
     same_money = Q(amount=payment.amount, currency=payment.currency)
-    invoices = Invoice.objects.select_related("lead__contact").filter(
-        Q(lead__contact_id__in=contacts) | same_money,
-        business=business, status=Invoice.Status.ISSUED, issued_at__gte=earliest, issued_at__lte=latest,
-    ).order_by("-issued_at")[: MAX_CANDIDATES * 2]  # fmt: skip
-    estimates = Estimate.objects.select_related("lead__contact").filter(
-        Q(lead__contact_id__in=contacts) & same_money,
-        business=business, status__in=[Estimate.Status.SENT, Estimate.Status.ACCEPTED],
-        sent_at__gte=earliest, sent_at__lte=latest,
-    ).order_by("-sent_at")[:MAX_CANDIDATES]  # fmt: skip
+    invoices = (
+        Invoice.objects.select_related("lead__contact")
+        .filter(
+            Q(lead__contact_id__in=contacts) | same_money,
+            business=business,
+            status=Invoice.Status.ISSUED,
+            issued_at__gte=earliest,
+            issued_at__lte=latest,
+        )
+        .order_by("-issued_at")[: MAX_CANDIDATES * 2]
+    )
+    estimates = (
+        Estimate.objects.select_related("lead__contact")
+        .filter(
+            Q(lead__contact_id__in=contacts) & same_money,
+            business=business,
+            status__in=[Estimate.Status.SENT, Estimate.Status.ACCEPTED],
+            sent_at__gte=earliest,
+            sent_at__lte=latest,
+        )
+        .order_by("-sent_at")[:MAX_CANDIDATES]
+    )
     found: dict[tuple[int, int | None], Candidate] = {}
     for invoice in invoices:
         reasons = ["contact"] if invoice.lead.contact_id in contacts else []
@@ -338,9 +366,14 @@ def _leave_for_a_person(payment: Payment, candidates: list[Candidate], why: str)
         payment.contact_id = contacts.pop()
     payment.save(update_fields=["match_status", "match_candidates", "contact"])
     receipt_write(
-        business=payment.business, subject=payment.public_id, actor=ACTOR, action=f"payment.{status}", reason=why,
-        before=before, after={"match_status": status, "candidates": [c["lead"] for c in payment.match_candidates]},
-    )  # fmt: skip
+        business=payment.business,
+        subject=payment.public_id,
+        actor=ACTOR,
+        action=f"payment.{status}",
+        reason=why,
+        before=before,
+        after={"match_status": status, "candidates": [c["lead"] for c in payment.match_candidates]},
+    )
     _exception_open(payment, f"{payment.amount} {payment.currency} from {payment.provider}: {why}")
     return payment
 
@@ -351,9 +384,13 @@ def _exception_open(payment: Payment, detail: str) -> ExceptionItem:
     try:
         with transaction.atomic():
             item = ExceptionItem.objects.create(
-                business=payment.business, owner=business_manager(payment.business_id), kind=EXCEPTION_KIND,
-                subject=payment.public_id, detail=detail[:500], detected_at=timezone.now(),
-            )  # fmt: skip
+                business=payment.business,
+                owner=business_manager(payment.business_id),
+                kind=EXCEPTION_KIND,
+                subject=payment.public_id,
+                detail=detail[:500],
+                detected_at=timezone.now(),
+            )
     except IntegrityError:
         item = ExceptionItem.objects.get(
             business=payment.business, kind=EXCEPTION_KIND, subject=payment.public_id, status=ExceptionItem.Status.OPEN
@@ -361,27 +398,40 @@ def _exception_open(payment: Payment, detail: str) -> ExceptionItem:
         ExceptionItem.objects.filter(pk=item.pk).update(detail=detail[:500])
         return item
     receipt_write(
-        business=payment.business, subject=payment.public_id, actor=ACTOR, action="exception.opened",
-        reason=detail, after={"exception": item.public_id, "kind": EXCEPTION_KIND,
-                              "owner": item.owner.user.get_username() if item.owner else None},
-    )  # fmt: skip
+        business=payment.business,
+        subject=payment.public_id,
+        actor=ACTOR,
+        action="exception.opened",
+        reason=detail,
+        after={
+            "exception": item.public_id,
+            "kind": EXCEPTION_KIND,
+            "owner": item.owner.user.get_username() if item.owner else None,
+        },
+    )
     return item
 
 
 def _exception_resolve(payment: Payment, actor: str) -> None:
     now = timezone.now()
     open_items = ExceptionItem.objects.filter(
-        business_id=payment.business_id, kind=EXCEPTION_KIND, subject=payment.public_id,
+        business_id=payment.business_id,
+        kind=EXCEPTION_KIND,
+        subject=payment.public_id,
         status=ExceptionItem.Status.OPEN,
-    )  # fmt: skip
+    )
     for item in open_items:
         ExceptionItem.objects.filter(pk=item.pk, status=ExceptionItem.Status.OPEN).update(
             status=ExceptionItem.Status.RESOLVED, resolved_at=now, resolved_by=actor
         )
         receipt_write(
-            business=payment.business, subject=payment.public_id, actor=actor, action="exception.resolved",
-            before={"status": "open"}, after={"status": "resolved", "exception": item.public_id},
-        )  # fmt: skip
+            business=payment.business,
+            subject=payment.public_id,
+            actor=actor,
+            action="exception.resolved",
+            before={"status": "open"},
+            after={"status": "resolved", "exception": item.public_id},
+        )
 
 
 def _link(payment: Payment, link: Link, *, actor: str, reason: str) -> Payment:
@@ -405,11 +455,20 @@ def _link(payment: Payment, link: Link, *, actor: str, reason: str) -> Payment:
     payment.match_status = Payment.MatchStatus.MATCHED
     payment.save(update_fields=["lead", "contact", "invoice", "job", "match_status"])
     receipt_write(
-        business=payment.business, lead=lead, subject=payment.public_id, actor=actor, action="payment.matched",
-        reason=reason, before=before,
-        after={"match_status": "matched", "lead": lead.public_id, "invoice": invoice.public_id if invoice else None,
-               "job": job.public_id if job else None},
-    )  # fmt: skip
+        business=payment.business,
+        lead=lead,
+        subject=payment.public_id,
+        actor=actor,
+        action="payment.matched",
+        reason=reason,
+        before=before,
+        after={
+            "match_status": "matched",
+            "lead": lead.public_id,
+            "invoice": invoice.public_id if invoice else None,
+            "job": job.public_id if job else None,
+        },
+    )
     _exception_resolve(payment, actor)
     for changed in {previous_invoice, invoice} - {None}:
         invoice_settle(changed, actor=actor)  # type: ignore[arg-type]
@@ -445,9 +504,16 @@ def payment_link(
 
 @transaction.atomic
 def payment_manual_record(
-    *, lead: Lead, amount: Decimal, currency: str, received_at: datetime, actor: str,
-    invoice: Invoice | None = None, job: Job | None = None, reference: str = "",
-) -> Payment:  # fmt: skip
+    *,
+    lead: Lead,
+    amount: Decimal,
+    currency: str,
+    received_at: datetime,
+    actor: str,
+    invoice: Invoice | None = None,
+    job: Job | None = None,
+    reference: str = "",
+) -> Payment:
     """A payment a person took (cash, check, a terminal): recorded against the
     lead, settled against its invoice, and the lead's "payment" event."""
     _money_check(amount, currency)
@@ -456,10 +522,16 @@ def payment_manual_record(
     if job is not None and job.lead_id != lead.pk:
         raise PaymentError(f"{job.public_id} is not a job of {lead.public_id}")
     payment = payment_record(
-        lead=lead, amount=amount, currency=currency.upper(), actor=actor, received_at=received_at,
-        invoice=invoice, job=job or (invoice.job if invoice else None), provider="manual",
+        lead=lead,
+        amount=amount,
+        currency=currency.upper(),
+        actor=actor,
+        received_at=received_at,
+        invoice=invoice,
+        job=job or (invoice.job if invoice else None),
+        provider="manual",
         external_id=reference.strip() or None,
-    )  # fmt: skip
+    )
     if invoice is not None:
         invoice_settle(invoice, actor=actor)
     lead_event(lead, "payment", key=payment.public_id, data={"payment": payment.public_id}, actor=actor)
@@ -476,9 +548,16 @@ def refunded_total(payment: Payment) -> Decimal:
 
 @transaction.atomic
 def refund_add(
-    payment: Payment, *, amount: Decimal, actor: str, refunded_at: datetime | None = None, reason: str = "",
-    provider: str = "manual", external_id: str | None = None, inbound_event: InboundEvent | None = None,
-) -> Refund:  # fmt: skip
+    payment: Payment,
+    *,
+    amount: Decimal,
+    actor: str,
+    refunded_at: datetime | None = None,
+    reason: str = "",
+    provider: str = "manual",
+    external_id: str | None = None,
+    inbound_event: InboundEvent | None = None,
+) -> Refund:
     """Record money given back on a payment: never more than is left of it."""
     locked = (
         Payment.objects.select_for_update(of=("self",)).select_related("business", "lead", "invoice").get(pk=payment.pk)
@@ -490,9 +569,15 @@ def refund_add(
     if amount > left:
         raise PaymentError(f"only {left} {locked.currency} of {locked.public_id} is left to refund, not {amount}")
     refund = refund_record(
-        payment=locked, amount=amount, actor=actor, refunded_at=refunded_at or timezone.now(), reason=reason[:300],
-        provider=provider, external_id=external_id, inbound_event=inbound_event,
-    )  # fmt: skip
+        payment=locked,
+        amount=amount,
+        actor=actor,
+        refunded_at=refunded_at or timezone.now(),
+        reason=reason[:300],
+        provider=provider,
+        external_id=external_id,
+        inbound_event=inbound_event,
+    )
     if locked.invoice is not None:
         invoice_settle(locked.invoice, actor=actor)
     if locked.lead is not None:
@@ -502,9 +587,16 @@ def refund_add(
 
 @transaction.atomic
 def refund_sync_total(
-    payment: Payment, *, total: Decimal, currency: str, refunded_at: datetime, provider: str, reference: str,
-    reason: str = "", inbound_event: InboundEvent | None = None,
-) -> Refund | None:  # fmt: skip
+    payment: Payment,
+    *,
+    total: Decimal,
+    currency: str,
+    refunded_at: datetime,
+    provider: str,
+    reference: str,
+    reason: str = "",
+    inbound_event: InboundEvent | None = None,
+) -> Refund | None:
     """A provider reports the cumulative amount refunded on a payment (Stripe's
     `amount_refunded`): record the part not yet recorded, as one refund.
 
@@ -520,9 +612,15 @@ def refund_sync_total(
     if missing <= 0:
         return None
     return refund_add(
-        locked, amount=missing, actor=ACTOR, refunded_at=refunded_at, reason=reason, provider=provider,
-        external_id=f"{reference}:refunded:{total}", inbound_event=inbound_event,
-    )  # fmt: skip
+        locked,
+        amount=missing,
+        actor=ACTOR,
+        refunded_at=refunded_at,
+        reason=reason,
+        provider=provider,
+        external_id=f"{reference}:refunded:{total}",
+        inbound_event=inbound_event,
+    )
 
 
 # --- invoices ----------------------------------------------------------------
@@ -549,10 +647,15 @@ def invoice_settle(invoice: Invoice, *, actor: str) -> Invoice:
         return invoice
     if Invoice.objects.filter(pk=invoice.pk, status=invoice.status).update(status=to):
         receipt_write(
-            business=invoice.business, lead=invoice.lead, subject=invoice.public_id, actor=actor, action=action,
+            business=invoice.business,
+            lead=invoice.lead,
+            subject=invoice.public_id,
+            actor=actor,
+            action=action,
             reason=f"collected {net} of {invoice.amount} {invoice.currency}",
-            before={"status": invoice.status}, after={"status": to, "collected": net},
-        )  # fmt: skip
+            before={"status": invoice.status},
+            after={"status": to, "collected": net},
+        )
         invoice.status = to
     return invoice
 
@@ -570,9 +673,15 @@ def tasks_close(lead: Lead, tasks: QuerySet[Task], *, actor: str, outcome: str) 
         ):
             closed += 1
             receipt_write(
-                business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.completed",
-                reason=outcome, before={"status": "open"}, after={"status": "done", "outcome": outcome},
-            )  # fmt: skip
+                business=lead.business,
+                lead=lead,
+                subject=task.public_id,
+                actor=actor,
+                action="task.completed",
+                reason=outcome,
+                before={"status": "open"},
+                after={"status": "done", "outcome": outcome},
+            )
     return closed
 
 

@@ -55,9 +55,14 @@ def _pick(eligible: list[Candidate]) -> Candidate:
 
 @transaction.atomic
 def lead_route(
-    lead: Lead, *, urgent: bool = False, areas: tuple[str, ...] = (), now: datetime | None = None,
-    exclude: tuple[int, ...] = (), reason: str = "new lead",
-) -> Routed:  # fmt: skip
+    lead: Lead,
+    *,
+    urgent: bool = False,
+    areas: tuple[str, ...] = (),
+    now: datetime | None = None,
+    exclude: tuple[int, ...] = (),
+    reason: str = "new lead",
+) -> Routed:
     """Assign `lead` to the next eligible setter, or to the manager queue."""
     now = now or timezone.now()
     members = list(setters_of(lead.business_id).select_for_update(of=("self",)))
@@ -81,9 +86,14 @@ def lead_route(
         owner, rule = _manager_queue(lead, candidates, reason=reason)
         why = lead.routing_reason
     receipt_write(
-        business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="routing.decided",
-        reason=why, after={"rule": rule, "owner": owner.user.get_username() if owner else None, "candidates": described},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=ACTOR,
+        action="routing.decided",
+        reason=why,
+        after={"rule": rule, "owner": owner.user.get_username() if owner else None, "candidates": described},
+    )
     return Routed(owner, rule, why, tuple(candidates))
 
 
@@ -104,8 +114,13 @@ def _manager_queue(lead: Lead, candidates: list[Candidate], *, reason: str) -> t
         lead_sync.lead_assign(lead, manager, actor=ACTOR, reason=f"{MANAGER_QUEUE}: {queue_reason}", advance=False)
     if not lead.tasks.filter(kind="exception", status="open", title__startswith="Find an owner").exists():
         task_create(
-            lead=lead, title="Find an owner for this lead", due_at=timezone.now(), actor=ACTOR, kind="exception",
-            owner=manager, reason=queue_reason,
-        )  # fmt: skip
+            lead=lead,
+            title="Find an owner for this lead",
+            due_at=timezone.now(),
+            actor=ACTOR,
+            kind="exception",
+            owner=manager,
+            reason=queue_reason,
+        )
     member_notify(manager, f"Lead {lead.public_id} needs an owner", f"{reason}: {queue_reason}")
     return lead.owner if lead.owner_id else manager, MANAGER_QUEUE

@@ -52,9 +52,14 @@ def _open_counts(member_ids: list[int]) -> dict[int, int]:
 
 
 def owner_candidates(
-    lead: Lead, *, now: datetime, urgent: bool, areas: tuple[str, ...] = (), exclude: tuple[int, ...] = (),
+    lead: Lead,
+    *,
+    now: datetime,
+    urgent: bool,
+    areas: tuple[str, ...] = (),
+    exclude: tuple[int, ...] = (),
     members: list[TeamMember] | None = None,
-) -> list[Candidate]:  # fmt: skip
+) -> list[Candidate]:
     """Every setter of the business, each with the reasons they were skipped.
 
     `members` lets the caller pass rows it has locked, so the capacity count

@@ -82,9 +82,17 @@ def next_action_ensure(
 
 @transaction.atomic
 def task_complete(
-    task: Task, *, actor: str, outcome: str, next_title: str = "", next_due_at: datetime | None = None,
-    terminal_stage: str = "", lost_reason: str = "", reached: bool = False, now: datetime | None = None,
-) -> Task | None:  # fmt: skip
+    task: Task,
+    *,
+    actor: str,
+    outcome: str,
+    next_title: str = "",
+    next_due_at: datetime | None = None,
+    terminal_stage: str = "",
+    lost_reason: str = "",
+    reached: bool = False,
+    now: datetime | None = None,
+) -> Task | None:
     """Complete a task with its outcome.
 
     For a lead's next action, the caller must name the next one (title and
@@ -115,9 +123,15 @@ def task_complete(
     if lead is None:
         return None
     receipt_write(
-        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.completed",
-        reason=outcome, before={"status": "open"}, after={"status": "done", "outcome": outcome},
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        subject=task.public_id,
+        actor=actor,
+        action="task.completed",
+        reason=outcome,
+        before={"status": "open"},
+        after={"status": "done", "outcome": outcome},
+    )
     if reached:
         lead_sync.lead_record_first_contact(lead, now, actor=actor, how=f"task {task.public_id}: {outcome}")
         if lead.stage in (Stage.NEW, Stage.ASSIGNED):

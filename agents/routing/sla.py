@@ -72,31 +72,43 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
     lead.refresh_from_db()
     owner = lead.owner.user.get_username() if lead.owner else None
     receipt_write(
-        business=lead.business, lead=lead, subject=lead.public_id, actor=ACTOR, action="sla.breached",
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=ACTOR,
+        action="sla.breached",
         reason=f"no first contact by {lead.sla_due_at:%Y-%m-%d %H:%M} UTC" if lead.sla_due_at else "no first contact",
         after={"sla_due_at": lead.sla_due_at, "owner": owner},
-    )  # fmt: skip
+    )
     lead_sync.lead_flag_exception(lead, LeadException.SLA_BREACHED, actor=ACTOR, reason="first response missed")
     manager = business_manager(lead.business_id)
     member_notify(
-        manager, f"SLA breached: {lead.public_id}",
+        manager,
+        f"SLA breached: {lead.public_id}",
         f"{lead.contact.name or lead.public_id} has not been reached (owner: {owner or 'nobody'}).",
         slack=False,  # the Slack alert is agents.reporting.alerts' (deduplicated, retried)
-    )  # fmt: skip
+    )
     if lead.business.sla_reassign_on_breach and lead.owner_id:
         from agents.routing.assign import RULE, lead_route
 
         routed = lead_route(
-            lead, urgent=bool(lead.facts.get("urgent")), areas=tuple(lead.facts.get("areas") or ()), now=now,
-            exclude=(lead.owner_id,), reason="SLA breached: reassigned",
-        )  # fmt: skip
+            lead,
+            urgent=bool(lead.facts.get("urgent")),
+            areas=tuple(lead.facts.get("areas") or ()),
+            now=now,
+            exclude=(lead.owner_id,),
+            reason="SLA breached: reassigned",
+        )
         if routed.rule == RULE:
             from agents.routing.next_action import next_action_set
 
             lead.refresh_from_db()
             next_action_set(
-                lead, lead.next_action or "First contact (reassigned after an SLA breach)", now, actor=ACTOR,
+                lead,
+                lead.next_action or "First contact (reassigned after an SLA breach)",
+                now,
+                actor=ACTOR,
                 reason="SLA breached: the new owner takes the next action",
-            )  # fmt: skip
+            )
         return "breached, reassigned" if routed.rule == RULE else "breached, manager queue"
     return "breached"

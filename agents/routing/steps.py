@@ -25,9 +25,14 @@ FIT_ACTOR = "agent:fit"
 def _apply_fit(lead: Lead, reason: str) -> Fit:
     fit = lead_fit(lead)
     lead_sync.lead_record_fit(
-        lead, facts={**lead.facts, **fit.facts()}, fit_score=fit.score, fit_reasons=fit.reasons,
-        service_line=fit.service_line, actor=FIT_ACTOR, reason=reason,
-    )  # fmt: skip
+        lead,
+        facts={**lead.facts, **fit.facts()},
+        fit_score=fit.score,
+        fit_reasons=fit.reasons,
+        service_line=fit.service_line,
+        actor=FIT_ACTOR,
+        reason=reason,
+    )
     for flag in fit.flags:
         if flag not in lead.exceptions:
             lead_sync.lead_flag_exception(
@@ -49,10 +54,13 @@ def _exception_path(lead: Lead, fit: Fit) -> None:
     if ApprovalRequest.objects.filter(lead=lead, kind="exception", status="pending").exists():
         return
     approval_request_open(
-        business=lead.business, lead=lead, kind="exception",
+        business=lead.business,
+        lead=lead,
+        kind="exception",
         summary=f"Decide before booking: {', '.join(flags)} ({lead.contact.name or lead.public_id})",
-        proposed_by=FIT_ACTOR, payload={"flags": flags, "matched": {f: fit.matched.get(f, []) for f in flags}},
-    )  # fmt: skip
+        proposed_by=FIT_ACTOR,
+        payload={"flags": flags, "matched": {f: fit.matched.get(f, []) for f in flags}},
+    )
 
 
 def _route(lead: Lead, fit: Fit, reason: str) -> str:
@@ -105,9 +113,12 @@ def touch_added(lead: Lead, data: dict[str, Any]) -> str:
     rule = _route(lead, fit, "returning lead without an owner")
     lead.refresh_from_db()
     task = next_action_ensure(
-        lead, f"Follow up: {lead.contact.name or 'the lead'} came back ({data.get('channel', 'another source')})",
-        timezone.now() + timedelta(minutes=lead.business.first_response_minutes), actor=ACTOR, reason="touch added",
-    )  # fmt: skip
+        lead,
+        f"Follow up: {lead.contact.name or 'the lead'} came back ({data.get('channel', 'another source')})",
+        timezone.now() + timedelta(minutes=lead.business.first_response_minutes),
+        actor=ACTOR,
+        reason="touch added",
+    )
     return f"{rule}, next action {'created' if task else 'kept'}"
 
 
@@ -128,9 +139,12 @@ def missed_call(lead: Lead, data: dict[str, Any]) -> str:
     rule = _route(lead, fit, "missed call")
     lead.refresh_from_db()
     next_action_ensure(
-        lead, f"Call back {lead.contact.name or 'the caller'}", timezone.now() + timedelta(
-            minutes=lead.business.first_response_minutes), actor=ACTOR, reason="missed call",
-    )  # fmt: skip
+        lead,
+        f"Call back {lead.contact.name or 'the caller'}",
+        timezone.now() + timedelta(minutes=lead.business.first_response_minutes),
+        actor=ACTOR,
+        reason="missed call",
+    )
     return rule
 
 

@@ -14,7 +14,7 @@ TABLES = [
     "crm_serviceline", "crm_servicearea", "crm_teammember", "crm_lead", "crm_leadtouch", "crm_task", "crm_timer",
     "crm_sequence", "crm_enrollment", "crm_messagetemplate", "crm_message", "crm_call", "crm_receipt",
     "crm_appointment", "crm_estimate", "crm_job", "crm_invoice", "crm_payment", "crm_refund",
-]  # fmt: skip
+]
 APPEND_ONLY = ["crm_receipt", "crm_consentevent"]
 
 

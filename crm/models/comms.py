@@ -9,9 +9,20 @@ from crm.models.contacts import Contact, ContactPoint, InboundEvent
 from crm.models.leads import Lead
 
 MESSAGE_STATUSES = [
-    "received", "draft", "pending_approval", "deferred", "blocked", "dry_run", "queued",
-    "sending", "sent", "delivered", "undelivered", "failed", "unknown",
-]  # fmt: skip
+    "received",
+    "draft",
+    "pending_approval",
+    "deferred",
+    "blocked",
+    "dry_run",
+    "queued",
+    "sending",
+    "sent",
+    "delivered",
+    "undelivered",
+    "failed",
+    "unknown",
+]
 BLOCK_REASONS = [
     "hold",
     "stopped",

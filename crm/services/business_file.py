@@ -409,9 +409,17 @@ class BusinessSpec:
 
 
 _SECTIONS = (
-    "business", "sources", "service_lines", "service_areas", "team", "policy", "notifications", "templates",
-    "sequences", "availability",
-)  # fmt: skip
+    "business",
+    "sources",
+    "service_lines",
+    "service_areas",
+    "team",
+    "policy",
+    "notifications",
+    "templates",
+    "sequences",
+    "availability",
+)
 
 
 def business_file_parse(text: str, *, path: str = "") -> BusinessSpec:
@@ -475,9 +483,12 @@ class _ItemMap:
 
 def _parse_business(doc: _Map, path: str) -> BusinessSpec:
     m = _Map(
-        doc.raw("business"), doc.line_of("business"), "business",
-        required=("slug", "name", "timezone"), optional=("region", "currency"),
-    )  # fmt: skip
+        doc.raw("business"),
+        doc.line_of("business"),
+        "business",
+        required=("slug", "name", "timezone"),
+        optional=("region", "currency"),
+    )
     region = m.text("region", "US").upper()
     if region not in phonenumbers.SUPPORTED_REGIONS:
         raise m.error("region", f"bad region {region!r} in business (a two-letter country code like US)")
@@ -516,14 +527,29 @@ def _parse_policy(doc: _Map, region: str) -> dict[str, Any]:
         # No policy section: an existing business keeps its policy; a new one gets the defaults.
         return {}
     m = _Map(
-        doc.raw("policy"), doc.line_of("policy"), "policy",
+        doc.raw("policy"),
+        doc.line_of("policy"),
+        "policy",
         optional=(
-            "first_response_minutes", "quiet_hours", "dedupe_window_days", "max_texts_per_day",
-            "consent_max_age_days", "missed_call_text_back", "quiet_hours_by_state",
-            "business_hours", "sla_reassign_on_breach", "fit_rules", "scope_keywords",
-            "estimate_follow_up_days", "brief_hour", "contact_countries", "captcha", "embed_origins", "raw_retention_days",
+            "first_response_minutes",
+            "quiet_hours",
+            "dedupe_window_days",
+            "max_texts_per_day",
+            "consent_max_age_days",
+            "missed_call_text_back",
+            "quiet_hours_by_state",
+            "business_hours",
+            "sla_reassign_on_breach",
+            "fit_rules",
+            "scope_keywords",
+            "estimate_follow_up_days",
+            "brief_hour",
+            "contact_countries",
+            "captcha",
+            "embed_origins",
+            "raw_retention_days",
         ),
-    )  # fmt: skip
+    )
     fields = {
         "first_response_minutes": m.integer("first_response_minutes", defaults["first_response_minutes"], minimum=1),
         "dedupe_window_days": m.integer("dedupe_window_days", defaults["dedupe_window_days"]),
@@ -597,9 +623,17 @@ def _parse_notifications(doc: _Map) -> dict[str, Any]:
 
 # The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.
 FIT_RULES = (
-    "in_area", "out_of_area", "service_matched", "has_phone", "has_email", "sms_consent", "paid_click",
-    "emergency", "commercial", "warranty",
-)  # fmt: skip
+    "in_area",
+    "out_of_area",
+    "service_matched",
+    "has_phone",
+    "has_email",
+    "sms_consent",
+    "paid_click",
+    "emergency",
+    "commercial",
+    "warranty",
+)
 SCOPE_FLAGS = ("emergency", "commercial", "warranty", "licensed_diagnosis")
 
 
@@ -806,8 +840,18 @@ def _goal_stages(m: _Map) -> list[str]:
 def _parse_member(item: _ItemMap, region: str) -> MemberRow:
     m = item.read(
         required=("username", "role"),
-        optional=("name", "email", "phone", "service_lines", "service_areas", "weight", "max_open_leads", "hours", "timezone"),
-    )  # fmt: skip
+        optional=(
+            "name",
+            "email",
+            "phone",
+            "service_lines",
+            "service_areas",
+            "weight",
+            "max_open_leads",
+            "hours",
+            "timezone",
+        ),
+    )
     username = m.text("username")
     try:
         UnicodeUsernameValidator()(username)
@@ -831,9 +875,13 @@ def _parse_member(item: _ItemMap, region: str) -> MemberRow:
         "hours": _parse_hours(m),
     }
     return MemberRow(
-        line=m.line, key=username, fields=fields, email=email,
-        service_lines=m.texts("service_lines"), service_areas=m.texts("service_areas"),
-    )  # fmt: skip
+        line=m.line,
+        key=username,
+        fields=fields,
+        email=email,
+        service_lines=m.texts("service_lines"),
+        service_areas=m.texts("service_areas"),
+    )
 
 
 def _parse_hours(member: _Map, key: str = "hours") -> dict[str, str]:
@@ -861,9 +909,13 @@ def _parse_availability(value: Any, line: int) -> AvailabilityRule:
     capacity = m.integer("capacity", 1, minimum=1)
     assert capacity is not None
     return AvailabilityRule(
-        line=m.line, members=m.texts("members", non_empty=True), days=days, slots=slots, capacity=capacity,
+        line=m.line,
+        members=m.texts("members", non_empty=True),
+        days=days,
+        slots=slots,
+        capacity=capacity,
         service_lines=m.texts("service_lines"),
-    )  # fmt: skip
+    )
 
 
 # --- applying it ------------------------------------------------------------
@@ -1117,12 +1169,13 @@ def _apply_availability(result: BusinessLoadResult, business: Business, rules: l
         label = f"{'+'.join(sorted(wanted[0]))} {','.join(rule.days)} {','.join(rule.slot_texts)}"
         row = next(
             (
-                a for a in existing
+                a
+                for a in existing
                 if a.pk not in kept
                 and identity([m.user.get_username() for m in a.members.all()], a.days, a.slots) == wanted
             ),
             None,
-        )  # fmt: skip
+        )
         if row is None:
             row = Availability(business=business, days=rule.days, slots=rule.slot_texts, capacity=rule.capacity)
             _clean(row, rule.line)

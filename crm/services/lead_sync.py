@@ -308,9 +308,15 @@ def lead_flag_exception(lead: Lead, flag: str, *, actor: str, reason: str, prese
 
 @transaction.atomic
 def lead_record_fit(
-    lead: Lead, *, facts: dict[str, Any], fit_score: int, fit_reasons: list[dict[str, Any]],
-    service_line: Any = None, actor: str, reason: str,
-) -> Lead:  # fmt: skip
+    lead: Lead,
+    *,
+    facts: dict[str, Any],
+    fit_score: int,
+    fit_reasons: list[dict[str, Any]],
+    service_line: Any = None,
+    actor: str,
+    reason: str,
+) -> Lead:
     """Store what the qualifier found; a service line is set only when the lead has none."""
     current = _locked(lead)
     changes: dict[str, Any] = {"facts": facts, "fit_score": fit_score, "fit_reasons": fit_reasons}
@@ -341,9 +347,12 @@ def lead_set_routing_reason(lead: Lead, routing_reason: str, *, actor: str) -> L
     if current.routing_reason == routing_reason:
         return current
     saved = _save(
-        current, {"routing_reason": routing_reason}, actor=actor, action="lead.routing_reason_set",
+        current,
+        {"routing_reason": routing_reason},
+        actor=actor,
+        action="lead.routing_reason_set",
         reason=routing_reason or "routed",
-    )  # fmt: skip
+    )
     return saved
 
 
@@ -360,8 +369,13 @@ def lead_record_first_contact(lead: Lead, at: datetime, *, actor: str, how: str)
         )
         if updated:
             receipt_write(
-                business=lead.business, lead=lead, subject=lead.public_id, actor=actor, action="lead.first_contact",
-                reason=how, before={"first_response_at": None},
+                business=lead.business,
+                lead=lead,
+                subject=lead.public_id,
+                actor=actor,
+                action="lead.first_contact",
+                reason=how,
+                before={"first_response_at": None},
                 after={"first_response_at": at, "speed_to_lead_seconds": seconds},
-            )  # fmt: skip
+            )
     return bool(updated)

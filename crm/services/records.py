@@ -158,9 +158,14 @@ def task_create(
         task.validate_constraints()
     task.save()
     receipt_write(
-        business=lead.business, lead=lead, subject=task.public_id, actor=actor, action="task.created", reason=reason,
+        business=lead.business,
+        lead=lead,
+        subject=task.public_id,
+        actor=actor,
+        action="task.created",
+        reason=reason,
         after={"title": title, "kind": kind, "due_at": due_at, "owner": owner.user.get_username() if owner else None},
-    )  # fmt: skip
+    )
     return task
 
 
@@ -218,11 +223,19 @@ def payment_record(
 @transaction.atomic
 def refund_record(*, payment: Payment, amount: Decimal, actor: str, refunded_at: datetime, **fields: Any) -> Refund:
     refund = Refund.objects.create(
-        business=payment.business, payment=payment, amount=amount, currency=payment.currency,
-        refunded_at=refunded_at, **fields,
-    )  # fmt: skip
+        business=payment.business,
+        payment=payment,
+        amount=amount,
+        currency=payment.currency,
+        refunded_at=refunded_at,
+        **fields,
+    )
     receipt_write(
-        business=payment.business, lead=payment.lead, subject=refund.public_id, actor=actor,
-        action="refund.recorded", after={"amount": amount, "currency": payment.currency, "payment": payment.public_id},
-    )  # fmt: skip
+        business=payment.business,
+        lead=payment.lead,
+        subject=refund.public_id,
+        actor=actor,
+        action="refund.recorded",
+        after={"amount": amount, "currency": payment.currency, "payment": payment.public_id},
+    )
     return refund

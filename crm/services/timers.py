@@ -61,9 +61,14 @@ def timer_handler_register(kind: str, handler: TimerHandler, *, atomic: bool = F
 
 
 def timer_schedule(
-    *, business: Business, kind: str, due_at: datetime, lead: Lead | None = None,
-    payload: dict[str, Any] | None = None, dedupe_key: str | None = None,
-) -> Timer:  # fmt: skip
+    *,
+    business: Business,
+    kind: str,
+    due_at: datetime,
+    lead: Lead | None = None,
+    payload: dict[str, Any] | None = None,
+    dedupe_key: str | None = None,
+) -> Timer:
     """Create a timer; with a dedupe_key, an existing one is returned instead."""
     timer = Timer(business=business, lead=lead, kind=kind, due_at=due_at, payload=payload or {}, dedupe_key=dedupe_key)
     if not dedupe_key:
@@ -138,9 +143,13 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
 
 
 def timers_run_due(
-    *, now: datetime | None = None, batch: int = 500, kinds: list[str] | None = None, limit: int = RUN_LIMIT,
+    *,
+    now: datetime | None = None,
+    batch: int = 500,
+    kinds: list[str] | None = None,
+    limit: int = RUN_LIMIT,
     budget: timedelta = RUN_BUDGET,
-) -> TimerRun:  # fmt: skip
+) -> TimerRun:
     """Run the timers due at `now`, batch by batch, until none is left or the
     run has claimed `limit` of them or spent `budget` (what is left is the
     next run's).
@@ -190,7 +199,12 @@ def timer_retry(timer: Timer, *, actor: str) -> bool:
     )
     if retried:
         receipt_write(
-            business=timer.business, lead=timer.lead, subject=timer.public_id, actor=actor,
-            action="timer.retried", before={"status": "failed", "error": timer.error}, after={"status": "pending"},
-        )  # fmt: skip
+            business=timer.business,
+            lead=timer.lead,
+            subject=timer.public_id,
+            actor=actor,
+            action="timer.retried",
+            before={"status": "failed", "error": timer.error},
+            after={"status": "pending"},
+        )
     return bool(retried)

@@ -65,14 +65,32 @@ def calendly_envelope(kind: str, invitee: dict[str, Any], created: datetime) -> 
 
 
 def calendly_invitee(
-    uri: str, event_uri: str, person: Any, starts: datetime, created: datetime, *, status: str = "active",
-    cancellation: dict[str, Any] | None = None, no_show: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    uri: str,
+    event_uri: str,
+    person: Any,
+    starts: datetime,
+    created: datetime,
+    *,
+    status: str = "active",
+    cancellation: dict[str, Any] | None = None,
+    no_show: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
-        "uri": uri, "event": event_uri, "email": person.email or None, "name": person.name,
-        "first_name": None, "last_name": None, "status": status, "timezone": "America/Chicago",
-        "created_at": _iso(created), "updated_at": _iso(created), "rescheduled": False,
-        "old_invitee": None, "new_invitee": None, "no_show": no_show, "payment": None,
+        "uri": uri,
+        "event": event_uri,
+        "email": person.email or None,
+        "name": person.name,
+        "first_name": None,
+        "last_name": None,
+        "status": status,
+        "timezone": "America/Chicago",
+        "created_at": _iso(created),
+        "updated_at": _iso(created),
+        "rescheduled": False,
+        "old_invitee": None,
+        "new_invitee": None,
+        "no_show": no_show,
+        "payment": None,
         "cancel_url": f"https://calendly.com/cancellations/{uri[-16:]}",
         "reschedule_url": f"https://calendly.com/reschedulings/{uri[-16:]}",
         "questions_and_answers": [
@@ -80,23 +98,41 @@ def calendly_invitee(
             {"question": "ZIP code", "answer": person.postal_code, "position": 1},
         ],
         "text_reminder_number": person.phone or None,
-        "tracking": {"utm_source": "booking_link", "utm_medium": "sms", "utm_campaign": "follow_up",
-                     "utm_content": None, "utm_term": None, "salesforce_uuid": None},
+        "tracking": {
+            "utm_source": "booking_link",
+            "utm_medium": "sms",
+            "utm_campaign": "follow_up",
+            "utm_content": None,
+            "utm_term": None,
+            "salesforce_uuid": None,
+        },
         "scheduled_event": {
-            "uri": event_uri, "name": "Home visit (2 h)", "status": status,
-            "start_time": _iso(starts), "end_time": _iso(starts + timedelta(hours=2)),
+            "uri": event_uri,
+            "name": "Home visit (2 h)",
+            "status": status,
+            "start_time": _iso(starts),
+            "end_time": _iso(starts + timedelta(hours=2)),
             "event_type": f"{API}/event_types/SIMULATEDTYPE0001",
             "location": {"type": "physical", "location": person.postal_code},
             "invitees_counter": {"total": 1, "active": 0 if status == "canceled" else 1, "limit": 1},
-            "created_at": _iso(created), "updated_at": _iso(created),
-            "event_memberships": [{"user": f"{API}/users/SIMULATEDHOST0001", "user_email": "tom@acme-hvac.example",
-                                   "user_name": "Tom Technician"}],
-            "event_guests": [], "cancellation": cancellation,
+            "created_at": _iso(created),
+            "updated_at": _iso(created),
+            "event_memberships": [
+                {
+                    "user": f"{API}/users/SIMULATEDHOST0001",
+                    "user_email": "tom@acme-hvac.example",
+                    "user_name": "Tom Technician",
+                }
+            ],
+            "event_guests": [],
+            "cancellation": cancellation,
         },
         "cancellation": cancellation,
-        "scheduling_method": None, "invitee_scheduled_by": None, "reconfirmation": None,
+        "scheduling_method": None,
+        "invitee_scheduled_by": None,
+        "reconfirmation": None,
         "routing_form_submission": None,
-    }  # fmt: skip
+    }
 
 
 def booking_finisher(
@@ -123,8 +159,17 @@ def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
 
     def post(intent: str, event: dict[str, Any], person: Any, *, carry_lead: bool = False) -> Any:
         finish = booking_finisher(event, key, ctx.business_slug, person, carry_lead=carry_lead)
-        return Post("calendly", intent, path, b"", {}, expect=OK, event_provider="calendly",
-                    person=getattr(person, "number", None), prepare=finish)  # fmt: skip
+        return Post(
+            "calendly",
+            intent,
+            path,
+            b"",
+            {},
+            expect=OK,
+            event_provider="calendly",
+            person=getattr(person, "number", None),
+            prepare=finish,
+        )
 
     bookers = [p for p in people if (p.phone or p.email) and not p.is_google_test]
     bookers = rng.sample(bookers, max(1, round(len(bookers) / 4))) if bookers else []
@@ -141,12 +186,26 @@ def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
         )
         posts = [post(BOOKING, created, person, carry_lead=n % 2 == 0)]
         if n == 0:
-            posts.append(Post("calendly", DUPLICATE, path, expect=OK, stores=STORES_SAME, event_provider="calendly",
-                              person=person.number, repeat_previous=True))  # fmt: skip
+            posts.append(
+                Post(
+                    "calendly",
+                    DUPLICATE,
+                    path,
+                    expect=OK,
+                    stores=STORES_SAME,
+                    event_provider="calendly",
+                    person=person.number,
+                    repeat_previous=True,
+                )
+            )
         jobs.append(Job(BOOKING_PHASE, posts))
         if outcome == "cancel":
-            cancellation = {"canceled_by": person.name, "reason": "Found another time slot elsewhere",
-                            "canceler_type": "invitee", "created_at": _iso(now)}  # fmt: skip
+            cancellation = {
+                "canceled_by": person.name,
+                "reason": "Found another time slot elsewhere",
+                "canceler_type": "invitee",
+                "created_at": _iso(now),
+            }
             invitee = calendly_invitee(
                 uri, event_uri, person, starts, booked_at, status="canceled", cancellation=cancellation
             )
@@ -162,14 +221,34 @@ def booking_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
 
     stranger = _Stranger(f"walk.in.{uri_token(rng, 6).lower()}@example.org")
     event_uri = f"{API}/scheduled_events/{uri_token(rng)}"
-    unknown = calendly_envelope("invitee.created", calendly_invitee(f"{event_uri}/invitees/{uri_token(rng)}", event_uri, stranger,
-                                                     day + timedelta(days=3), now), now)  # fmt: skip
+    unknown = calendly_envelope(
+        "invitee.created",
+        calendly_invitee(f"{event_uri}/invitees/{uri_token(rng)}", event_uri, stranger, day + timedelta(days=3), now),
+        now,
+    )
     jobs.append(Job(BOOKING_PHASE, [post(UNMATCHED, unknown, stranger)]))
     forged = json.dumps(unknown, separators=(",", ":")).replace("walk.in", "forged").encode()
-    header = {"Content-Type": "application/json",
-              "Calendly-Webhook-Signature": calendly_signature("not-the-signing-key", forged, int(now.timestamp()))}  # fmt: skip
-    jobs.append(Job(BOOKING_PHASE, [Post("calendly", BAD_SIGNATURE, path, forged, header, expect=REFUSED,
-                                         stores=STORES_NONE, event_provider="calendly")]))  # fmt: skip
+    header = {
+        "Content-Type": "application/json",
+        "Calendly-Webhook-Signature": calendly_signature("not-the-signing-key", forged, int(now.timestamp())),
+    }
+    jobs.append(
+        Job(
+            BOOKING_PHASE,
+            [
+                Post(
+                    "calendly",
+                    BAD_SIGNATURE,
+                    path,
+                    forged,
+                    header,
+                    expect=REFUSED,
+                    stores=STORES_NONE,
+                    event_provider="calendly",
+                )
+            ],
+        )
+    )
     return jobs
 
 

@@ -220,19 +220,97 @@ AREA_CODES: tuple[tuple[str, str, str, str], ...] = (
 LOCAL_AREA_CODES = 6
 MAX_PEOPLE = len(AREA_CODES) * 100
 FIRST_NAMES = (
-    "Rosa", "James", "Aisha", "Mateo", "Grace", "Wei", "Olivia", "Darnell", "Priya", "Liam", "Sofia", "Kwame",
-    "Hannah", "Diego", "Mei", "Noah", "Fatima", "Connor", "Yuki", "Elena", "Marcus", "Ingrid", "Tariq", "Chloe",
-    "Andrés", "Zoe", "Dmitri", "Amara", "Luca", "Nadia", "Owen", "Ximena", "Samuel", "Leila", "Henry", "Renée",
-)  # fmt: skip
+    "Rosa",
+    "James",
+    "Aisha",
+    "Mateo",
+    "Grace",
+    "Wei",
+    "Olivia",
+    "Darnell",
+    "Priya",
+    "Liam",
+    "Sofia",
+    "Kwame",
+    "Hannah",
+    "Diego",
+    "Mei",
+    "Noah",
+    "Fatima",
+    "Connor",
+    "Yuki",
+    "Elena",
+    "Marcus",
+    "Ingrid",
+    "Tariq",
+    "Chloe",
+    "Andrés",
+    "Zoe",
+    "Dmitri",
+    "Amara",
+    "Luca",
+    "Nadia",
+    "Owen",
+    "Ximena",
+    "Samuel",
+    "Leila",
+    "Henry",
+    "Renée",
+)
 LAST_NAMES = (
-    "Diaz", "Okafor", "Nguyen", "Kowalski", "Patel", "O'Brien", "García", "Johnson", "Schmidt", "Rossi", "Kim",
-    "Washington", "Haddad", "Fischer", "Lopez", "Chen", "Murphy", "Novak", "Adeyemi", "Svensson", "Brooks",
-    "Tanaka", "Moreno", "Walsh", "Ivanova", "Baker", "Santos", "Cohen", "Mensah", "Reyes", "Lindqvist", "Park",
-)  # fmt: skip
+    "Diaz",
+    "Okafor",
+    "Nguyen",
+    "Kowalski",
+    "Patel",
+    "O'Brien",
+    "García",
+    "Johnson",
+    "Schmidt",
+    "Rossi",
+    "Kim",
+    "Washington",
+    "Haddad",
+    "Fischer",
+    "Lopez",
+    "Chen",
+    "Murphy",
+    "Novak",
+    "Adeyemi",
+    "Svensson",
+    "Brooks",
+    "Tanaka",
+    "Moreno",
+    "Walsh",
+    "Ivanova",
+    "Baker",
+    "Santos",
+    "Cohen",
+    "Mensah",
+    "Reyes",
+    "Lindqvist",
+    "Park",
+)
 LOCAL_POSTAL_CODES = (
-    "60601", "60602", "60605", "60607", "60610", "60613", "60614", "60618", "60622", "60625", "60630", "60640",
-    "60647", "60657", "60660", "60201", "60302", "60714",
-)  # fmt: skip
+    "60601",
+    "60602",
+    "60605",
+    "60607",
+    "60610",
+    "60613",
+    "60614",
+    "60618",
+    "60622",
+    "60625",
+    "60630",
+    "60640",
+    "60647",
+    "60657",
+    "60660",
+    "60201",
+    "60302",
+    "60714",
+)
 AWAY_POSTAL_CODES = ("46320", "53140", "61801", "10001")
 REQUESTS = (
     ("Heating", "Furnace is blowing cold air since last night"),
@@ -1352,6 +1430,9 @@ def summary_lines(plan: Plan, results: list[Result]) -> Iterator[str]:
         who = f" person {r.post.person}" if r.post.person else ""
         want = "/".join(str(s) for s in sorted(r.post.expect))
         got = r.status or "no answer"
-        yield f"  ! {r.post.builder} {r.post.intent}{who}: POST {r.post.path} -> {got} (expected {want}): {r.detail[:160]!r}"
+        yield (
+            f"  ! {r.post.builder} {r.post.intent}{who}: POST {r.post.path} -> {got} (expected {want}): "
+            f"{r.detail[:160]!r}"
+        )
     if len(wrong) > 30:
         yield f"  … and {len(wrong) - 30} more"

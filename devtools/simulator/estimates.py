@@ -100,9 +100,7 @@ class _Server:
         return dict(self.until(f"person {person.number}'s lead", look))
 
 
-def _json_post(
-    token: str, body: dict[str, Any] | None = None
-) -> Callable[[], tuple[bytes, dict[str, str]]]:  # fmt: skip
+def _json_post(token: str, body: dict[str, Any] | None = None) -> Callable[[], tuple[bytes, dict[str, str]]]:
     def prepare() -> tuple[bytes, dict[str, str]]:
         data = json.dumps(body or {}).encode()
         return data, {"Content-Type": "application/json", "Authorization": f"Token {token}"}
@@ -114,10 +112,13 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
     """The visits, estimates and decisions of the plan (see the module docstring)."""
     elsewhere = {p.person for p in plan.posts if p.builder in ("calendly", "stripe")}
     candidates = [
-        p for p in plan.people
-        if (p.phone or p.email) and not p.is_google_test and p.number not in elsewhere
+        p
+        for p in plan.people
+        if (p.phone or p.email)
+        and not p.is_google_test
+        and p.number not in elsewhere
         and plan.channels.get(p.number, []) != ["meta"]  # a Meta-only lead depends on the Graph stand-in
-    ]  # fmt: skip
+    ]
     if not candidates:
         return []
     chosen = rng.sample(candidates, min(len(candidates), max(1, round(len(plan.people) / 6))))
@@ -127,8 +128,18 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
     jobs: list[Any] = []
 
     def api_post(intent: str, person: Any, body: dict[str, Any] | None, route: Callable[[str], str]) -> Any:
-        return Post("estimates", intent, "/api/v1/", b"", {}, expect=frozenset({200, 201}), stores=STORES_NONE,
-                    person=person.number, prepare=_json_post(ctx.api_token, body), route=route)  # fmt: skip
+        return Post(
+            "estimates",
+            intent,
+            "/api/v1/",
+            b"",
+            {},
+            expect=frozenset({200, 201}),
+            stores=STORES_NONE,
+            person=person.number,
+            prepare=_json_post(ctx.api_token, body),
+            route=route,
+        )
 
     for n, person in enumerate(chosen):
         # 1. The visit, booked days ago through Calendly, began hours ago.
@@ -136,8 +147,16 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
         starts, booked_at = now - timedelta(hours=rng.randint(3, 6)), now - timedelta(days=rng.randint(2, 5))
         invitee = calendly_invitee(f"{event_uri}/invitees/{uri_token(rng)}", event_uri, person, starts, booked_at)
         event = calendly_envelope("invitee.created", invitee, booked_at)
-        visit = Post("calendly", VISIT, calendly, b"", {}, event_provider="calendly", person=person.number,
-                     prepare=booking_finisher(event, key, ctx.business_slug, person, carry_lead=True))  # fmt: skip
+        visit = Post(
+            "calendly",
+            VISIT,
+            calendly,
+            b"",
+            {},
+            event_provider="calendly",
+            person=person.number,
+            prepare=booking_finisher(event, key, ctx.business_slug, person, carry_lead=True),
+        )
         jobs.append(Job(VISIT_PHASE, [visit]))
 
         # 2. The visit is marked held, and the estimate sent, by the team's tool.
@@ -194,8 +213,16 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
 
     malformed = api_post(MALFORMED, first, bad, bad_route)
     malformed.expect = frozenset({400})
-    forged = Post("estimates", BAD_SIGNATURE, "/api/v1/estimates/", b"", {}, expect=frozenset({401}),
-                  stores=STORES_NONE, prepare=_json_post("0" * 40, {"lead": "lead_unknown", "amount": "100.00"}))  # fmt: skip
+    forged = Post(
+        "estimates",
+        BAD_SIGNATURE,
+        "/api/v1/estimates/",
+        b"",
+        {},
+        expect=frozenset({401}),
+        stores=STORES_NONE,
+        prepare=_json_post("0" * 40, {"lead": "lead_unknown", "amount": "100.00"}),
+    )
     jobs.append(Job(ESTIMATE_PHASE, [malformed, forged]))
     return jobs
 

@@ -61,34 +61,75 @@ def _intent(
     event_id: str, intent: str, charge: str, amount: int, metadata: dict[str, str], email: str, created: int
 ) -> dict[str, Any]:
     return {
-        "id": event_id, "object": "event", "api_version": "2025-06-30.basil", "created": created, "livemode": False,
-        "type": "payment_intent.succeeded", "pending_webhooks": 1, "request": {"id": None, "idempotency_key": None},
-        "data": {"object": {
-            "id": intent, "object": "payment_intent", "amount": amount, "amount_received": amount,
-            "currency": "usd", "status": "succeeded", "latest_charge": charge, "receipt_email": email,
-            "metadata": metadata, "created": created - 5, "description": "Service visit",
-        }},
-    }  # fmt: skip
+        "id": event_id,
+        "object": "event",
+        "api_version": "2025-06-30.basil",
+        "created": created,
+        "livemode": False,
+        "type": "payment_intent.succeeded",
+        "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None},
+        "data": {
+            "object": {
+                "id": intent,
+                "object": "payment_intent",
+                "amount": amount,
+                "amount_received": amount,
+                "currency": "usd",
+                "status": "succeeded",
+                "latest_charge": charge,
+                "receipt_email": email,
+                "metadata": metadata,
+                "created": created - 5,
+                "description": "Service visit",
+            }
+        },
+    }
 
 
 def _charge(
-    event_id: str, kind: str, intent: str, charge: str, amount: int, refunded: int, metadata: dict[str, str],
-    email: str, phone: str, name: str, created: int,
-) -> dict[str, Any]:  # fmt: skip
+    event_id: str,
+    kind: str,
+    intent: str,
+    charge: str,
+    amount: int,
+    refunded: int,
+    metadata: dict[str, str],
+    email: str,
+    phone: str,
+    name: str,
+    created: int,
+) -> dict[str, Any]:
     obj = {
-        "id": charge, "object": "charge", "amount": amount, "amount_captured": amount, "amount_refunded": refunded,
-        "captured": True, "paid": True, "refunded": refunded >= amount > 0, "currency": "usd",
-        "payment_intent": intent, "metadata": metadata, "receipt_email": email, "created": created - 4,
+        "id": charge,
+        "object": "charge",
+        "amount": amount,
+        "amount_captured": amount,
+        "amount_refunded": refunded,
+        "captured": True,
+        "paid": True,
+        "refunded": refunded >= amount > 0,
+        "currency": "usd",
+        "payment_intent": intent,
+        "metadata": metadata,
+        "receipt_email": email,
+        "created": created - 4,
         "billing_details": {"email": email, "phone": phone, "name": name, "address": {"postal_code": None}},
         "status": "succeeded",
-    }  # fmt: skip
+    }
     data: dict[str, Any] = {"object": obj}
     if kind == "charge.refunded":
         data["previous_attributes"] = {"amount_refunded": 0, "refunded": False}
     return {
-        "id": event_id, "object": "event", "api_version": "2025-06-30.basil", "created": created, "livemode": False,
-        "type": kind, "pending_webhooks": 1, "data": data,
-    }  # fmt: skip
+        "id": event_id,
+        "object": "event",
+        "api_version": "2025-06-30.basil",
+        "created": created,
+        "livemode": False,
+        "type": kind,
+        "pending_webhooks": 1,
+        "data": data,
+    }
 
 
 def _finisher(
@@ -113,8 +154,18 @@ def payment_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
 
     def post(intent: str, event: dict[str, Any], person: Any, **kw: Any) -> Any:
         finish = _finisher(event, ctx.stripe_webhook_secret, ctx.business_slug, person.phone, person.email)
-        return Post("stripe", intent, "/hooks/stripe/", b"", {}, expect=OK, event_provider="stripe",
-                    person=person.number, prepare=finish, **kw)  # fmt: skip
+        return Post(
+            "stripe",
+            intent,
+            "/hooks/stripe/",
+            b"",
+            {},
+            expect=OK,
+            event_provider="stripe",
+            person=person.number,
+            prepare=finish,
+            **kw,
+        )
 
     payers = [p for p in people if (p.phone or p.email) and not p.is_google_test]
     payers = rng.sample(payers, max(1, round(len(payers) / 3))) if payers else []
@@ -125,17 +176,49 @@ def payment_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
         intent, charge = f"pi_{_token(rng)}", f"ch_{_token(rng)}"
         meta = {"business": ctx.business_slug}
         paid = _intent(f"evt_{_token(rng)}", intent, charge, amount, dict(meta), person.email, created)
-        captured = _charge(f"evt_{_token(rng)}", "charge.succeeded", intent, charge, amount, 0, dict(meta),
-                           person.email, person.phone, person.name, created)  # fmt: skip
+        captured = _charge(
+            f"evt_{_token(rng)}",
+            "charge.succeeded",
+            intent,
+            charge,
+            amount,
+            0,
+            dict(meta),
+            person.email,
+            person.phone,
+            person.name,
+            created,
+        )
         refund = None
         if n == 0 or rng.random() < 0.35:
             refunded = amount if rng.random() < 0.4 else rng.randint(1, amount - 1)
-            refund = _charge(f"evt_{_token(rng)}", "charge.refunded", intent, charge, amount, refunded, dict(meta),
-                             person.email, person.phone, person.name, created + 60)  # fmt: skip
+            refund = _charge(
+                f"evt_{_token(rng)}",
+                "charge.refunded",
+                intent,
+                charge,
+                amount,
+                refunded,
+                dict(meta),
+                person.email,
+                person.phone,
+                person.name,
+                created + 60,
+            )
         posts = [post(PAYMENT, paid, person), post(PAYMENT, captured, person)]
         if rng.random() < 0.2:
-            posts.append(Post("stripe", DUPLICATE, "/hooks/stripe/", expect=OK, stores=STORES_SAME,
-                              event_provider="stripe", person=person.number, repeat_previous=True))  # fmt: skip
+            posts.append(
+                Post(
+                    "stripe",
+                    DUPLICATE,
+                    "/hooks/stripe/",
+                    expect=OK,
+                    stores=STORES_SAME,
+                    event_provider="stripe",
+                    person=person.number,
+                    repeat_previous=True,
+                )
+            )
         if refund is not None and n == 1:
             # Out of order: the refund reaches the server before its payment.
             jobs.append(Job(PAYMENT_PHASE, [post(REFUND, refund, person), *posts]))
@@ -146,6 +229,21 @@ def payment_jobs(ctx: Any, rng: random.Random, people: list[Any], now: datetime)
     forged = _intent(f"evt_{_token(rng)}", f"pi_{_token(rng)}", f"ch_{_token(rng)}", 100, {}, "", created)
     body = json.dumps(forged, separators=(",", ":")).encode()
     header = {"Content-Type": "application/json", "Stripe-Signature": stripe_signature(body, "whsec_not_ours", created)}
-    jobs.append(Job(PAYMENT_PHASE, [Post("stripe", BAD_SIGNATURE, "/hooks/stripe/", body, header,
-                                         expect=frozenset({400}), stores=STORES_NONE, event_provider="stripe")]))  # fmt: skip
+    jobs.append(
+        Job(
+            PAYMENT_PHASE,
+            [
+                Post(
+                    "stripe",
+                    BAD_SIGNATURE,
+                    "/hooks/stripe/",
+                    body,
+                    header,
+                    expect=frozenset({400}),
+                    stores=STORES_NONE,
+                    event_provider="stripe",
+                )
+            ],
+        )
+    )
     return jobs

@@ -26,9 +26,18 @@ from crm.services.business_file import business_file_parse, business_spec_apply
 from crm.services.lead_sync import lead_assign
 from tests.factories import lead_create
 
-ACK = "Hi {first_name}, this is {business}. We got your request and {owner_first_name} will reach out shortly. Reply STOP to opt out."
-PRICE_REPLY = "Hi {first_name}, prices depend on the job. {owner_first_name} will call you with a written quote. Reply STOP to opt out."
-SCHEDULING = "Hi {first_name}, {owner_first_name} from {business} will text you to pick a time that works. Reply STOP to opt out."
+ACK = (
+    "Hi {first_name}, this is {business}. We got your request and {owner_first_name} will reach out shortly. Reply "
+    "STOP to opt out."
+)
+PRICE_REPLY = (
+    "Hi {first_name}, prices depend on the job. {owner_first_name} will call you with a written quote. Reply STOP to "
+    "opt out."
+)
+SCHEDULING = (
+    "Hi {first_name}, {owner_first_name} from {business} will text you to pick a time that works. Reply STOP to opt "
+    "out."
+)
 GENERIC = "Thanks {first_name}! {owner_first_name} will get back to you shortly. Reply STOP to opt out."
 
 ACK_FOR_PAT = (

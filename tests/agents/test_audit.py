@@ -62,10 +62,16 @@ def test_a_path_message_after_a_reply_is_a_violation(business, worked) -> None:
 
     def message(direction: str, at, **kw) -> Message:
         return Message.objects.create(
-            business=business, lead=worked, contact=contact, contact_point=point, direction=direction,
-            status="received" if direction == "in" else "dry_run", created_at=at,
-            idempotency_key=None if direction == "in" else f"k{at.timestamp()}", **kw,
-        )  # fmt: skip
+            business=business,
+            lead=worked,
+            contact=contact,
+            contact_point=point,
+            direction=direction,
+            status="received" if direction == "in" else "dry_run",
+            created_at=at,
+            idempotency_key=None if direction == "in" else f"k{at.timestamp()}",
+            **kw,
+        )
 
     message("out", t0 + timedelta(minutes=1), automated=True)
     message("in", t0 + timedelta(minutes=2))
@@ -76,12 +82,25 @@ def test_a_path_message_after_a_reply_is_a_violation(business, worked) -> None:
 
 def test_an_automated_text_after_an_opt_out_is_a_violation(business, worked) -> None:
     point = worked.contact.points.get()
-    consent_record(contact_point=point, channel="sms", granted=False, basis="keyword", actor="t",
-                   at=timezone.now() - timedelta(minutes=5))  # fmt: skip
+    consent_record(
+        contact_point=point,
+        channel="sms",
+        granted=False,
+        basis="keyword",
+        actor="t",
+        at=timezone.now() - timedelta(minutes=5),
+    )
     Message.objects.create(
-        business=business, lead=worked, contact=worked.contact, contact_point=point, direction="out", channel="sms",
-        status="sent", automated=True, idempotency_key="after-stop",
-    )  # fmt: skip
+        business=business,
+        lead=worked,
+        contact=worked.contact,
+        contact_point=point,
+        direction="out",
+        channel="sms",
+        status="sent",
+        automated=True,
+        idempotency_key="after-stop",
+    )
     assert _checks(business) == {"stop_rule"}
 
 
@@ -93,7 +112,14 @@ def test_an_acknowledgement_after_a_booking_is_a_violation(business, worked) -> 
         lead=worked, starts_at=now + timedelta(days=1), ends_at=now + timedelta(days=1, hours=1), actor="t"
     )
     Message.objects.create(
-        business=business, lead=worked, contact=worked.contact, direction="out", channel="sms", status="dry_run",
-        automated=True, idempotency_key=f"ack:{worked.public_id}", created_at=now + timedelta(seconds=5),
-    )  # fmt: skip
+        business=business,
+        lead=worked,
+        contact=worked.contact,
+        direction="out",
+        channel="sms",
+        status="dry_run",
+        automated=True,
+        idempotency_key=f"ack:{worked.public_id}",
+        created_at=now + timedelta(seconds=5),
+    )
     assert _checks(business) == {"stop_rule"}

@@ -34,15 +34,30 @@ def boss(business):
 
 
 def inbound(lead: Lead, body: str) -> Message:
-    text = Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="in",
-                                  contact_point=lead.contact.points.get(), channel="sms", status="received", body=body)  # fmt: skip
+    text = Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        contact_point=lead.contact.points.get(),
+        channel="sms",
+        status="received",
+        body=body,
+    )
     inbound_text_apply(message=text, lead=lead)
     return text
 
 
 def test_an_approved_edited_draft_goes_out_with_the_edit(lead, boss):
-    draft = message_send(lead=lead, channel="sms", body="It's $199.", actor="sam", idempotency_key="d1",
-                         automated=False, needs_approval=True)  # fmt: skip
+    draft = message_send(
+        lead=lead,
+        channel="sms",
+        body="It's $199.",
+        actor="sam",
+        idempotency_key="d1",
+        automated=False,
+        needs_approval=True,
+    )
     request = ApprovalRequest.objects.get(kind="message_draft")
     approval_approve(
         request, user=boss.user, edited_payload={**request.payload, "body": "A technician will quote on site."}
@@ -55,8 +70,15 @@ def test_an_approved_edited_draft_goes_out_with_the_edit(lead, boss):
 
 
 def test_an_edited_draft_is_re_read_by_the_claims_guard_for_the_next_person(lead, boss):
-    message_send(lead=lead, channel="sms", body="Call us back?", actor="agent:sms_assistant", idempotency_key="d5",
-                 automated=False, needs_approval=True)  # fmt: skip
+    message_send(
+        lead=lead,
+        channel="sms",
+        body="Call us back?",
+        actor="agent:sms_assistant",
+        idempotency_key="d5",
+        automated=False,
+        needs_approval=True,
+    )
     request = ApprovalRequest.objects.get(kind="message_draft")
 
     approval_edit(request, user=boss.user, payload={"body": "It's $199 and guaranteed for life."})
@@ -68,13 +90,24 @@ def test_an_edited_draft_is_re_read_by_the_claims_guard_for_the_next_person(lead
 
 
 def test_a_draft_that_left_the_queue_cannot_be_edited_or_approved_but_may_be_rejected(lead, boss, business):
-    draft = message_send(lead=lead, channel="sms", body="It's $199.", actor="agent:sms_assistant",
-                         idempotency_key="d6", automated=False, needs_approval=True)  # fmt: skip
+    draft = message_send(
+        lead=lead,
+        channel="sms",
+        body="It's $199.",
+        actor="agent:sms_assistant",
+        idempotency_key="d6",
+        automated=False,
+        needs_approval=True,
+    )
     first = ApprovalRequest.objects.get(kind="message_draft")
     second = approval_request_open(
-        business=business, lead=lead, kind="message_draft", summary="Again", proposed_by="agent:sms_assistant",
+        business=business,
+        lead=lead,
+        kind="message_draft",
+        summary="Again",
+        proposed_by="agent:sms_assistant",
         payload={"message": draft.public_id, "body": draft.body},
-    )  # fmt: skip
+    )
     approval_approve(first, user=boss.user)
 
     with pytest.raises(ApprovalConflict, match="dry_run, no longer waiting"):
@@ -89,8 +122,15 @@ def test_a_draft_that_left_the_queue_cannot_be_edited_or_approved_but_may_be_rej
 
 
 def test_a_rejected_draft_is_blocked_as_rejected(lead, boss):
-    draft = message_send(lead=lead, channel="sms", body="Guaranteed by 5pm!", actor="sam", idempotency_key="d2",
-                         automated=False, needs_approval=True)  # fmt: skip
+    draft = message_send(
+        lead=lead,
+        channel="sms",
+        body="Guaranteed by 5pm!",
+        actor="sam",
+        idempotency_key="d2",
+        automated=False,
+        needs_approval=True,
+    )
     approval_reject(ApprovalRequest.objects.get(kind="message_draft"), user=boss.user, note="no promises")
     draft.refresh_from_db()
     assert (draft.status, draft.block_reason) == ("blocked", "rejected")
@@ -125,8 +165,16 @@ def test_a_setter_cannot_approve_their_own_draft_even_by_database(lead, boss, bu
     from django.db import IntegrityError, transaction
 
     sam = member_create(business, Role.MANAGER, username="sam-manager")
-    message_send(lead=lead, channel="sms", body="It's $199.", actor="sam-manager", idempotency_key="d3",
-                 automated=False, needs_approval=True, requested_by=sam.user)  # fmt: skip
+    message_send(
+        lead=lead,
+        channel="sms",
+        body="It's $199.",
+        actor="sam-manager",
+        idempotency_key="d3",
+        automated=False,
+        needs_approval=True,
+        requested_by=sam.user,
+    )
     request = ApprovalRequest.objects.get(kind="message_draft")
     assert request.proposed_by_user == sam.user
     from django.utils import timezone

@@ -23,9 +23,12 @@ NOON_NY = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
 @pytest.fixture
 def playbook(business):
     MessageTemplate.objects.create(
-        business=business, key="ack_sms", channel="sms", approved=True,
+        business=business,
+        key="ack_sms",
+        channel="sms",
+        approved=True,
         body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.",
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -120,8 +123,9 @@ def test_a_lead_booked_before_its_first_response_gets_no_acknowledgement(busines
     from crm.services.records import appointment_record
 
     lead = with_consent(lead_create(business, first_name="Quick"))
-    appointment_record(lead=lead, starts_at=NOON_NY + timedelta(days=1), ends_at=NOON_NY + timedelta(days=1, hours=1),
-                       actor="sam")  # fmt: skip
+    appointment_record(
+        lead=lead, starts_at=NOON_NY + timedelta(days=1), ends_at=NOON_NY + timedelta(days=1, hours=1), actor="sam"
+    )
     assert lead_first_response(lead.pk, now=NOON_NY) == "not sent: the lead is already new"
     assert not Message.objects.filter(lead=lead, direction="out").exists()
     lead.refresh_from_db()

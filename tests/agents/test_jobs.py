@@ -33,9 +33,14 @@ def test_each_periodic_job_is_its_own_schedule_and_the_old_combined_one_is_remov
     names = set(Schedule.objects.filter(name__startswith="leadops.").values_list("name", flat=True))
     assert names == {job.name for job in JOBS}
     assert {
-        "leadops.timers", "leadops.event_sweep", "leadops.messages_sweep", "leadops.approvals_expire",
-        "leadops.alerts", "leadops.pipeline_qa", "leadops.daily_brief",
-    } <= names  # fmt: skip
+        "leadops.timers",
+        "leadops.event_sweep",
+        "leadops.messages_sweep",
+        "leadops.approvals_expire",
+        "leadops.alerts",
+        "leadops.pipeline_qa",
+        "leadops.daily_brief",
+    } <= names
     assert len({job.func for job in JOBS}) == len(JOBS)
 
 

@@ -35,8 +35,9 @@ _sids = iter(range(10_000))
 def text(body: str, **more: str) -> str:
     params = {"MessageSid": f"SM{next(_sids):032d}", "From": PERSON, "To": LINE, "Body": body, **more}
     signature = RequestValidator(TOKEN).compute_signature(BASE + PATH, params)
-    response = Client().post(PATH, urlencode(params), content_type="application/x-www-form-urlencoded",
-                             HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    response = Client().post(
+        PATH, urlencode(params), content_type="application/x-www-form-urlencoded", HTTP_X_TWILIO_SIGNATURE=signature
+    )
     assert response.status_code == 200
     return event_process(InboundEvent.objects.order_by("-pk").first().pk)
 
@@ -95,9 +96,16 @@ def test_a_keyword_inside_a_sentence_is_not_a_keyword():
 
 @pytest.mark.parametrize(
     "body",
-    ["please stop texting me", "Take me off your list", "no more messages!", "Don't text me again",
-     "por favor no me escriban más", "dejen de enviar mensajes", "No quiero más mensajes"],
-)  # fmt: skip
+    [
+        "please stop texting me",
+        "Take me off your list",
+        "no more messages!",
+        "Don't text me again",
+        "por favor no me escriban más",
+        "dejen de enviar mensajes",
+        "No quiero más mensajes",
+    ],
+)
 def test_free_text_revocations_pause_automation_and_ask_a_person(body):
     text(body)
     contact = Contact.objects.get()

@@ -29,7 +29,10 @@ from crm.services.lead_sync import lead_assign
 from crm.services.receipts import receipts_verify
 from tests.factories import BusinessFactory, lead_create, member_create
 
-ACK = "Hi {first_name}, this is {business}. We got your request and {owner_first_name} will reach out shortly. Reply STOP to opt out."
+ACK = (
+    "Hi {first_name}, this is {business}. We got your request and {owner_first_name} will reach out shortly. Reply "
+    "STOP to opt out."
+)
 ACK_V2 = (
     "Hi {first_name}, thanks for contacting {business}. {owner_first_name} will text you soon. Reply STOP to opt out."
 )
@@ -43,8 +46,10 @@ team:
   - {{username: olive, name: Olive Owner, email: olive@example.com, role: owner}}
 templates:
   - {{key: ack_sms, channel: sms, approved: true, body: "{ACK}"}}
-  - {{key: estimate_followup_sms, channel: sms, approved: false, body: "Hi {{first_name}}, any questions about the estimate?"}}
-  - {{key: details_email, channel: email, approved: true, subject: "Your {{service}} request", body: "Hi {{first_name}}"}}
+  - {{key: estimate_followup_sms, channel: sms, approved: false,
+      body: "Hi {{first_name}}, any questions about the estimate?"}}
+  - {{key: details_email, channel: email, approved: true,
+      subject: "Your {{service}} request", body: "Hi {{first_name}}"}}
 """
 
 

@@ -355,9 +355,19 @@ def test_twilio_signed_for_the_wrong_public_url_is_unexpected_and_exits_non_zero
     out = StringIO()
     with pytest.raises(CommandError, match="unexpected status"):
         call_command(
-            "simulate", "--url", live_server.url, "--leads", "3", "--seed", "1", "--only", "twilio",
-            "--public-base-url", "https://old-host.example", stdout=out,
-        )  # fmt: skip
+            "simulate",
+            "--url",
+            live_server.url,
+            "--leads",
+            "3",
+            "--seed",
+            "1",
+            "--only",
+            "twilio",
+            "--public-base-url",
+            "https://old-host.example",
+            stdout=out,
+        )
     assert "Unexpected statuses:" in out.getvalue() and "-> 403 (expected 200)" in out.getvalue()
     assert not InboundEvent.objects.filter(provider="twilio").exists()
 

@@ -147,9 +147,11 @@ def test_bulk_approve_approves_the_pending_and_reports_each_refusal(business: Bu
 
     statuses = dict(ApprovalRequest.objects.values_list("public_id", "status"))
     assert statuses == {
-        pending_one.public_id: "approved", pending_two.public_id: "approved", own.public_id: "pending",
+        pending_one.public_id: "approved",
+        pending_two.public_id: "approved",
+        own.public_id: "pending",
         decided.public_id: "approved",
-    }  # fmt: skip
+    }
     messages = texts(response)
     assert ("success", "Approved 2 request(s).") in messages
     errors = [text for level, text in messages if level == "error"]

@@ -24,9 +24,20 @@ from tests.factories import lead_create, member_create
 pytestmark = pytest.mark.django_db
 
 FIELDS = {
-    "id", "kind", "status", "proposed_by", "decided_by", "lead", "summary", "payload", "original_payload",
-    "decision_note", "created_at", "expires_at", "decided_at",
-}  # fmt: skip
+    "id",
+    "kind",
+    "status",
+    "proposed_by",
+    "decided_by",
+    "lead",
+    "summary",
+    "payload",
+    "original_payload",
+    "decision_note",
+    "created_at",
+    "expires_at",
+    "decided_at",
+}
 DRAFT = {"body": "Hi Pat, the repair is $120."}
 _phones = (f"+1212555{n:04d}" for n in itertools.count(300))
 

@@ -73,9 +73,12 @@ def draft_open(business: Business, *, proposed_by: str = "agent:sms_assistant", 
         fields["lead"] = lead_create(business, phone=next(_phones))
     fields.setdefault("payload", dict(DRAFT))
     return approval_request_open(
-        business=business, kind="message_draft", summary="Reply mentions an arrival window", proposed_by=proposed_by,
+        business=business,
+        kind="message_draft",
+        summary="Reply mentions an arrival window",
+        proposed_by=proposed_by,
         **fields,
-    )  # fmt: skip
+    )
 
 
 def receipts_of(request: ApprovalRequest) -> list[Receipt]:
@@ -264,9 +267,12 @@ def test_a_draft_edit_may_change_only_its_body(
 
 def test_nothing_but_the_note_is_editable_on_other_kinds(business: Business, manager: TeamMember) -> None:
     request = approval_request_open(
-        business=business, kind="exception", summary="Out of area", proposed_by="agent:fit",
+        business=business,
+        kind="exception",
+        summary="Out of area",
+        proposed_by="agent:fit",
         payload={"flags": ["out_of_area"]},
-    )  # fmt: skip
+    )
 
     with pytest.raises(ApprovalInvalid, match="exception requests have no editable payload field"):
         approval_approve(request, user=manager.user, edited_payload={"flags": []})
@@ -459,9 +465,12 @@ def test_a_failing_handler_rolls_the_whole_decision_back(business: Business, man
 
 def test_a_kind_without_a_handler_is_decided_alone(business: Business, manager: TeamMember) -> None:
     request = approval_request_open(
-        business=business, kind="merge_contacts", summary="Same person?", proposed_by="agent:identity",
+        business=business,
+        kind="merge_contacts",
+        summary="Same person?",
+        proposed_by="agent:identity",
         payload={"keep": "cont_1", "merge": ["cont_2"]},
-    )  # fmt: skip
+    )
 
     approval_approve(request, user=manager.user)
 
@@ -504,9 +513,11 @@ def test_expiry_moves_only_overdue_pending_requests_to_expired_with_receipts(
 
     statuses = dict(ApprovalRequest.objects.values_list("public_id", "status"))
     assert statuses == {
-        overdue.public_id: "expired", later.public_id: "pending", open_ended.public_id: "pending",
+        overdue.public_id: "expired",
+        later.public_id: "pending",
+        open_ended.public_id: "pending",
         decided.public_id: "approved",
-    }  # fmt: skip
+    }
     overdue.refresh_from_db()
     assert overdue.decided_by is None and overdue.decided_at == now + timedelta(minutes=2)
     [receipt] = decisions_of(overdue)
@@ -520,9 +531,12 @@ def test_an_expiry_without_an_expiry_handler_dismisses_nothing(business: Busines
     dismissed: list[str] = []
     approval_handler_register("complaint", on_rejected=lambda request, payload: dismissed.append(request.public_id))
     complaint = approval_request_open(
-        business=business, kind="complaint", summary="Complaint", proposed_by="agent:sms_inbound",
+        business=business,
+        kind="complaint",
+        summary="Complaint",
+        proposed_by="agent:sms_inbound",
         expires_at=timezone.now() - timedelta(seconds=1),
-    )  # fmt: skip
+    )
 
     assert approvals_expire() == 1
 

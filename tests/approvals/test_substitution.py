@@ -42,9 +42,15 @@ def reachable_lead(business: Business) -> Lead:
 def draft(lead: Lead, body: str, *, by: TeamMember | None = None) -> tuple[Message, ApprovalRequest]:
     """A text waiting for a person, and its approval request."""
     message = message_send(
-        lead=lead, channel="sms", body=body, actor=by.user.username if by else "agent:sms_assistant",
-        idempotency_key=next(_keys), automated=False, needs_approval=True, requested_by=by.user if by else None,
-    )  # fmt: skip
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=by.user.username if by else "agent:sms_assistant",
+        idempotency_key=next(_keys),
+        automated=False,
+        needs_approval=True,
+        requested_by=by.user if by else None,
+    )
     assert message.status == "pending_approval"
     return message, ApprovalRequest.objects.get(kind="message_draft", payload__message=message.public_id)
 
@@ -170,9 +176,15 @@ def test_an_opt_out_question_cannot_be_re_pointed_at_another_persons_number(
 
     lead, bystander = reachable_lead(business), reachable_lead(business)
     text = Message.objects.create(
-        business=business, lead=lead, contact=lead.contact, direction="in", contact_point=lead.contact.points.get(),
-        channel="sms", status="received", body="please stop texting me",
-    )  # fmt: skip
+        business=business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        contact_point=lead.contact.points.get(),
+        channel="sms",
+        status="received",
+        body="please stop texting me",
+    )
     inbound_text_apply(message=text, lead=lead)
     request = ApprovalRequest.objects.get(kind="opt_out_question")
 
@@ -206,9 +218,12 @@ def test_a_request_cannot_be_opened_on_another_businesss_message(business: Busin
 
     with pytest.raises(ApprovalInvalid, match="is not a message of acme"):
         approval_request_open(
-            business=business, kind="message_draft", summary="Borrowed", proposed_by="agent:sms_assistant",
+            business=business,
+            kind="message_draft",
+            summary="Borrowed",
+            proposed_by="agent:sms_assistant",
             payload={"message": foreign_message.public_id, "body": "Pay at evil.example"},
-        )  # fmt: skip
+        )
 
     assert ApprovalRequest.objects.filter(business=business).count() == 0
 
@@ -222,9 +237,13 @@ def test_approving_a_draft_whose_message_already_went_out_is_a_409_and_the_body_
     message, first = draft(reachable_lead(business), "Hi, the repair is $120.")
     # The same text proposed twice (a retried role): both requests concern one message.
     second = approval_request_open(
-        business=business, lead=message.lead, kind="message_draft", summary="Again", proposed_by="agent:sms_assistant",
+        business=business,
+        lead=message.lead,
+        kind="message_draft",
+        summary="Again",
+        proposed_by="agent:sms_assistant",
         payload={"message": message.public_id, "body": message.body},
-    )  # fmt: skip
+    )
     assert approve(manager, first).status_code == 200
     assert status_of(message) == "dry_run"
 

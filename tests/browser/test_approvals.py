@@ -124,8 +124,15 @@ def test_an_approved_draft_goes_out_through_the_gate_and_shows_on_the_lead(live_
     consent_record(
         contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
     )
-    draft = message_send(lead=lead, channel="sms", body="We'll be there by 3pm for $89.", actor="agent:sms_assistant",
-                         idempotency_key="browser-draft", automated=False, needs_approval=True)  # fmt: skip
+    draft = message_send(
+        lead=lead,
+        channel="sms",
+        body="We'll be there by 3pm for $89.",
+        actor="agent:sms_assistant",
+        idempotency_key="browser-draft",
+        automated=False,
+        needs_approval=True,
+    )
     request = ApprovalRequest.objects.get(kind="message_draft")
     base = live_server.url
 

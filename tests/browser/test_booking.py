@@ -24,9 +24,12 @@ def test_a_setter_books_an_appointment_from_the_lead_page_and_sees_the_confirmat
         slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
     )
     MessageTemplate.objects.create(
-        business=business, key="appointment_confirmation_sms", channel="sms", approved=True,
+        business=business,
+        key="appointment_confirmation_sms",
+        channel="sms",
+        approved=True,
         body="Hi {first_name}, {business} has you booked {appointment_time}. Reply STOP to opt out.",
-    )  # fmt: skip
+    )
     sam = member_create(business, Role.SETTER, username="sam")
     tom = member_create(business, Role.TECHNICIAN, username="tom", display_name="Tom Technician", email="tom@x.example")
     rule = Availability.objects.create(

@@ -21,8 +21,13 @@ def test_a_setter_sends_the_suggested_reply_and_a_risky_edit_waits_for_a_manager
     business = BusinessFactory.create(
         slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
     )
-    MessageTemplate.objects.create(business=business, key="ack_sms", channel="sms", approved=True,
-                                   body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.")  # fmt: skip
+    MessageTemplate.objects.create(
+        business=business,
+        key="ack_sms",
+        channel="sms",
+        approved=True,
+        body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.",
+    )
     sam = member_create(business, Role.SETTER, username="sam")
     lead = lead_sync.lead_assign(lead_create(business, first_name="Rosa"), sam, actor="mia", reason="demo")
     consent_record(

@@ -21,7 +21,10 @@ def other_site(live_server) -> Iterator[str]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = f'<html><body><iframe id="f" src="{live_server.url}/f/quote/" width="600" height="900"></iframe></body></html>'
+            body = (
+                f'<html><body><iframe id="f" src="{live_server.url}/f/quote/" width="600" '
+                'height="900"></iframe></body></html>'
+            )
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.end_headers()

@@ -37,13 +37,32 @@ from tests.factories import BusinessFactory, UserFactory, lead_create, member_cr
 pytestmark = pytest.mark.django_db
 
 LEAD_FIELDS = {
-    "id", "business", "stage", "owner", "next_action", "next_action_due_at", "sla_due_at", "hold", "exceptions",
-    "created_at", "contact", "touches",
-}  # fmt: skip
+    "id",
+    "business",
+    "stage",
+    "owner",
+    "next_action",
+    "next_action_due_at",
+    "sla_due_at",
+    "hold",
+    "exceptions",
+    "created_at",
+    "contact",
+    "touches",
+}
 CONTACT_FIELDS = {"id", "name", "phones", "emails", "consent"}
 TOUCH_FIELDS = {
-    "channel", "provider", "received_at", "campaign_id", "adgroup_id", "ad_id", "form_id", "gclid", "fbclid", "utm",
-}  # fmt: skip
+    "channel",
+    "provider",
+    "received_at",
+    "campaign_id",
+    "adgroup_id",
+    "ad_id",
+    "form_id",
+    "gclid",
+    "fbclid",
+    "utm",
+}
 
 
 # ------------------------------------------------------------------ helpers
@@ -75,9 +94,15 @@ def consent_record(point: ContactPoint, channel: str, action: str, *, basis: str
     # No consent service exists yet: write the ledger row and the derived
     # state the way the model says they are written, in one go.
     event = ConsentEvent.objects.create(
-        business=point.business, contact_point=point, channel=channel, action=action, basis=basis,
-        evidence={"note": f"{action} in a test"}, actor="test", at=timezone.now(),
-    )  # fmt: skip
+        business=point.business,
+        contact_point=point,
+        channel=channel,
+        action=action,
+        basis=basis,
+        evidence={"note": f"{action} in a test"},
+        actor="test",
+        at=timezone.now(),
+    )
     ConsentState.objects.update_or_create(
         contact_point=point,
         channel=channel,
@@ -94,9 +119,16 @@ def inbound_event(business: Business | None, external_id: str, provider: str = "
 
 def inbound_message(lead: Lead, body: str) -> Message:
     return Message.objects.create(
-        business=lead.business, lead=lead, contact=lead.contact, direction="in", channel="sms",
-        status=Message.Status.RECEIVED, body=body, from_number="+12125550147", to="+15555550100",
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status=Message.Status.RECEIVED,
+        body=body,
+        from_number="+12125550147",
+        to="+15555550100",
+    )
 
 
 def is_iso_with_offset(value: str) -> bool:
@@ -281,8 +313,11 @@ def test_receipts_list_the_audit_trail_in_time_order(business: Business, setter:
     assert set(page) == {"count", "next", "previous", "results"}
     rows = page["results"]
     assert [r["action"] for r in rows] == [
-        "lead.created", "lead.owner_changed", "lead.next_action_set", "lead.hold_set",
-    ]  # fmt: skip
+        "lead.created",
+        "lead.owner_changed",
+        "lead.next_action_set",
+        "lead.hold_set",
+    ]
     assert all(set(r) == {"id", "at", "actor", "action", "reason", "before", "after"} for r in rows)
     assert [r["at"] for r in rows] == sorted(r["at"] for r in rows)
     owner_change = rows[1]
@@ -423,10 +458,18 @@ def test_messages_filter_by_lead_with_the_contract_fields(business: Business, se
 
     [row] = page["results"]
     assert row == {
-        "id": message.public_id, "lead": lead.public_id, "direction": "in", "channel": "sms",
-        "status": "received", "block_reason": "", "body": "Is Tuesday OK?", "from_number": "+12125550147",
-        "to": "+15555550100", "provider_sid": None, "created_at": row["created_at"],
-    }  # fmt: skip
+        "id": message.public_id,
+        "lead": lead.public_id,
+        "direction": "in",
+        "channel": "sms",
+        "status": "received",
+        "block_reason": "",
+        "body": "Is Tuesday OK?",
+        "from_number": "+12125550147",
+        "to": "+15555550100",
+        "provider_sid": None,
+        "created_at": row["created_at"],
+    }
     assert is_iso_with_offset(row["created_at"])
 
 
@@ -569,9 +612,14 @@ def test_the_lead_list_stays_within_a_fixed_query_budget(
 
 
 READ_PATHS = {
-    "/api/v1/leads/", "/api/v1/leads/{id}/", "/api/v1/leads/{id}/receipts/", "/api/v1/contacts/{id}/",
-    "/api/v1/messages/", "/api/v1/inbound-events/", "/api/v1/tasks/",
-}  # fmt: skip
+    "/api/v1/leads/",
+    "/api/v1/leads/{id}/",
+    "/api/v1/leads/{id}/receipts/",
+    "/api/v1/contacts/{id}/",
+    "/api/v1/messages/",
+    "/api/v1/inbound-events/",
+    "/api/v1/tasks/",
+}
 
 
 def test_the_schema_validates_without_warnings_and_documents_the_read_api(tmp_path: Path) -> None:
@@ -585,8 +633,9 @@ def test_the_schema_validates_without_warnings_and_documents_the_read_api(tmp_pa
     leads = schema["paths"]["/api/v1/leads/"]["get"]
     assert {p["name"] for p in leads["parameters"]} >= {"phone", "email", "stage", "owner", "business", "page"}
     assert {p["name"] for p in schema["paths"]["/api/v1/inbound-events/"]["get"]["parameters"]} >= {
-        "provider", "status",
-    }  # fmt: skip
+        "provider",
+        "status",
+    }
     assert {p["name"] for p in schema["paths"]["/api/v1/tasks/"]["get"]["parameters"]} >= {"owner", "status"}
     assert {p["name"] for p in schema["paths"]["/api/v1/messages/"]["get"]["parameters"]} >= {"lead"}
     components = schema["components"]["schemas"]

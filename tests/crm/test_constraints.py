@@ -190,9 +190,12 @@ def test_the_same_event_id_from_another_provider_is_allowed() -> None:
 
 def _message(business: Business, *, direction: str = "out", key: str | None = None) -> Message:
     return Message.objects.create(
-        business=business, direction=direction, status="queued" if direction == "out" else "received",
-        body="Hi", idempotency_key=key,
-    )  # fmt: skip
+        business=business,
+        direction=direction,
+        status="queued" if direction == "out" else "received",
+        body="Hi",
+        idempotency_key=key,
+    )
 
 
 def test_two_messages_with_one_idempotency_key_are_refused(business: Business) -> None:
@@ -223,9 +226,14 @@ def test_the_same_provider_payment_recorded_twice_is_refused(business: Business)
 
     def record() -> Payment:
         return payment_record(
-            lead=lead, amount=Decimal("100.00"), currency="USD", actor="stripe", received_at=timezone.now(),
-            provider="stripe", external_id="pi_1",
-        )  # fmt: skip
+            lead=lead,
+            amount=Decimal("100.00"),
+            currency="USD",
+            actor="stripe",
+            received_at=timezone.now(),
+            provider="stripe",
+            external_id="pi_1",
+        )
 
     record()
 
@@ -441,9 +449,14 @@ def test_a_raw_sql_update_of_a_public_id_is_refused_by_the_trigger(business: Bus
 def test_a_consent_event_cannot_be_changed_or_removed_in_raw_sql(business: Business) -> None:
     point = _contact(business).points.get()
     event = ConsentEvent.objects.create(
-        business=business, contact_point=point, channel="sms", action="grant", basis="form_disclosure",
-        actor="website", at=timezone.now(),
-    )  # fmt: skip
+        business=business,
+        contact_point=point,
+        channel="sms",
+        action="grant",
+        basis="form_disclosure",
+        actor="website",
+        at=timezone.now(),
+    )
 
     for sql in (
         "UPDATE crm_consentevent SET action = 'revoke' WHERE id = %s",

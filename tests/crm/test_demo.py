@@ -46,9 +46,22 @@ def demo_leads() -> Any:
 
 def record_counts() -> dict[str, int]:
     models: list[Any] = [
-        Business, TeamMember, User, Contact, Lead, LeadTouch, Task, Message, Appointment, Estimate, Job, Invoice,
-        Payment, Refund, Receipt,
-    ]  # fmt: skip
+        Business,
+        TeamMember,
+        User,
+        Contact,
+        Lead,
+        LeadTouch,
+        Task,
+        Message,
+        Appointment,
+        Estimate,
+        Job,
+        Invoice,
+        Payment,
+        Refund,
+        Receipt,
+    ]
     return {model.__name__: model.objects.count() for model in models}
 
 

@@ -147,7 +147,8 @@ def leftovers(needles: list[str] = NEEDLES) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND data_type IN ('text', 'character varying', 'jsonb', 'json', 'bytea')"
+            "WHERE table_schema = current_schema() AND data_type IN ('text', 'character varying', 'jsonb', 'json', "
+            "'bytea')"
             " AND table_name IN (SELECT table_name FROM information_schema.tables"
             "   WHERE table_schema = current_schema() AND table_type = 'BASE TABLE')"
         )

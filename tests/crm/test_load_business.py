@@ -180,9 +180,15 @@ def test_loading_a_file_creates_the_business_and_everything_it_lists(tmp_path: P
     receipt = Receipt.objects.get(business=business)
     assert (receipt.actor, receipt.action, receipt.subject) == ("load_business", "business.loaded", business.public_id)
     assert receipt.after["created"] == {
-        "business": 1, "source": 3, "service line": 2, "service area": 1, "template": 3, "sequence": 1, "team member": 2,
+        "business": 1,
+        "source": 3,
+        "service line": 2,
+        "service area": 1,
+        "template": 3,
+        "sequence": 1,
+        "team member": 2,
         "availability rule": 1,
-    }  # fmt: skip
+    }
     assert "availability: 1 rules in the file" in output
 
 
@@ -260,37 +266,61 @@ def test_an_existing_user_joins_the_team_with_their_password_kept(tmp_path: Path
 
 ERRORS = [
     pytest.param(
-        ("    weight: 2\n", "    weight: 2\n    colour: blue\n"), "colour: blue", "unknown key 'colour' in team member",
+        ("    weight: 2\n", "    weight: 2\n    colour: blue\n"),
+        "colour: blue",
+        "unknown key 'colour' in team member",
         id="unknown key",
     ),
     pytest.param(
-        ("timezone: America/Chicago", "timezone: America/Gotham"), "America/Gotham", "bad time zone 'America/Gotham'",
+        ("timezone: America/Chicago", "timezone: America/Gotham"),
+        "America/Gotham",
+        "bad time zone 'America/Gotham'",
         id="bad time zone",
     ),
     pytest.param(('phone: "+15555550111"', 'phone: "12"'), 'phone: "12"', "bad phone '12'", id="bad phone"),
     pytest.param(
-        ("service_lines: [hvac]", "service_lines: [roofing]"), "[roofing]", "unknown service line 'roofing'",
+        ("service_lines: [hvac]", "service_lines: [roofing]"),
+        "[roofing]",
+        "unknown service line 'roofing'",
         id="unknown service line",
     ),
     pytest.param(
-        ("service_areas: [Metro]", "service_areas: [Suburbs]"), "[Suburbs]", "unknown service area 'Suburbs'",
+        ("service_areas: [Metro]", "service_areas: [Suburbs]"),
+        "[Suburbs]",
+        "unknown service area 'Suburbs'",
         id="unknown service area",
     ),
     pytest.param(
-        ("template: nudge_sms", "template: nudge_sms_v2"), "nudge_sms_v2", "unknown template 'nudge_sms_v2'",
+        ("template: nudge_sms", "template: nudge_sms_v2"),
+        "nudge_sms_v2",
+        "unknown template 'nudge_sms_v2'",
         id="unknown template",
     ),
     pytest.param(("role: manager", "role: boss"), "role: boss", "bad role 'boss'", id="bad role"),
     pytest.param(("provider: website", "provider: myspace"), "myspace", "bad provider 'myspace'", id="bad provider"),
-    pytest.param(("members: [sam]", "members: [tom]"), "members: [tom]", "unknown team member 'tom'", id="bad availability member"),
+    pytest.param(
+        ("members: [sam]", "members: [tom]"),
+        "members: [tom]",
+        "unknown team member 'tom'",
+        id="bad availability member",
+    ),
     pytest.param(("days: [mon, tue]", "days: [mon, tues]"), "tues", "bad day 'tues'", id="bad day"),
     pytest.param(("after: 15m", "after: soon"), "after: soon", "bad 'after' 'soon'", id="bad step delay"),
     pytest.param(("channel: task", "channel: fax"), "channel: fax", "bad channel 'fax'", id="bad step channel"),
-    pytest.param(("    weight: 2\n", "    weight: two\n"), "weight: two", "'weight' in team member must be a whole number", id="wrong type"),
-    pytest.param(("  - {username: mia, ", "  - {"), "Mia Manager", "missing key 'username' in team member", id="missing key"),
+    pytest.param(
+        ("    weight: 2\n", "    weight: two\n"),
+        "weight: two",
+        "'weight' in team member must be a whole number",
+        id="wrong type",
+    ),
+    pytest.param(
+        ("  - {username: mia, ", "  - {"), "Mia Manager", "missing key 'username' in team member", id="missing key"
+    ),
     pytest.param(("{key: fb,", "{key: site,"), "key: site, provider: meta", "duplicate source 'site'", id="duplicate"),
-    pytest.param(("quiet_hours: \"09:00-20:00\"", "quiet_hours: \"9am-8pm\""), "9am-8pm", "time range", id="bad time range"),
-]  # fmt: skip
+    pytest.param(
+        ('quiet_hours: "09:00-20:00"', 'quiet_hours: "9am-8pm"'), "9am-8pm", "time range", id="bad time range"
+    ),
+]
 
 
 @pytest.mark.parametrize(("edit", "at", "reason"), ERRORS)

@@ -338,10 +338,19 @@ def test_receipts_sealed_under_the_first_scheme_still_verify_and_the_chain_goes_
     old = Receipt(business=business, seq=1, subject="thing_0", actor="test", action="test.noted", reason="old")
     old.at, old.prev_hash = timezone.now(), GENESIS_HASH
     payload = {
-        "id": old.public_id, "business": business.pk, "seq": 1, "lead": None, "subject": "thing_0",
-        "actor": "test", "action": "test.noted", "reason": "old", "before": {}, "after": {},
-        "at": old.at.isoformat(), "prev": GENESIS_HASH,
-    }  # fmt: skip
+        "id": old.public_id,
+        "business": business.pk,
+        "seq": 1,
+        "lead": None,
+        "subject": "thing_0",
+        "actor": "test",
+        "action": "test.noted",
+        "reason": "old",
+        "before": {},
+        "after": {},
+        "at": old.at.isoformat(),
+        "prev": GENESIS_HASH,
+    }
     old.hash = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     old.save(force_insert=True)
 

@@ -46,9 +46,12 @@ def lead_from(business, source, *, at=None, campaign="", ad="", utm=None, is_tes
     n = next(_phones)
     contact = contact_create(business=business, actor="t", first_name=f"P{n}", phones=[f"+1312555{n:04d}"])
     lead = lead_open(
-        contact=contact, actor="t", source=source, received_at=at or timezone.now(),
+        contact=contact,
+        actor="t",
+        source=source,
+        received_at=at or timezone.now(),
         touch={"channel": "form", "campaign_id": campaign, "ad_id": ad, "utm": utm or {}},
-    )  # fmt: skip
+    )
     if is_test:
         Lead.objects.filter(pk=lead.pk).update(is_test=True)
     return lead
@@ -93,9 +96,14 @@ def test_the_report_reconciles_to_the_cent_with_payments_minus_refunds(business,
     refund_add(first, amount=D("34.56"), actor="t")  # partial
     refund_add(third, amount=D("999.99"), actor="t")  # whole
     stray = payment_receive(
-        business, provider="stripe", external_id="pi_stray", amount=D("77.70"), currency="USD",
-        received_at=timezone.now(), hints=PaymentHints(emails=("nobody@example.com",)),
-    ).payment  # fmt: skip
+        business,
+        provider="stripe",
+        external_id="pi_stray",
+        amount=D("77.70"),
+        currency="USD",
+        received_at=timezone.now(),
+        hints=PaymentHints(emails=("nobody@example.com",)),
+    ).payment
     refund_add(stray, amount=D("7.70"), actor="t")
     pay(leads[3], "50.00", currency="EUR")  # another currency: not in a USD report
 
@@ -183,8 +191,9 @@ def _bulk(business, sources, n: int) -> None:
         lead = lead_from(business, sources[("gads", "fb", "site")[i % 3]], campaign=f"c{i % 2}")
         walk(lead, Stage.CONTACTED, Stage.BOOKED, Stage.APPOINTMENT_HELD)
         now = timezone.now()
-        appointment_record(lead=lead, starts_at=now, ends_at=now + timedelta(hours=1), actor="t",
-                           status=Appointment.Status.HELD)  # fmt: skip
+        appointment_record(
+            lead=lead, starts_at=now, ends_at=now + timedelta(hours=1), actor="t", status=Appointment.Status.HELD
+        )
         estimate_record(lead=lead, amount=D("100.00"), currency="USD", actor="t", status="sent", sent_at=now)
         payment = pay(lead, "100.00")
         refund_add(payment, amount=D("1.00"), actor="t")

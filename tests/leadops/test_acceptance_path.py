@@ -45,7 +45,10 @@ def test_the_admin_login_still_sets_and_checks_its_csrf_cookie() -> None:
 
 
 def test_by_default_connections_are_kept_a_minute_and_checked_before_reuse() -> None:
-    printed = "from django.conf import settings as s; d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])"
+    printed = (
+        "from django.conf import settings as s; d = s.DATABASES['default']; print(d['CONN_MAX_AGE'], "
+        "d['CONN_HEALTH_CHECKS'])"
+    )
     result = manage("shell", "--no-imports", "-c", printed, env=documented_production_env())
 
     assert result.returncode == 0, result.stderr

@@ -72,8 +72,11 @@ def test_a_sent_estimate_moves_the_held_lead_to_estimate_sent_with_receipts(
     assert response.status_code == 201, response.json()
     body = response.json()
     assert (body["lead"], body["status"], body["amount"], body["currency"]) == (
-        hvac_lead.public_id, "sent", "4200.00", "USD",
-    )  # fmt: skip
+        hvac_lead.public_id,
+        "sent",
+        "4200.00",
+        "USD",
+    )
     estimate = Estimate.objects.get(public_id=body["id"])
     assert estimate.amount == Decimal("4200.00") and estimate.description == "Replace the furnace blower"
     assert estimate.sent_at is not None
@@ -239,8 +242,9 @@ def test_a_visit_is_marked_held_once_it_started_and_the_lead_moves_on(
     lead_sync.lead_transition(lead, Stage.BOOKED, actor="test", reason="booked")
     now = timezone.now()
     started = appointment_record(lead=lead, starts_at=now - timedelta(hours=2), ends_at=now, actor="t")
-    later = appointment_record(lead=lead, starts_at=now + timedelta(days=1), ends_at=now + timedelta(days=1, hours=1),
-                               actor="t")  # fmt: skip
+    later = appointment_record(
+        lead=lead, starts_at=now + timedelta(days=1), ends_at=now + timedelta(days=1, hours=1), actor="t"
+    )
     client = token_client(setter)
 
     early = client.post(f"/api/v1/appointments/{later.public_id}/held/")

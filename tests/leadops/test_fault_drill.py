@@ -36,8 +36,11 @@ def drill(django_db_setup: None) -> dict[str, dict[str, Any]]:
     seed = test_database_url()  # this run's migrated test database: copied, not migrated again
     done = subprocess.run(
         [sys.executable, "scripts/fault_drill.py", "--json", "--runs", ",".join(RUNS), "--seed-from", seed],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.stdout.strip(), done.stderr[-5000:]
     reports = json.loads(done.stdout.strip().splitlines()[-1])
     return {f"{r['fault']}:{r['broker']}": r for r in reports}

@@ -34,7 +34,8 @@ business: {{slug: multi, name: Multi Host HVAC, timezone: America/New_York, regi
 sources:
   - {{key: site, provider: website, secret: "{SECRET}"}}
 templates:
-  - {{key: ack_sms, channel: sms, approved: true, body: "Hi {{first_name}}, this is {{business}}. We got your request. Reply STOP to opt out."}}
+  - {{key: ack_sms, channel: sms, approved: true,
+      body: "Hi {{first_name}}, this is {{business}}. We got your request. Reply STOP to opt out."}}
 team:
   - {{username: mho, name: Mo Owner, email: mo@multi.example, role: owner}}
   - {{username: mhm, name: Meg Manager, email: meg@multi.example, role: manager}}
@@ -57,11 +58,17 @@ def burst() -> list[tuple[int, str, bytes]]:
     deliveries = []
     for person in range(PEOPLE):
         for n in range(2 if person in TWICE else 1):
-            body = json.dumps({
-                "first_name": NAMES[person], "last_name": "Burst", "phone": f"+1212555{100 + person:04d}",
-                "message": "our furnace stopped working", "consent": "yes", "consent_text": CONSENT,
-                "nonce": f"p{person}-{n}",
-            }).encode()  # fmt: skip
+            body = json.dumps(
+                {
+                    "first_name": NAMES[person],
+                    "last_name": "Burst",
+                    "phone": f"+1212555{100 + person:04d}",
+                    "message": "our furnace stopped working",
+                    "consent": "yes",
+                    "consent_text": CONSENT,
+                    "nonce": f"p{person}-{n}",
+                }
+            ).encode()
             deliveries.append((person, f"p{person}-{n}", body))
     return deliveries + [d for i, d in enumerate(list(deliveries)) if i % 4 == 0]
 
@@ -103,9 +110,13 @@ def rpush_calls(url: str) -> int:
 def test_two_web_processes_and_two_clusters_process_a_burst_once_each(broker, request, twilio):
     business = business_load()
     overrides = {
-        "SEND_MODE": "live", "TWILIO_ACCOUNT_SID": SID, "TWILIO_AUTH_TOKEN": TOKEN,
-        "TWILIO_MESSAGING_SERVICE_SID": SERVICE, "TWILIO_API_BASE_URL": twilio.url, "Q_WORKERS": "1",
-    }  # fmt: skip
+        "SEND_MODE": "live",
+        "TWILIO_ACCOUNT_SID": SID,
+        "TWILIO_AUTH_TOKEN": TOKEN,
+        "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
+        "TWILIO_API_BASE_URL": twilio.url,
+        "Q_WORKERS": "1",
+    }
     redis_url = ""
     if broker == "redis":
         redis_url = request.getfixturevalue("redis_url")
@@ -124,9 +135,11 @@ def test_two_web_processes_and_two_clusters_process_a_burst_once_each(broker, re
         def post(item: tuple[int, tuple[int, str, bytes]]) -> int:
             i, (_, _, body) = item
             response = requests.post(
-                webs[i % 2].url + "/hooks/forms/site/", data=body, timeout=30,
+                webs[i % 2].url + "/hooks/forms/site/",
+                data=body,
+                timeout=30,
                 headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
-            )  # fmt: skip
+            )
             return response.status_code
 
         with ThreadPoolExecutor(max_workers=8) as pool:

@@ -58,25 +58,54 @@ def world(business, source, setter, manager, other_business):
     unowned = sourced_lead(business, source, phone="+12125550211")
     hidden = sourced_lead(other_business, None, phone="+12125550212")
     Message.objects.create(
-        business=business, lead=theirs, contact=theirs.contact, direction="out", channel="sms", status="blocked",
-        block_reason="quiet_hours", idempotency_key="rep-blocked-1",
-    )  # fmt: skip
+        business=business,
+        lead=theirs,
+        contact=theirs.contact,
+        direction="out",
+        channel="sms",
+        status="blocked",
+        block_reason="quiet_hours",
+        idempotency_key="rep-blocked-1",
+    )
     InboundEvent.objects.create(
-        business=business, provider="website", external_id="bad-1", body=b"{}", status="failed", error="boom",
+        business=business,
+        provider="website",
+        external_id="bad-1",
+        body=b"{}",
+        status="failed",
+        error="boom",
         received_at=timezone.now(),
-    )  # fmt: skip
+    )
     Message.objects.create(
-        business=business, lead=theirs, contact=theirs.contact, direction="out", channel="sms", status="sending",
-        idempotency_key="rep-stuck-1", claimed_at=timezone.now() - timedelta(hours=1), attempts=1,
-    )  # fmt: skip
+        business=business,
+        lead=theirs,
+        contact=theirs.contact,
+        direction="out",
+        channel="sms",
+        status="sending",
+        idempotency_key="rep-stuck-1",
+        claimed_at=timezone.now() - timedelta(hours=1),
+        attempts=1,
+    )
     Message.objects.create(
-        business=business, lead=theirs, contact=theirs.contact, direction="out", channel="sms", status="failed",
-        error_code="gave_up", idempotency_key="rep-failed-1",
-    )  # fmt: skip
+        business=business,
+        lead=theirs,
+        contact=theirs.contact,
+        direction="out",
+        channel="sms",
+        status="failed",
+        error_code="gave_up",
+        idempotency_key="rep-failed-1",
+    )
     RejectedDelivery.objects.create(
-        business=business, source=source, provider="website", day=timezone.now().date(), count=3,
-        last_reason="bad bearer", last_at=timezone.now(),
-    )  # fmt: skip
+        business=business,
+        source=source,
+        provider="website",
+        day=timezone.now().date(),
+        count=3,
+        last_reason="bad bearer",
+        last_at=timezone.now(),
+    )
     approval = approval_request_open(
         business=business, kind="exception", summary="Out of area?", proposed_by="agent:fit"
     )
@@ -218,9 +247,14 @@ def test_the_trace_api_answers_the_seven_questions(world, manager, django_assert
     body = response.json()
     assert body["lead"] == lead.public_id
     assert [q["key"] for q in body["questions"]] == [
-        "source", "may_contact", "next_action_owner", "stop_rule", "appointment_happened", "job_completed",
+        "source",
+        "may_contact",
+        "next_action_owner",
+        "stop_rule",
+        "appointment_happened",
+        "job_completed",
         "payment_collected",
-    ]  # fmt: skip
+    ]
     assert set(body["questions"][0]) == {"key", "question", "answer", "ok", "evidence"}
     assert body["questions"][0]["evidence"] == [lead.touches.get().public_id]
     # No consent on record is the first thing this lead's record cannot answer.

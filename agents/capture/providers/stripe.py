@@ -136,11 +136,14 @@ def parse_event(data: dict[str, Any], *, received_at: datetime) -> StripeMoney |
     if kind == PAYMENT_INTENT_SUCCEEDED:
         amount, currency = money_from_minor(obj.get("amount_received"), obj.get("currency"))
         hints = PaymentHints(
-            metadata=metadata, emails=_strings(obj.get("receipt_email")),
-            phones=_strings(_dict(obj.get("shipping")).get("phone")), description=str(obj.get("description") or ""),
-        )  # fmt: skip
-        return StripeMoney(kind, obj["id"], _id(obj.get("latest_charge")), amount, currency, event_at, hints,
-                           account=account)  # fmt: skip
+            metadata=metadata,
+            emails=_strings(obj.get("receipt_email")),
+            phones=_strings(_dict(obj.get("shipping")).get("phone")),
+            description=str(obj.get("description") or ""),
+        )
+        return StripeMoney(
+            kind, obj["id"], _id(obj.get("latest_charge")), amount, currency, event_at, hints, account=account
+        )
     if kind in (CHARGE_SUCCEEDED, CHARGE_REFUNDED):
         captured = obj.get("amount_captured")
         if captured is None and obj.get("captured"):
@@ -150,10 +153,12 @@ def parse_event(data: dict[str, Any], *, received_at: datetime) -> StripeMoney |
             return None  # authorised, not captured: no money yet
         billing = _dict(obj.get("billing_details"))
         hints = PaymentHints(
-            metadata=metadata, emails=_strings(billing.get("email"), obj.get("receipt_email")),
-            phones=_strings(billing.get("phone")), name=str(billing.get("name") or ""),
+            metadata=metadata,
+            emails=_strings(billing.get("email"), obj.get("receipt_email")),
+            phones=_strings(billing.get("phone")),
+            name=str(billing.get("name") or ""),
             description=str(obj.get("description") or ""),
-        )  # fmt: skip
+        )
         key = _id(obj.get("payment_intent")) or obj["id"]
         paid_at = _time(obj.get("created"), event_at)
         if kind == CHARGE_SUCCEEDED:
@@ -169,12 +174,16 @@ def parse_event(data: dict[str, Any], *, received_at: datetime) -> StripeMoney |
         intent = _id(obj.get("payment_intent")) or _id(first.get("payment_intent"))
         charge = _id(obj.get("charge")) or _id(first.get("charge"))
         hints = PaymentHints(
-            metadata=metadata, emails=_strings(obj.get("customer_email")), phones=_strings(obj.get("customer_phone")),
-            name=str(obj.get("customer_name") or ""), description=str(obj.get("description") or obj.get("number") or ""),
-        )  # fmt: skip
+            metadata=metadata,
+            emails=_strings(obj.get("customer_email")),
+            phones=_strings(obj.get("customer_phone")),
+            name=str(obj.get("customer_name") or ""),
+            description=str(obj.get("description") or obj.get("number") or ""),
+        )
         paid_at = _time(_dict(obj.get("status_transitions")).get("paid_at"), event_at)
-        return StripeMoney(kind, intent or charge or obj["id"], charge, amount, currency, paid_at, hints,
-                           account=account)  # fmt: skip
+        return StripeMoney(
+            kind, intent or charge or obj["id"], charge, amount, currency, paid_at, hints, account=account
+        )
     raise MalformedPayload(f"unhandled event type {kind!r}")
 
 
@@ -224,15 +233,26 @@ def _process(event: InboundEvent) -> str:
     if event.business_id != business.pk:
         InboundEvent.objects.filter(pk=event.pk).update(business=business)
     received = payment_receive(
-        business, provider=Provider.STRIPE, external_id=money.payment_key, amount=money.amount,
-        currency=money.currency, received_at=money.paid_at, hints=money.hints, inbound_event=event,
-    )  # fmt: skip
+        business,
+        provider=Provider.STRIPE,
+        external_id=money.payment_key,
+        amount=money.amount,
+        currency=money.currency,
+        received_at=money.paid_at,
+        hints=money.hints,
+        inbound_event=event,
+    )
     if money.refunded_total is not None:
         refund_sync_total(
-            received.payment, total=money.refunded_total, currency=money.currency,
-            refunded_at=money.refunded_at or money.paid_at, provider=Provider.STRIPE,
-            reference=money.charge_id, reason="refunded in Stripe", inbound_event=event,
-        )  # fmt: skip
+            received.payment,
+            total=money.refunded_total,
+            currency=money.currency,
+            refunded_at=money.refunded_at or money.paid_at,
+            provider=Provider.STRIPE,
+            reference=money.charge_id,
+            reason="refunded in Stripe",
+            inbound_event=event,
+        )
     return InboundEvent.Status.PROCESSED
 
 
@@ -284,9 +304,14 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
             headers = headers_kept(request.META)
             headers["Remote-Addr"] = remote_addr(request)
             accepted = event_accept(
-                provider=Provider.STRIPE, external_id=event_id, body=body, headers=headers, kind=kind,
-                is_test=is_test, status=InboundEvent.Status.IGNORED,
-            )  # fmt: skip
+                provider=Provider.STRIPE,
+                external_id=event_id,
+                body=body,
+                headers=headers,
+                kind=kind,
+                is_test=is_test,
+                status=InboundEvent.Status.IGNORED,
+            )
     except WebhookError as exc:
         return exc.response()
     return accepted_response(accepted)

@@ -233,9 +233,15 @@ def voice(request: HttpRequest) -> HttpResponse:
         call_sid = params.get("CallSid", "")
         response, answer = voice_answer(source, params)
         _store(
-            request, body=body, source=source, business=business, kind="voice", external_id=f"{call_sid}:voice",
-            missing="" if call_sid else "CallSid", extra_headers={ANSWER_HEADER: answer},
-        )  # fmt: skip
+            request,
+            body=body,
+            source=source,
+            business=business,
+            kind="voice",
+            external_id=f"{call_sid}:voice",
+            missing="" if call_sid else "CallSid",
+            extra_headers={ANSWER_HEADER: answer},
+        )
     except WebhookError as exc:
         return exc.response()
     # A repeat of a stored call gets the same instructions: Twilio needs them.
@@ -261,9 +267,14 @@ def voice_status(request: HttpRequest) -> HttpResponse:
         elif not (params.get("DialCallStatus") or params.get("CallStatus")):
             missing = "CallStatus"
         _store(
-            request, body=body, source=source, business=business, kind="voice_status",
-            external_id=status_external_id(params), missing=missing,
-        )  # fmt: skip
+            request,
+            body=body,
+            source=source,
+            business=business,
+            kind="voice_status",
+            external_id=status_external_id(params),
+            missing=missing,
+        )
     except WebhookError as exc:
         return exc.response()
     return twiml(after_dial_answer(params))
@@ -276,9 +287,14 @@ def sms(request: HttpRequest) -> HttpResponse:
         body, params, source, business = _verified(request)
         message_sid = params.get("MessageSid") or params.get("SmsSid", "")
         _store(
-            request, body=body, source=source, business=business, kind="sms", external_id=message_sid,
+            request,
+            body=body,
+            source=source,
+            business=business,
+            kind="sms",
+            external_id=message_sid,
             missing="" if message_sid else "MessageSid",
-        )  # fmt: skip
+        )
     except WebhookError as exc:
         return exc.response()
     return twiml(MessagingResponse())  # an empty <Response/> sends nothing
@@ -293,9 +309,14 @@ def sms_status(request: HttpRequest) -> HttpResponse:
         sid = params.get("MessageSid") or params.get("SmsSid", "")
         status = params.get("MessageStatus") or params.get("SmsStatus", "")
         _store(
-            request, body=body, source=source, business=business, kind="sms_status",
-            external_id=f"{sid}:status:{status}", missing="" if sid and status else "MessageSid or MessageStatus",
-        )  # fmt: skip
+            request,
+            body=body,
+            source=source,
+            business=business,
+            kind="sms_status",
+            external_id=f"{sid}:status:{status}",
+            missing="" if sid and status else "MessageSid or MessageStatus",
+        )
     except WebhookError as exc:
         return exc.response()
     return HttpResponse(status=204)

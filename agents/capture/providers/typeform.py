@@ -253,9 +253,14 @@ def typeform_response(request: HttpRequest, source_key: str) -> HttpResponse:
             malformed = str(exc)
         kind, external_id = _delivery_id(data, body)
         accepted = accept(
-            request, provider=Provider.TYPEFORM, external_id=external_id, body=body, source=source, kind=kind,
+            request,
+            provider=Provider.TYPEFORM,
+            external_id=external_id,
+            body=body,
+            source=source,
+            kind=kind,
             malformed=malformed,
-        )  # fmt: skip
+        )
     except WebhookError as exc:
         return exc.response()
     if malformed and not accepted.duplicate:

@@ -42,10 +42,30 @@ from crm.models import InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
 
 KNOWN_FIELDS = {
-    "first_name", "last_name", "name", "phone", "email", "postal_code", "address", "service", "message",
-    "consent", "consent_text", "page_url", "utm_source", "utm_medium", "utm_campaign", "utm_term",
-    "utm_content", "gclid", "fbclid", "nonce", "website_url", "csrfmiddlewaretoken", *RESPONSE_FIELDS,
-}  # fmt: skip
+    "first_name",
+    "last_name",
+    "name",
+    "phone",
+    "email",
+    "postal_code",
+    "address",
+    "service",
+    "message",
+    "consent",
+    "consent_text",
+    "page_url",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
+    "gclid",
+    "fbclid",
+    "nonce",
+    "website_url",
+    "csrfmiddlewaretoken",
+    *RESPONSE_FIELDS,
+}
 DEFAULT_CONSENT_TEXT = (
     "By ticking this box you agree that {business} may call and text you about your request at the number "
     "you gave, including automated texts. Consent is not a condition of purchase. Reply STOP to opt out."
@@ -185,9 +205,14 @@ def website_form(request: HttpRequest, source_key: str) -> HttpResponse:
             raise WebhookError(429, "rate_limited", f"too many submissions for this {over}; retry later")
         external_id = request.META.get("HTTP_IDEMPOTENCY_KEY") or fields.get("nonce") or body_digest(body)
         accepted = accept(
-            request, provider=Provider.WEBSITE, external_id=f"{source.key}:{external_id}", body=body, source=source,
-            kind="form", malformed=malformed,
-        )  # fmt: skip
+            request,
+            provider=Provider.WEBSITE,
+            external_id=f"{source.key}:{external_id}",
+            body=body,
+            source=source,
+            kind="form",
+            malformed=malformed,
+        )
     except WebhookError as exc:
         return exc.response()
     if malformed:
@@ -324,9 +349,17 @@ def _hosted_form(request: HttpRequest, source: Source) -> HttpResponse:
         return render(request, "capture/hosted_form.html", context, status=400)
     nonce = request.POST.get("nonce") or body_digest(body)
     accept(
-        request, provider=Provider.HOSTED_FORM, external_id=f"{source.key}:{nonce}", body=body, source=source,
-        kind="form", extra_headers={"X-LeadOps-Consent-Text-Shown": context["consent_text"], "X-LeadOps-Shown-At": timezone.now().isoformat()},
-    )  # fmt: skip
+        request,
+        provider=Provider.HOSTED_FORM,
+        external_id=f"{source.key}:{nonce}",
+        body=body,
+        source=source,
+        kind="form",
+        extra_headers={
+            "X-LeadOps-Consent-Text-Shown": context["consent_text"],
+            "X-LeadOps-Shown-At": timezone.now().isoformat(),
+        },
+    )
     return render(request, "capture/hosted_form_thanks.html", context)
 
 

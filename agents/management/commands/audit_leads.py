@@ -28,7 +28,8 @@ class Command(BaseCommand):
         for business in businesses:
             audit = lead_audit(business)
             self.stdout.write(
-                f"{business.slug}: {audit.leads} leads, {audit.active} active, {audit.manager_queue} in the manager queue"
+                f"{business.slug}: {audit.leads} leads, {audit.active} active, {audit.manager_queue} in the manager "
+                "queue"
             )
             for currency, (net, expected) in audit.money.items():
                 self.stdout.write(f"  money {currency}: report net {net}, payments minus refunds {expected}")

@@ -35,5 +35,6 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         flags = ", ".join(f["code"] for f in scored.flags) or "none"
         self.stdout.write(
-            f"{scored.public_id}: {scored.score.get('points')} points; flags: {flags}; review: {scored.review_status or '-'}"
+            f"{scored.public_id}: {scored.score.get('points')} points; flags: {flags}; "
+            f"review: {scored.review_status or '-'}"
         )

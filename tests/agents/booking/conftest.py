@@ -42,7 +42,9 @@ TUE_13_LABEL = f"{day_label(1)} between 1:00 PM and 3:00 PM"
 WEEKDAYS = ["mon", "tue", "wed", "thu", "fri"]
 
 TEMPLATES = {
-    "appointment_confirmation_sms": "Hi {first_name}, {business} has you booked {appointment_time}. Reply STOP to opt out.",
+    "appointment_confirmation_sms": (
+        "Hi {first_name}, {business} has you booked {appointment_time}. Reply STOP to opt out."
+    ),
     "appointment_reminder_sms": "Reminder: {business} will see you {appointment_time}. Reply STOP to opt out.",
     "no_show_sms": "Hi {first_name}, we missed you today. Reply with a time that works. Reply STOP to opt out.",
 }

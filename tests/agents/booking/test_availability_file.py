@@ -57,23 +57,32 @@ def test_rules_are_stored_and_a_second_load_changes_nothing(tmp_path):
 
 
 def test_a_changed_capacity_updates_the_rule_and_a_dropped_rule_is_switched_off(tmp_path):
-    load(tmp_path, """availability:
+    load(
+        tmp_path,
+        """availability:
   - {members: [tom], days: [mon], slots: ["09:00-11:00"]}
   - {members: [tia], days: [tue], slots: ["09:00-11:00"]}
-""")  # fmt: skip
+""",
+    )
     first = Availability.objects.order_by("pk").first()
-    changes = load(tmp_path, """availability:
+    changes = load(
+        tmp_path,
+        """availability:
   - {members: [tom], days: [mon], slots: ["09:00-11:00"], capacity: 3}
-""")  # fmt: skip
+""",
+    )
     assert Availability.objects.get(pk=first.pk).capacity == 3
     assert [r[4] for r in rules()] == [True, False]
     assert any(c.endswith(": capacity") for c in changes) and any(c.endswith(": is_active") for c in changes)
 
 
 def test_a_file_without_availability_leaves_the_rules_alone(tmp_path):
-    load(tmp_path, """availability:
+    load(
+        tmp_path,
+        """availability:
   - {members: [tom], days: [mon], slots: ["09:00-11:00"]}
-""")  # fmt: skip
+""",
+    )
     load(tmp_path, "")
     assert [r[4] for r in rules()] == [True]
 

@@ -176,8 +176,12 @@ def test_the_booking_event_emails_the_brief_to_the_technician_once(
 
 def test_booking_stops_the_nurture_path(lead, rule, shop, templates):
     MessageTemplate.objects.create(business=shop, key="nudge_sms", channel="sms", approved=True, body="Still there?")
-    Sequence.objects.create(business=shop, key="no_reply", trigger="no_reply", steps=[
-        {"after": "15m", "channel": "sms", "template": "nudge_sms"}])  # fmt: skip
+    Sequence.objects.create(
+        business=shop,
+        key="no_reply",
+        trigger="no_reply",
+        steps=[{"after": "15m", "channel": "sms", "template": "nudge_sms"}],
+    )
     enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOW)
     assert enrollment is not None and enrollment.status == Enrollment.Status.ACTIVE
 
@@ -407,9 +411,13 @@ def test_after_the_visit_a_dated_follow_up_is_the_next_action(lead, rule, shop):
     with pytest.raises(BookingError, match="date in the future"):
         appointment_next_state(lead, "follow_up", actor="sam", follow_up_at=TUE_9, now=TUE_9 + timedelta(hours=3))
     appointment_next_state(
-        lead, "follow_up", actor="sam", follow_up_at=when, follow_up_title="Call back after their budget meeting",
+        lead,
+        "follow_up",
+        actor="sam",
+        follow_up_at=when,
+        follow_up_title="Call back after their budget meeting",
         now=TUE_9 + timedelta(hours=3),
-    )  # fmt: skip
+    )
     lead.refresh_from_db()
     assert (lead.stage, lead.next_action, lead.next_action_due_at) == (
         Stage.APPOINTMENT_HELD,

@@ -54,8 +54,9 @@ def test_a_setter_books_from_the_page_and_sees_the_confirmation_and_the_brief(le
 
 
 def test_a_full_slot_is_refused_on_the_page_with_the_reason(lead, rule, shop, setter, templates):
-    appointment_book(owned_lead(shop, setter, phone="+12125550148"), availability=rule, starts_at=TUE_9, actor="sam",
-                     now=NOW)  # fmt: skip
+    appointment_book(
+        owned_lead(shop, setter, phone="+12125550148"), availability=rule, starts_at=TUE_9, actor="sam", now=NOW
+    )
     response = client_for("sam").post(url(lead), {"action": "book", "slot": slot_key(rule, TUE_9)}, follow=True)
     assert "Not done (slot_full)" in response.content.decode()
     assert Appointment.objects.count() == 1

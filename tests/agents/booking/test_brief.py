@@ -23,10 +23,16 @@ def test_the_brief_quotes_the_request_source_answers_notes_and_property(shop, se
     )
     Lead.objects.filter(pk=lead.pk).update(request_text="Furnace  makes a\nbanging noise at night")
     touch = touch_add(
-        lead=lead, channel="form", provider="typeform", campaign_id="cmp-9", utm={"source": "facebook"},
-        answers={"age": {"title": "How old is the furnace?", "type": "short_text", "value": "about 15 years"},
-                 "_hidden": {"gclid": "x"}},
-    )  # fmt: skip
+        lead=lead,
+        channel="form",
+        provider="typeform",
+        campaign_id="cmp-9",
+        utm={"source": "facebook"},
+        answers={
+            "age": {"title": "How old is the furnace?", "type": "short_text", "value": "about 15 years"},
+            "_hidden": {"gclid": "x"},
+        },
+    )
     appointment = appointment_book(
         lead, availability=rule, starts_at=TUE_9, actor="sam", now=NOW, notes="Bring the long ladder"
     ).appointment

@@ -285,11 +285,17 @@ def test_a_no_show_starts_recovery(source, shop, setter, django_capture_on_commi
 def test_the_invitee_no_show_resource_shape_is_read_too(source, shop, setter, django_capture_on_commit_callbacks):
     lead = owned_lead(shop, setter, email=EMAIL)
     deliver(CREATED, django_capture_on_commit_callbacks)
-    body = json.dumps({
-        "event": "invitee_no_show.created", "created_at": "2026-03-17T22:20:05.000000Z",
-        "payload": {"uri": "https://api.calendly.com/invitee_no_shows/FFFFFFFFFFFFFFFF", "invitee": INVITEE,
-                    "created_at": "2026-03-17T22:20:04.000000Z"},
-    }).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "event": "invitee_no_show.created",
+            "created_at": "2026-03-17T22:20:05.000000Z",
+            "payload": {
+                "uri": "https://api.calendly.com/invitee_no_shows/FFFFFFFFFFFFFFFF",
+                "invitee": INVITEE,
+                "created_at": "2026-03-17T22:20:04.000000Z",
+            },
+        }
+    ).encode()
     assert deliver(body, django_capture_on_commit_callbacks) == ["processed"]
     lead.refresh_from_db()
     assert lead.stage == Stage.NO_SHOW

@@ -74,9 +74,15 @@ def test_recovery_tells_the_owner_offers_a_rebooking_and_creates_the_outreach_ta
 
 
 def test_with_a_no_show_sequence_the_rebooking_offer_is_that_path(lead, rule, shop, templates):
-    Sequence.objects.create(business=shop, key="no_show", trigger="no_show", steps=[
-        {"after": "30m", "channel": "sms", "template": "no_show_sms"},
-        {"after": "1d", "channel": "task", "title": "Call to rebook the visit"}])  # fmt: skip
+    Sequence.objects.create(
+        business=shop,
+        key="no_show",
+        trigger="no_show",
+        steps=[
+            {"after": "30m", "channel": "sms", "template": "no_show_sms"},
+            {"after": "1d", "channel": "task", "title": "Call to rebook the visit"},
+        ],
+    )
     appointment = booked(lead, rule)
     no_show_record(appointment, actor="tom", now=AFTER)
     orchestrate_pending()
@@ -88,8 +94,12 @@ def test_with_a_no_show_sequence_the_rebooking_offer_is_that_path(lead, rule, sh
 
 
 def test_rebooking_moves_the_lead_back_to_booked_and_cancels_the_deadline(lead, rule, shop, templates):
-    Sequence.objects.create(business=shop, key="no_show", trigger="no_show", steps=[
-        {"after": "30m", "channel": "sms", "template": "no_show_sms"}])  # fmt: skip
+    Sequence.objects.create(
+        business=shop,
+        key="no_show",
+        trigger="no_show",
+        steps=[{"after": "30m", "channel": "sms", "template": "no_show_sms"}],
+    )
     appointment = booked(lead, rule)
     no_show_record(appointment, actor="tom", now=AFTER)
     orchestrate_pending()
@@ -129,9 +139,15 @@ def test_an_answer_without_a_rebooking_ends_lost_with_the_reason(lead, rule, tem
     no_show_record(appointment, actor="tom", now=AFTER)
     orchestrate_pending()
     Message.objects.create(
-        business=lead.business, lead=lead, contact=lead.contact, direction="in", channel="sms", status="received",
-        body="Sorry, something came up. I'll get back to you.", created_at=AFTER + timedelta(hours=1),
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status="received",
+        body="Sorry, something came up. I'll get back to you.",
+        created_at=AFTER + timedelta(hours=1),
+    )
 
     timers_run_due(now=timezone.now() + REBOOK_WAIT + timedelta(minutes=1), kinds=[NO_SHOW_DEADLINE_TIMER])
 

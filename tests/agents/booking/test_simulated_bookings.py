@@ -37,9 +37,11 @@ KEY = "sim-calendly-signing-key"
 
 def context(key: str = KEY) -> SimContext:
     return SimContext(
-        "acme-hvac", "Acme", "US",
+        "acme-hvac",
+        "Acme",
+        "US",
         {"website": [SourceInfo("site", "website", "site-secret")], "calendly": [SourceInfo("cal", "calendly", key)]},
-    )  # fmt: skip
+    )
 
 
 def test_bookings_are_planned_only_when_the_server_can_verify_them(settings):
@@ -64,8 +66,9 @@ def test_a_plan_holds_bookings_outcomes_a_stranger_a_repeat_and_a_forgery_signed
             body, headers = post.prepare()
             assert signature_problem(headers["Calendly-Webhook-Signature"], body, KEY) == ""
         elif post.intent == BAD_SIGNATURE:
-            assert "does not match" in signature_problem(post.headers["Calendly-Webhook-Signature"], post.body, KEY,
-                                                         now=NOW.timestamp())  # fmt: skip
+            assert "does not match" in signature_problem(
+                post.headers["Calendly-Webhook-Signature"], post.body, KEY, now=NOW.timestamp()
+            )
 
 
 def test_adding_bookings_changes_no_other_delivery_of_a_seed():

@@ -34,9 +34,14 @@ def dead_letter() -> InboundEvent:
 def test_the_admin_lists_dead_letters_apart_from_failed_events_awaiting_a_retry(business: Business) -> None:
     dead = dead_letter()
     waiting = InboundEvent.objects.create(
-        provider="stripe", external_id="evt_w", body=b"{}", status="failed", error="boom",
-        received_at=timezone.now(), retry_at=timezone.now() + timedelta(minutes=4),
-    )  # fmt: skip
+        provider="stripe",
+        external_id="evt_w",
+        body=b"{}",
+        status="failed",
+        error="boom",
+        received_at=timezone.now(),
+        retry_at=timezone.now() + timedelta(minutes=4),
+    )
     client = Client()
     client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw-for-tests-1"))
     url = reverse("admin:crm_inboundevent_changelist")

@@ -37,11 +37,21 @@ def twilio_settings(settings):
 
 def call_to_an_unconfigured_line() -> InboundEvent:
     """A real delivery whose handler fails until the number is configured."""
-    params = {"CallSid": CALL_SID, "CallStatus": "ringing", "Direction": "inbound", "From": "+12125550147",
-              "To": LINE, "AccountSid": "AC00000000000000000000000000000001"}  # fmt: skip
+    params = {
+        "CallSid": CALL_SID,
+        "CallStatus": "ringing",
+        "Direction": "inbound",
+        "From": "+12125550147",
+        "To": LINE,
+        "AccountSid": "AC00000000000000000000000000000001",
+    }
     signature = RequestValidator(TOKEN).compute_signature(BASE_URL + VOICE, params)
-    response = Client().post(VOICE, data=urlencode(params), content_type="application/x-www-form-urlencoded",
-                             HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    response = Client().post(
+        VOICE,
+        data=urlencode(params),
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_TWILIO_SIGNATURE=signature,
+    )
     assert response.status_code == 200
     return InboundEvent.objects.get()
 

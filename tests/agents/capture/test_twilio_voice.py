@@ -458,8 +458,13 @@ def test_a_business_that_opts_in_sends_one_text_back_per_missed_call(
 
     business.missed_call_text_back = True
     business.save()
-    MessageTemplate.objects.create(business=business, key="missed_call_sms", channel="sms", approved=True,
-                                   body="Sorry we missed your call to {business}. Reply STOP to opt out.")  # fmt: skip
+    MessageTemplate.objects.create(
+        business=business,
+        key="missed_call_sms",
+        channel="sms",
+        approved=True,
+        body="Sorry we missed your call to {business}. Reply STOP to opt out.",
+    )
     call_comes_in(django_capture_on_commit_callbacks)
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer"))
     deliver(django_capture_on_commit_callbacks, STATUS, caller_leg_ended("completed", 27))

@@ -30,14 +30,21 @@ NO_REPLY_STEPS = [
     {"after": "4d", "channel": "voice", "template": "voice_script"},
 ]
 TEMPLATES = {
-    "nudge_sms": ("sms", "", "Hi {first_name}, {owner_first_name} from {business} here. Still need help with "
-                  "your request? Reply STOP to opt out."),
-    "details_email": ("email", "Your request with {business}", "Hi {first_name}, reply with a good time to call "
-                      "or call us at {business_phone}. {owner_first_name}"),
+    "nudge_sms": (
+        "sms",
+        "",
+        "Hi {first_name}, {owner_first_name} from {business} here. Still need help with "
+        "your request? Reply STOP to opt out.",
+    ),
+    "details_email": (
+        "email",
+        "Your request with {business}",
+        "Hi {first_name}, reply with a good time to call or call us at {business_phone}. {owner_first_name}",
+    ),
     "voice_script": ("voice", "", "Hi {first_name}, this is {owner_first_name} from {business} about your request."),
     "no_show_sms": ("sms", "", "Hi {first_name}, we missed you today. Reply with a time that works."),
     "estimate_sms": ("sms", "", "Hi {first_name}, any questions about the estimate from {business}?"),
-}  # fmt: skip
+}
 
 
 def run_at(at: datetime) -> TimerRun:
@@ -55,20 +62,34 @@ def playbook(business: Business) -> dict[str, Sequence]:
         )
     return {
         "no_reply": Sequence.objects.create(
-            business=business, key="no_reply", trigger="no_reply", steps=NO_REPLY_STEPS, priority=100,
+            business=business,
+            key="no_reply",
+            trigger="no_reply",
+            steps=NO_REPLY_STEPS,
+            priority=100,
             goal_stages=["qualified"],
         ),
         "no_show": Sequence.objects.create(
-            business=business, key="no_show", trigger="no_show", priority=50,
-            steps=[{"after": "30m", "channel": "sms", "template": "no_show_sms"},
-                   {"after": "1d", "channel": "task", "title": "Call to rebook"}],
+            business=business,
+            key="no_show",
+            trigger="no_show",
+            priority=50,
+            steps=[
+                {"after": "30m", "channel": "sms", "template": "no_show_sms"},
+                {"after": "1d", "channel": "task", "title": "Call to rebook"},
+            ],
         ),
         "open_estimate": Sequence.objects.create(
-            business=business, key="open_estimate", trigger="open_estimate", priority=80,
-            steps=[{"after": "1h", "channel": "sms", "template": "estimate_sms"},
-                   {"after": "2d", "channel": "task", "title": "Call about the estimate"}],
+            business=business,
+            key="open_estimate",
+            trigger="open_estimate",
+            priority=80,
+            steps=[
+                {"after": "1h", "channel": "sms", "template": "estimate_sms"},
+                {"after": "2d", "channel": "task", "title": "Call about the estimate"},
+            ],
         ),
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -86,9 +107,13 @@ def consent_all(lead: Lead, *, channels: tuple[str, ...] = ("sms", "email", "voi
         for channel in channels:
             if (channel == "email") == (point.kind == "email"):
                 consent_record(
-                    contact_point=point, channel=channel, granted=True, basis="form_disclosure", actor="test",
+                    contact_point=point,
+                    channel=channel,
+                    granted=True,
+                    basis="form_disclosure",
+                    actor="test",
                     at=at - timedelta(days=1),
-                )  # fmt: skip
+                )
 
 
 def make_lead(business: Business, owner: TeamMember, **kw: Any) -> Lead:

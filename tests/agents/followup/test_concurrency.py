@@ -77,8 +77,12 @@ def test_a_stop_racing_the_step_leaves_either_nothing_sent_or_the_step_done_and_
     enrolled: list[Enrollment],
 ) -> None:
     for enrollment in enrolled:
-        race([partial(step_run, enrollment.pk, 0, now=T1),
-              partial(enrollments_stop, lead=enrollment.lead, reason="reply", actor="test", now=T1)])  # fmt: skip
+        race(
+            [
+                partial(step_run, enrollment.pk, 0, now=T1),
+                partial(enrollments_stop, lead=enrollment.lead, reason="reply", actor="test", now=T1),
+            ]
+        )
         enrollment.refresh_from_db()
         assert (enrollment.status, enrollment.stop_reason) == ("stopped", "reply")
         sent = Message.objects.filter(enrollment=enrollment)

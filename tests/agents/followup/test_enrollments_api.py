@@ -35,8 +35,11 @@ def test_a_leads_enrollments_with_their_status_and_stop_reason(lead: Lead, manag
     (row,) = response.json()["results"]
     assert set(row) == FIELDS
     assert (row["id"], row["lead"], row["sequence"], row["sequence_key"]) == (
-        first.public_id, lead.public_id, playbook["no_reply"].public_id, "no_reply",
-    )  # fmt: skip
+        first.public_id,
+        lead.public_id,
+        playbook["no_reply"].public_id,
+        "no_reply",
+    )
     assert (row["status"], row["stop_reason"], row["next_step_due_at"]) == ("stopped", "reply", None)
 
 

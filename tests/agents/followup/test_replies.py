@@ -35,11 +35,23 @@ def signed(settings: Any) -> None:
 
 
 def text_in(body: str, sid: str) -> int:
-    params = {"MessageSid": sid, "AccountSid": "AC" + "1" * 32, "From": PHONE, "To": LINE, "Body": body,
-              "NumMedia": "0", "SmsStatus": "received", "ApiVersion": "2010-04-01"}  # fmt: skip
+    params = {
+        "MessageSid": sid,
+        "AccountSid": "AC" + "1" * 32,
+        "From": PHONE,
+        "To": LINE,
+        "Body": body,
+        "NumMedia": "0",
+        "SmsStatus": "received",
+        "ApiVersion": "2010-04-01",
+    }
     signature = RequestValidator(TOKEN).compute_signature(BASE_URL + "/hooks/twilio/sms/", params)
-    response = Client().post("/hooks/twilio/sms/", data=urlencode(params),
-                             content_type="application/x-www-form-urlencoded", HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    response = Client().post(
+        "/hooks/twilio/sms/",
+        data=urlencode(params),
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_TWILIO_SIGNATURE=signature,
+    )
     return response.status_code
 
 
@@ -96,12 +108,29 @@ def test_an_instagram_dm_reply_ends_the_path_too(
 
     ContactPoint.objects.create(business=business, contact=lead.contact, kind="instagram", value="1122334455667788")
     enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
-    body = json.dumps({"object": "instagram", "entry": [{"id": "17841400000000001", "time": 1773500700000, "messaging": [
-        {"sender": {"id": "1122334455667788"}, "recipient": {"id": "17841400000000001"}, "timestamp": 1773500700000,
-         "message": {"mid": "mid.reply.1", "text": "Can you come Friday?"}}]}]}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "object": "instagram",
+            "entry": [
+                {
+                    "id": "17841400000000001",
+                    "time": 1773500700000,
+                    "messaging": [
+                        {
+                            "sender": {"id": "1122334455667788"},
+                            "recipient": {"id": "17841400000000001"},
+                            "timestamp": 1773500700000,
+                            "message": {"mid": "mid.reply.1", "text": "Can you come Friday?"},
+                        }
+                    ],
+                }
+            ],
+        }
+    ).encode()
     with django_capture_on_commit_callbacks(execute=True):
-        response = Client().post("/hooks/meta/", body, content_type="application/json",
-                                 HTTP_X_HUB_SIGNATURE_256=sign(body))  # fmt: skip
+        response = Client().post(
+            "/hooks/meta/", body, content_type="application/json", HTTP_X_HUB_SIGNATURE_256=sign(body)
+        )
     assert response.status_code == 200
     run_queued_events()
     enrollment.refresh_from_db()

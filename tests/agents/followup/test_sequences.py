@@ -88,10 +88,25 @@ def test_a_whole_no_reply_path_runs_step_by_step_and_ends_unresponsive(lead: Lea
 
 
 def test_no_reply_path_does_not_start_when_the_person_already_replied(lead: Lead) -> None:
-    Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="out", channel="sms",
-                           status="dry_run", idempotency_key="ack:x", body="ack")  # fmt: skip
-    Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="in", channel="sms",
-                           status="received", body="yes please call")  # fmt: skip
+    Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="out",
+        channel="sms",
+        status="dry_run",
+        idempotency_key="ack:x",
+        body="ack",
+    )
+    Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status="received",
+        body="yes please call",
+    )
     assert no_reply_start(lead, now=NOON_NY) is None
     assert not Enrollment.objects.exists()
 
@@ -133,9 +148,16 @@ def _opt_out(lead: Lead) -> None:
     from agents.consent.keywords import inbound_text_apply
     from agents.followup.replies import reply_log
 
-    message = Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="in",
-                                     channel="sms", status="received", body="STOP",
-                                     contact_point=lead.contact.points.get(kind="phone"))  # fmt: skip
+    message = Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status="received",
+        body="STOP",
+        contact_point=lead.contact.points.get(kind="phone"),
+    )
     reading = inbound_text_apply(message=message, lead=lead)
     reply_log(message, lead=lead, reading=reading.kind, now=T1)
 
@@ -144,9 +166,16 @@ def _complaint(lead: Lead) -> None:
     from agents.consent.keywords import inbound_text_apply
     from agents.followup.replies import reply_log
 
-    message = Message.objects.create(business=lead.business, lead=lead, contact=lead.contact, direction="in",
-                                     channel="sms", status="received", body="This is harassment, I'm reporting you",
-                                     contact_point=lead.contact.points.get(kind="phone"))  # fmt: skip
+    message = Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status="received",
+        body="This is harassment, I'm reporting you",
+        contact_point=lead.contact.points.get(kind="phone"),
+    )
     reading = inbound_text_apply(message=message, lead=lead)
     reply_log(message, lead=lead, reading=reading.kind, now=T1)
 
@@ -353,8 +382,9 @@ def test_the_preview_shows_what_then_happens(lead: Lead, playbook: dict[str, Seq
 def test_the_preview_says_when_the_gate_would_block(lead: Lead, playbook: dict[str, Sequence]) -> None:
     from crm.services.consent import consent_record
 
-    consent_record(contact_point=lead.contact.points.get(kind="phone"), channel="sms", granted=False,
-                   basis="keyword", actor="test")  # fmt: skip
+    consent_record(
+        contact_point=lead.contact.points.get(kind="phone"), channel="sms", granted=False, basis="keyword", actor="test"
+    )
     preview = sequence_preview(lead, playbook["no_reply"], NOON_NY)
     assert (preview[0].verdict, preview[0].reason) == ("blocked", "revoked")
     # Without a text on the path, the call is not made: voice comes after SMS and email.

@@ -81,8 +81,9 @@ def test_estimates_are_planned_only_with_a_token_and_change_no_other_delivery():
     assert intents[MALFORMED] == intents[BAD_SIGNATURE] == 1
     visits = [p for p in plan.posts if p.intent == VISIT]
     assert len(visits) == 2 and {j.phase for j in plan.jobs if j.posts[0].builder == "estimates"} == {
-        ESTIMATE_PHASE, DECISION_PHASE,
-    }  # fmt: skip
+        ESTIMATE_PHASE,
+        DECISION_PHASE,
+    }
     # Nobody gets a second booking or pays elsewhere in the plan.
     others = {p.person for p in plan.posts if p.builder in ("calendly", "stripe") and p.intent != VISIT}
     assert not others & {p.person for p in visits}
@@ -108,8 +109,13 @@ def test_simulated_estimates_take_held_visits_to_a_decision_through_the_api(acme
     ctx = context_load("acme-hvac", api_token=olivia.key)
     plan = plan_build(ctx, leads=18, seed=21, only=ONLY, api_wait=5)
     results = []
-    for start, end in ((0, BOOKING_PHASE), (BOOKING_PHASE, VISIT_PHASE), (VISIT_PHASE, ESTIMATE_PHASE),
-                       (ESTIMATE_PHASE, DECISION_PHASE), (DECISION_PHASE, 99)):  # fmt: skip
+    for start, end in (
+        (0, BOOKING_PHASE),
+        (BOOKING_PHASE, VISIT_PHASE),
+        (VISIT_PHASE, ESTIMATE_PHASE),
+        (ESTIMATE_PHASE, DECISION_PHASE),
+        (DECISION_PHASE, 99),
+    ):
         part = replace(plan, jobs=[j for j in plan.jobs if start <= j.phase < end])
         got = plan_run(part, live_server.url)
         assert unexpected(got) == [], "\n".join(summary_lines(part, got))
@@ -148,8 +154,10 @@ def test_simulated_estimates_take_held_visits_to_a_decision_through_the_api(acme
     mia = Token.objects.create(user=acme.team.get(role="manager").user)
     approved = requests.post(
         f"{live_server.url}/api/v1/approvals/{request.public_id}/approve/",
-        json={"note": "price checked"}, headers={"Authorization": f"Token {mia.key}"}, timeout=30,
-    )  # fmt: skip
+        json={"note": "price checked"},
+        headers={"Authorization": f"Token {mia.key}"},
+        timeout=30,
+    )
     assert approved.status_code == 200, approved.text
     orchestrate_pending()
     waiting.refresh_from_db()
@@ -180,15 +188,31 @@ def test_make_simulate_against_the_real_cluster_moves_estimates_and_keeps_the_st
     token = Token.objects.create(user=acme.team.get(role="owner").user)
     env = {**os.environ, "DATABASE_URL": test_database_url(), "Q_WORKERS": "1"}
     cluster = subprocess.Popen(
-        [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     out = StringIO()
     try:
         call_command(
-            "simulate", "--url", live_server.url, "--leads", "12", "--seed", "8", "--only",
-            "website,google_ads,calendly,estimates", "--token", token.key, "--api-wait", "120", stdout=out,
-        )  # fmt: skip
+            "simulate",
+            "--url",
+            live_server.url,
+            "--leads",
+            "12",
+            "--seed",
+            "8",
+            "--only",
+            "website,google_ads,calendly,estimates",
+            "--token",
+            token.key,
+            "--api-wait",
+            "120",
+            stdout=out,
+        )
         decided = Estimate.objects.filter(status__in=["accepted", "declined"])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the cluster runs the decisions' steps

@@ -39,8 +39,10 @@ def test_one_sms_step_runs_within_its_query_budget(lead: Lead, django_assert_max
     assert (run.claimed, run.done, run.failed) == (1, 1, 0)
     message = lead.messages.get(direction="out")
     assert (message.channel, message.status, message.idempotency_key) == (
-        "sms", "dry_run", f"seq:{enrollment.public_id}:0",
-    )  # fmt: skip
+        "sms",
+        "dry_run",
+        f"seq:{enrollment.public_id}:0",
+    )
     assert message.from_number == "+13125550100"  # the gate pinned the sender
     enrollment.refresh_from_db()
     assert enrollment.next_step_index == 1

@@ -55,13 +55,25 @@ def call_message(lead: Lead) -> Message:
 
 def twilio_post(path: str, params: dict[str, str], *, token: str = TOKEN) -> Any:
     signature = RequestValidator(token).compute_signature(BASE_URL + path, params)
-    return Client().post(path, data=urlencode(params), content_type="application/x-www-form-urlencoded",
-                         HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    return Client().post(
+        path,
+        data=urlencode(params),
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_TWILIO_SIGNATURE=signature,
+    )
 
 
 def call_params(**more: str) -> dict[str, str]:
-    return {"CallSid": CALL_SID, "AccountSid": "AC" + "0" * 32, "From": "+13125550100", "To": "+12125550147",
-            "CallStatus": "in-progress", "Direction": "outbound-api", "ApiVersion": "2010-04-01", **more}  # fmt: skip
+    return {
+        "CallSid": CALL_SID,
+        "AccountSid": "AC" + "0" * 32,
+        "From": "+13125550100",
+        "To": "+12125550147",
+        "CallStatus": "in-progress",
+        "Direction": "outbound-api",
+        "ApiVersion": "2010-04-01",
+        **more,
+    }
 
 
 def twiml(response: Any) -> ET.Element:
@@ -81,17 +93,20 @@ def test_an_eligible_lead_gets_the_call_after_sms_and_email_went_unanswered(lead
 
 
 def test_no_call_without_voice_consent(lead: Lead) -> None:
-    consent_record(contact_point=lead.contact.points.get(kind="phone"), channel="voice", granted=False,
-                   basis="manual", actor="sam")  # fmt: skip
+    consent_record(
+        contact_point=lead.contact.points.get(kind="phone"), channel="voice", granted=False, basis="manual", actor="sam"
+    )
     enrollment = run_path(lead)
     assert not lead.messages.filter(channel="voice").exists()
-    assert Receipt.objects.filter(subject=enrollment.public_id, action="voice.skipped",
-                                  reason__startswith="no voice consent").exists()  # fmt: skip
+    assert Receipt.objects.filter(
+        subject=enrollment.public_id, action="voice.skipped", reason__startswith="no voice consent"
+    ).exists()
 
 
 def test_no_call_when_the_email_path_never_ran(lead: Lead) -> None:
-    consent_record(contact_point=lead.contact.points.get(kind="email"), channel="email", granted=False,
-                   basis="manual", actor="sam")  # fmt: skip
+    consent_record(
+        contact_point=lead.contact.points.get(kind="email"), channel="email", granted=False, basis="manual", actor="sam"
+    )
     run_path(lead)
     assert lead.messages.get(channel="email").status == "blocked"
     assert not lead.messages.filter(channel="voice").exists()
@@ -227,8 +242,13 @@ def test_a_machine_gets_only_the_approved_voicemail_or_nothing(lead: Lead, busin
     assert [child.tag for child in root] == ["Hangup"]  # no approved voicemail: nothing is said
     assert Call.objects.get(provider_sid=CALL_SID).outcome == "machine_skipped"
 
-    MessageTemplate.objects.create(business=business, key="voice_script_voicemail", channel="voice", approved=True,
-                                   body="Hi {first_name}, {business} returning your call. Call us at {business_phone}.")  # fmt: skip
+    MessageTemplate.objects.create(
+        business=business,
+        key="voice_script_voicemail",
+        channel="voice",
+        approved=True,
+        body="Hi {first_name}, {business} returning your call. Call us at {business_phone}.",
+    )
     other_sid = "CA" + "d" * 32
     root = twiml(twilio_post(path, call_params(AnsweredBy="machine_end_silence", CallSid=other_sid)))
     assert root.find("Say").text == "Hi Pat, Acme Heating & Air returning your call. Call us at +13125550100."

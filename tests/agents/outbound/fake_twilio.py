@@ -32,8 +32,17 @@ class ScriptedTwilio(HttpClient):
     def __post_init__(self) -> None:
         super().__init__(logging.getLogger("tests.fake_twilio"), is_async=False, timeout=5)
 
-    def request(self, method: str, uri: str, params: Any = None, data: Any = None, headers: Any = None,
-                auth: Any = None, timeout: Any = None, allow_redirects: bool = False) -> Response:  # fmt: skip
+    def request(
+        self,
+        method: str,
+        uri: str,
+        params: Any = None,
+        data: Any = None,
+        headers: Any = None,
+        auth: Any = None,
+        timeout: Any = None,
+        allow_redirects: bool = False,
+    ) -> Response:
         self.requests.append(Recorded(method, uri, dict(params or {}), dict(data or {})))
         answer = self.answers.pop(0) if self.answers else (500, {"message": "unscripted request"})
         if isinstance(answer, Exception):

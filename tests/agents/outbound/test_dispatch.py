@@ -43,8 +43,15 @@ def queued(business):
     consent_record(
         contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
     )
-    message = message_send(lead=lead, channel="sms", body="We got your request.", actor="agent:ack",
-                           idempotency_key="ack:1", automated=True, now=NOON_NY)  # fmt: skip
+    message = message_send(
+        lead=lead,
+        channel="sms",
+        body="We got your request.",
+        actor="agent:ack",
+        idempotency_key="ack:1",
+        automated=True,
+        now=NOON_NY,
+    )
     assert message.status == "queued"
     return message
 
@@ -135,8 +142,15 @@ def test_a_call_goes_through_the_gate_and_the_sdk_with_the_approved_script(busin
     consent_record(
         contact_point=lead.contact.points.get(), channel="voice", granted=True, basis="form_disclosure", actor="t"
     )
-    message = message_send(lead=lead, channel="voice", body="Hi, this is Acme about your furnace.", actor="agent:voice",
-                           idempotency_key="call:1", automated=True, now=NOON_NY)  # fmt: skip
+    message = message_send(
+        lead=lead,
+        channel="voice",
+        body="Hi, this is Acme about your furnace.",
+        actor="agent:voice",
+        idempotency_key="call:1",
+        automated=True,
+        now=NOON_NY,
+    )
     assert message.status == "queued" and message.from_number == "+13125550100"  # a number, not the Messaging Service
     twilio = ScriptedTwilio([(201, {"sid": "CA" + "c" * 32, "status": "queued"})])
     assert message_dispatch(message.pk, http_client=twilio) == "sent"

@@ -31,8 +31,15 @@ def consenting_lead(business, phone=NY_PHONE):
 
 def send(lead, key="k1", now=NOON_NY, **kw):
     kw.setdefault("automated", True)
-    return message_send(lead=lead, channel="sms", body="Hi, we got your request.", actor="agent:test",
-                        idempotency_key=key, now=now, **kw)  # fmt: skip
+    return message_send(
+        lead=lead,
+        channel="sms",
+        body="Hi, we got your request.",
+        actor="agent:test",
+        idempotency_key=key,
+        now=now,
+        **kw,
+    )
 
 
 def test_an_allowed_send_in_dry_run_records_exactly_what_would_be_sent(business):
@@ -73,8 +80,16 @@ def test_a_revoked_channel_is_blocked_for_everyone(business):
 def test_no_consent_is_blocked_unless_the_person_wrote_in(business):
     lead = lead_create(business, phone=NY_PHONE)
     assert send(lead, key="a", now=None).block_reason == "no_consent"
-    Message.objects.create(business=business, lead=lead, contact=lead.contact, contact_point=lead.contact.points.get(),
-                           direction="in", channel="sms", status="received", body="Hello?")  # fmt: skip
+    Message.objects.create(
+        business=business,
+        lead=lead,
+        contact=lead.contact,
+        contact_point=lead.contact.points.get(),
+        direction="in",
+        channel="sms",
+        status="received",
+        body="Hello?",
+    )
     reply = send(lead, key="b", now=None, automated=False)
     assert reply.block_reason == "" and reply.status in ("dry_run", "deferred")
 

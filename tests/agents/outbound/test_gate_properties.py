@@ -89,8 +89,17 @@ def test_the_gate_keeps_its_promises_under_any_sequence(business, settings, ops)
             for deferred in Message.objects.filter(lead=lead, status="deferred", deferred_until__lte=now):
                 dispatch(message_gate(deferred, now=now))
         elif op == "inbound":
-            text = Message.objects.create(business=business, lead=lead, contact=lead.contact, contact_point=point,
-                                          direction="in", channel="sms", status="received", body=arg, created_at=now)  # fmt: skip
+            text = Message.objects.create(
+                business=business,
+                lead=lead,
+                contact=lead.contact,
+                contact_point=point,
+                direction="in",
+                channel="sms",
+                status="received",
+                body=arg,
+                created_at=now,
+            )
             inbound_text_apply(message=text, lead=lead, opt_out_type="STOP" if flag and arg == "STOP" else "")
             for reply in Message.objects.filter(idempotency_key=f"keyword-reply:{text.public_id}"):
                 dispatch(reply)

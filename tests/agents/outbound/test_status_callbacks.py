@@ -30,16 +30,25 @@ def twilio_settings(settings):
 def sent_message(business):
     lead = lead_create(business, phone="+12125550147")
     return Message.objects.create(
-        business=business, lead=lead, contact=lead.contact, direction="out", channel="sms", status="sent",
-        body="Hi", to="+12125550147", idempotency_key="k", provider_sid=SID,
-    )  # fmt: skip
+        business=business,
+        lead=lead,
+        contact=lead.contact,
+        direction="out",
+        channel="sms",
+        status="sent",
+        body="Hi",
+        to="+12125550147",
+        idempotency_key="k",
+        provider_sid=SID,
+    )
 
 
 def callback(status: str, **more: str) -> str:
     params = {"MessageSid": SID, "MessageStatus": status, "To": "+12125550147", "From": "+13125550100", **more}
     signature = RequestValidator(TOKEN).compute_signature(BASE + PATH, params)
-    response = Client().post(PATH, urlencode(params), content_type="application/x-www-form-urlencoded",
-                             HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    response = Client().post(
+        PATH, urlencode(params), content_type="application/x-www-form-urlencoded", HTTP_X_TWILIO_SIGNATURE=signature
+    )
     assert response.status_code == 204
     event = InboundEvent.objects.filter(kind="sms_status").order_by("-pk").first()
     assert event is not None
@@ -67,8 +76,18 @@ def test_a_callback_for_an_unrecorded_message_waits_and_is_applied_once_it_is_re
     event = InboundEvent.objects.get(kind="sms_status")
     assert "no outbound message" in event.error and event.retry_at is not None
     lead = lead_create(business, phone="+12125550147")
-    Message.objects.create(business=business, lead=lead, contact=lead.contact, direction="out", channel="sms",
-                           status="sent", body="Hi", to="+12125550147", idempotency_key="k2", provider_sid=SID)  # fmt: skip
+    Message.objects.create(
+        business=business,
+        lead=lead,
+        contact=lead.contact,
+        direction="out",
+        channel="sms",
+        status="sent",
+        body="Hi",
+        to="+12125550147",
+        idempotency_key="k2",
+        provider_sid=SID,
+    )
     assert event_process(event.pk) == "processed"
     assert Message.objects.get().status == "delivered"
 

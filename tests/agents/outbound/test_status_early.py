@@ -45,8 +45,15 @@ def queued(business):
     consent_record(
         contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
     )
-    message = message_send(lead=lead, channel="sms", body="We got your request.", actor="agent:ack",
-                           idempotency_key="ack:1", automated=True, now=NOON_NY)  # fmt: skip
+    message = message_send(
+        lead=lead,
+        channel="sms",
+        body="We got your request.",
+        actor="agent:ack",
+        idempotency_key="ack:1",
+        automated=True,
+        now=NOON_NY,
+    )
     assert message.status == "queued"
     return message
 
@@ -54,8 +61,9 @@ def queued(business):
 def status_callback(status: str, sid: str = SID) -> InboundEvent:
     params = {"MessageSid": sid, "MessageStatus": status, "To": "+12125550147", "From": "+13125550100"}
     signature = RequestValidator(TOKEN).compute_signature(BASE + PATH, params)
-    response = Client().post(PATH, urlencode(params), content_type="application/x-www-form-urlencoded",
-                             HTTP_X_TWILIO_SIGNATURE=signature)  # fmt: skip
+    response = Client().post(
+        PATH, urlencode(params), content_type="application/x-www-form-urlencoded", HTTP_X_TWILIO_SIGNATURE=signature
+    )
     assert response.status_code == 204
     return InboundEvent.objects.get(external_id=f"{sid}:status:{status}")
 

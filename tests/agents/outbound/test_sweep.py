@@ -59,9 +59,14 @@ def queue(business: Business, *, body: str = BODY, key: str = "ack:1", channel: 
     for point in lead.contact.points.all():
         consent_record(contact_point=point, channel=channel, granted=True, basis="form_disclosure", actor="t")
     message = message_send(
-        lead=lead, channel=channel, body=body, actor="agent:ack", idempotency_key=key, automated=True,
+        lead=lead,
+        channel=channel,
+        body=body,
+        actor="agent:ack",
+        idempotency_key=key,
+        automated=True,
         now=timezone.now().replace(hour=17),  # noon in New York: no quiet hours
-    )  # fmt: skip
+    )
     assert message.status == "queued", message.block_reason
     return message
 
@@ -110,14 +115,23 @@ def test_a_worker_killed_while_twilio_takes_the_text_leaves_it_sending_and_the_s
     message = queue(business)
     twilio.behave("hold")  # Twilio takes the text, the answer never reaches the worker
     env = {
-        **os.environ, "DATABASE_URL": test_database_url(), "SEND_MODE": "live", "TWILIO_API_BASE_URL": twilio.url,
-        "TWILIO_ACCOUNT_SID": SHARED_SID, "TWILIO_AUTH_TOKEN": SHARED_TOKEN, "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
-    }  # fmt: skip
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "SEND_MODE": "live",
+        "TWILIO_API_BASE_URL": twilio.url,
+        "TWILIO_ACCOUNT_SID": SHARED_SID,
+        "TWILIO_AUTH_TOKEN": SHARED_TOKEN,
+        "TWILIO_MESSAGING_SERVICE_SID": SERVICE,
+    }
     code = f"import django; django.setup(); from agents.tasks import message_dispatch; message_dispatch({message.pk})"
     worker = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "leadops.settings"},
-        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "leadops.settings"},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         assert twilio.held.wait(60), worker.communicate(timeout=5)[0].decode()[-2000:] if worker.poll() else ""
     finally:

@@ -35,18 +35,25 @@ def owner(business: Business) -> TeamMember:
 
 
 def sourced_lead(
-    business: Business, source: Source | None, *, phone: str = "+12125550147", first_name: str = "Pat",
+    business: Business,
+    source: Source | None,
+    *,
+    phone: str = "+12125550147",
+    first_name: str = "Pat",
     received_at: datetime | None = None,
-) -> Lead:  # fmt: skip
+) -> Lead:
     contact = contact_create(business=business, actor=ACTOR, first_name=first_name, last_name="Doe", phones=[phone])
     return lead_open(contact=contact, actor=ACTOR, source=source, touch={"channel": "form"}, received_at=received_at)
 
 
 def grant_sms(lead: Lead) -> None:
     consent_record(
-        contact_point=lead.contact.points.get(kind="phone"), channel="sms", granted=True,
-        basis="form_disclosure", actor=ACTOR,
-    )  # fmt: skip
+        contact_point=lead.contact.points.get(kind="phone"),
+        channel="sms",
+        granted=True,
+        basis="form_disclosure",
+        actor=ACTOR,
+    )
 
 
 def owned(lead: Lead, member: TeamMember, *, due: datetime | None = None) -> Lead:

@@ -56,9 +56,13 @@ def slack(settings) -> Iterator[FakeSlack]:
 
 def _event(n: int, status: str = "failed") -> InboundEvent:
     return InboundEvent.objects.create(
-        provider="stripe", external_id=f"evt_{n}", body=b"{}", status=status, error="boom",
+        provider="stripe",
+        external_id=f"evt_{n}",
+        body=b"{}",
+        status=status,
+        error="boom",
         received_at=timezone.now(),
-    )  # fmt: skip
+    )
 
 
 def test_an_sla_breach_is_posted_once(slack, business, source, setter):

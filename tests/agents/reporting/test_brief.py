@@ -26,9 +26,16 @@ NOW = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 
 def _message(lead, direction, at, body, key=None):
     return Message.objects.create(
-        business=lead.business, lead=lead, contact=lead.contact, direction=direction, channel="sms",
-        status="received" if direction == "in" else "sent", body=body, created_at=at, idempotency_key=key,
-    )  # fmt: skip
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction=direction,
+        channel="sms",
+        status="received" if direction == "in" else "sent",
+        body=body,
+        created_at=at,
+        idempotency_key=key,
+    )
 
 
 @pytest.fixture
@@ -62,9 +69,13 @@ def day(business, source, setter, manager, owner):
     payment = payment_record(lead=breached, amount=Decimal("250.00"), currency="USD", actor="t", received_at=yesterday)
     refund_record(payment=payment, amount=Decimal("50.00"), actor="t", refunded_at=yesterday + timedelta(hours=1))
     stray = payment_record(
-        lead=breached, amount=Decimal("100.00"), currency="USD", actor="t", received_at=datetime(2026, 3, 2, 16, 0, tzinfo=UTC),
+        lead=breached,
+        amount=Decimal("100.00"),
+        currency="USD",
+        actor="t",
+        received_at=datetime(2026, 3, 2, 16, 0, tzinfo=UTC),
         match_status=Payment.MatchStatus.UNMATCHED,
-    )  # fmt: skip
+    )
     Payment.objects.filter(pk=stray.pk).update(lead=None)
     return {"breached": breached, "replied": replied}
 
@@ -123,8 +134,11 @@ def test_the_hourly_schedule_emails_each_member_once_a_local_day(day, business: 
     run = timers_run_due(now=eight_local + timedelta(hours=1), kinds=[TIMER_KIND])
     assert (run.done, run.failed) == (4, 0)
     assert sorted(m.to[0] for m in mail.outbox) == [
-        "mia@example.com", "olga@example.com", "sam@example.com", "sara@example.com",
-    ]  # fmt: skip
+        "mia@example.com",
+        "olga@example.com",
+        "sam@example.com",
+        "sara@example.com",
+    ]
     assert all(m.subject == "Daily brief — Acme Heating & Air — 2026-03-10" for m in mail.outbox)
     assert Receipt.objects.filter(action="brief.sent").count() == 4
     assert set(Timer.objects.filter(kind=TIMER_KIND).values_list("dedupe_key", flat=True)) == {

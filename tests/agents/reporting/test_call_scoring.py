@@ -39,9 +39,11 @@ def twilio_settings(settings):
 def post(path: str, params: dict[str, str], *, token: str = TOKEN):
     signature = RequestValidator(token).compute_signature(BASE_URL + path, params)
     return Client().post(
-        path, data=urlencode(params), content_type="application/x-www-form-urlencoded",
+        path,
+        data=urlencode(params),
+        content_type="application/x-www-form-urlencoded",
         HTTP_X_TWILIO_SIGNATURE=signature,
-    )  # fmt: skip
+    )
 
 
 def run_queued_events() -> list[str]:
@@ -60,8 +62,13 @@ def recording_params(**overrides: str) -> dict[str, str]:
 def call(business) -> Call:
     """A real inbound call, made by the call listener from signed webhooks."""
     Source.objects.create(business=business, key="main-line", provider="twilio", config={"phone_number": LINE})
-    base = {"AccountSid": "AC00000000000000000000000000000001", "CallSid": CALL_SID, "From": CALLER, "To": LINE,
-            "Direction": "inbound"}  # fmt: skip
+    base = {
+        "AccountSid": "AC00000000000000000000000000000001",
+        "CallSid": CALL_SID,
+        "From": CALLER,
+        "To": LINE,
+        "Direction": "inbound",
+    }
     assert post("/hooks/twilio/voice/", {**base, "CallStatus": "ringing"}).status_code == 200
     status = {**base, "CallStatus": "completed", "CallDuration": "187"}
     assert post("/hooks/twilio/voice/status/", status).status_code == 200
@@ -70,8 +77,14 @@ def call(business) -> Call:
 
 
 def transcribe(text: str, sid: str = "TR0001") -> None:
-    params = {"AccountSid": "AC00000000000000000000000000000001", "CallSid": CALL_SID, "RecordingSid": "RE1",
-              "TranscriptionSid": sid, "TranscriptionStatus": "completed", "TranscriptionText": text}  # fmt: skip
+    params = {
+        "AccountSid": "AC00000000000000000000000000000001",
+        "CallSid": CALL_SID,
+        "RecordingSid": "RE1",
+        "TranscriptionSid": sid,
+        "TranscriptionStatus": "completed",
+        "TranscriptionText": text,
+    }
     assert post(RECORDING, params).status_code == 204
     assert run_queued_events() == ["processed"]
 
@@ -81,8 +94,10 @@ def test_a_signed_recording_callback_is_stored_then_attached_to_its_call(call):
     assert response.status_code == 204
     event = InboundEvent.objects.get(kind="recording")
     assert (event.provider, event.external_id, event.business_id) == (
-        "twilio", "RE00000000000000000000000000000041:recording:completed", call.business_id,
-    )  # fmt: skip
+        "twilio",
+        "RE00000000000000000000000000000041:recording:completed",
+        call.business_id,
+    )
     assert run_queued_events() == ["processed"]
     call.refresh_from_db()
     assert call.recording_url.endswith("/Recordings/RE00000000000000000000000000000041")

@@ -47,8 +47,14 @@ def leads(business, source, setter):
 def test_stages_are_counted_by_their_own_records(leads):
     funnel = funnel_report(Lead.objects.all())
     assert funnel.total.counts == {
-        "leads": 4, "contacted": 3, "booked": 3, "held": 2, "estimate": 1, "won": 1, "paid": 1,
-    }  # fmt: skip
+        "leads": 4,
+        "contacted": 3,
+        "booked": 3,
+        "held": 2,
+        "estimate": 1,
+        "won": 1,
+        "paid": 1,
+    }
     by_key = {r.key: r.counts for r in funnel.by_key}
     assert by_key["site"]["paid"] == 1 and by_key["gads"]["paid"] == 0
     assert dict(funnel.total.conversions)["contacted"] == pytest.approx(0.75)

@@ -52,21 +52,43 @@ def pipeline(business, source, setter, manager):
     lead_sync.lead_set_routing_reason(leads["manager_queue"], "no eligible owner — sam: off shift", actor="t")
     worked = owned(sourced_lead(business, source, phone="+12125550115"), setter)
     enrollment = Enrollment.objects.create(
-        business=business, lead=worked, contact=worked.contact, sequence=sequence(business),
+        business=business,
+        lead=worked,
+        contact=worked.contact,
+        sequence=sequence(business),
         next_step_due_at=now - timedelta(hours=3),
-    )  # fmt: skip
+    )
     failed = Message.objects.create(
-        business=business, lead=worked, contact=worked.contact, direction="out", channel="sms",
-        status="undelivered", error_code="30003", idempotency_key="qa-test-1", body="Hi",
-    )  # fmt: skip
+        business=business,
+        lead=worked,
+        contact=worked.contact,
+        direction="out",
+        channel="sms",
+        status="undelivered",
+        error_code="30003",
+        idempotency_key="qa-test-1",
+        body="Hi",
+    )
     stuck = Message.objects.create(
-        business=business, lead=worked, contact=worked.contact, direction="out", channel="sms", status="sending",
-        idempotency_key="qa-test-3", body="Hi", attempts=1, claimed_at=now - timedelta(hours=2),
-    )  # fmt: skip
+        business=business,
+        lead=worked,
+        contact=worked.contact,
+        direction="out",
+        channel="sms",
+        status="sending",
+        idempotency_key="qa-test-3",
+        body="Hi",
+        attempts=1,
+        claimed_at=now - timedelta(hours=2),
+    )
     payment = payment_record(
-        lead=worked, amount=Decimal("99.00"), currency="USD", actor="t", received_at=now,
+        lead=worked,
+        amount=Decimal("99.00"),
+        currency="USD",
+        actor="t",
+        received_at=now,
         match_status=Payment.MatchStatus.AMBIGUOUS,
-    )  # fmt: skip
+    )
     Payment.objects.filter(pk=payment.pk).update(lead=None)  # arrived with no lead: the matcher's case
     start = now - timedelta(hours=5)
     appointment = appointment_record(lead=worked, starts_at=start, ends_at=start + timedelta(hours=1), actor="t")
@@ -132,15 +154,25 @@ def test_items_resolve_themselves_when_the_condition_clears(pipeline, setter):
     Lead.objects.filter(pk=leads["sla_breached"].pk).update(first_response_at=now)
     Enrollment.objects.filter(public_id=pipeline["stuck_enrollment"]).update(next_step_due_at=now + timedelta(hours=1))
     Message.objects.create(
-        business=worked.business, lead=worked, contact=worked.contact, direction="out", channel="sms",
-        status="delivered", idempotency_key="qa-test-2", body="Hi again", created_at=now,
-    )  # fmt: skip
+        business=worked.business,
+        lead=worked,
+        contact=worked.contact,
+        direction="out",
+        channel="sms",
+        status="delivered",
+        idempotency_key="qa-test-2",
+        body="Hi again",
+        created_at=now,
+    )
     Message.objects.filter(public_id=pipeline["stuck_message"]).update(status="sent")  # the sweep settled it
     Payment.objects.filter(public_id=pipeline["unmatched_payment"]).update(lead=worked, match_status="matched")
     worked.appointments.update(status="held")
     invoice_record(lead=worked, amount=Decimal("99.00"), currency="USD", actor="t", job=worked.jobs.get())
-    for kind, flag in (("manager_queue", "no_eligible_owner"), ("missing_identity", "missing_identity"),
-                       ("out_of_area", "out_of_area")):  # fmt: skip
+    for kind, flag in (
+        ("manager_queue", "no_eligible_owner"),
+        ("missing_identity", "missing_identity"),
+        ("out_of_area", "out_of_area"),
+    ):
         lead_sync.lead_flag_exception(leads[kind], flag, actor="t", reason="cleared", present=False)
 
     run = pipeline_qa_run(now=now)

@@ -56,9 +56,12 @@ def leads_by_break(business, source, setter):
     still_running = owned(sourced_lead(business, source, phone="+12125550104"), setter)
     grant_sms(still_running)
     Enrollment.objects.create(
-        business=business, lead=still_running, contact=still_running.contact, sequence=sequence(business),
+        business=business,
+        lead=still_running,
+        contact=still_running.contact,
+        sequence=sequence(business),
         next_step_due_at=timezone.now() + timedelta(hours=1),
-    )  # fmt: skip
+    )
     lead_sync.lead_set_hold(still_running, True, actor="test", reason="customer asked to wait")
     leads["stop_rule"] = still_running
 

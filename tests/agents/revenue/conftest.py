@@ -55,31 +55,60 @@ def sample(name: str) -> dict[str, Any]:
 
 
 def intent_event(
-    *, event_id: str, intent: str, amount: int, currency: str = "usd", metadata: dict[str, str] | None = None,
-    email: str | None = None, charge: str = "",
-) -> dict[str, Any]:  # fmt: skip
+    *,
+    event_id: str,
+    intent: str,
+    amount: int,
+    currency: str = "usd",
+    metadata: dict[str, str] | None = None,
+    email: str | None = None,
+    charge: str = "",
+) -> dict[str, Any]:
     data = copy.deepcopy(sample("payment_intent_succeeded"))
     data["id"] = event_id
     data["created"] = int(time.time())
     obj = data["data"]["object"]
-    obj.update(id=intent, amount=amount, amount_received=amount, currency=currency, metadata=metadata or {},
-               receipt_email=email, latest_charge=charge or f"ch_for_{intent}")  # fmt: skip
+    obj.update(
+        id=intent,
+        amount=amount,
+        amount_received=amount,
+        currency=currency,
+        metadata=metadata or {},
+        receipt_email=email,
+        latest_charge=charge or f"ch_for_{intent}",
+    )
     return data
 
 
 def charge_event(
-    *, event_id: str, charge: str, intent: str | None, amount: int, currency: str = "usd",
-    metadata: dict[str, str] | None = None, email: str | None = None, phone: str | None = None,
-    refunded: int | None = None, kind: str = "charge.succeeded",
-) -> dict[str, Any]:  # fmt: skip
+    *,
+    event_id: str,
+    charge: str,
+    intent: str | None,
+    amount: int,
+    currency: str = "usd",
+    metadata: dict[str, str] | None = None,
+    email: str | None = None,
+    phone: str | None = None,
+    refunded: int | None = None,
+    kind: str = "charge.succeeded",
+) -> dict[str, Any]:
     data = copy.deepcopy(sample("charge_refunded"))
     data["id"] = event_id
     data["type"] = kind
     data["created"] = int(time.time())
     obj = data["data"]["object"]
-    obj.update(id=charge, payment_intent=intent, amount=amount, amount_captured=amount, currency=currency,
-               metadata=metadata or {}, receipt_email=email, amount_refunded=refunded or 0,
-               refunded=bool(refunded and refunded >= amount))  # fmt: skip
+    obj.update(
+        id=charge,
+        payment_intent=intent,
+        amount=amount,
+        amount_captured=amount,
+        currency=currency,
+        metadata=metadata or {},
+        receipt_email=email,
+        amount_refunded=refunded or 0,
+        refunded=bool(refunded and refunded >= amount),
+    )
     obj["billing_details"].update(email=email, phone=phone)
     if kind != "charge.refunded":
         data["data"].pop("previous_attributes", None)
@@ -87,19 +116,38 @@ def charge_event(
 
 
 def invoice_event(
-    *, event_id: str, invoice: str, amount: int, intent: str | None = None, metadata: dict[str, str] | None = None,
+    *,
+    event_id: str,
+    invoice: str,
+    amount: int,
+    intent: str | None = None,
+    metadata: dict[str, str] | None = None,
     email: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     return {
-        "id": event_id, "object": "event", "api_version": "2025-06-30.basil", "created": int(time.time()),
-        "livemode": False, "type": "invoice.paid",
-        "data": {"object": {
-            "id": invoice, "object": "invoice", "amount_paid": amount, "amount_due": amount, "currency": "usd",
-            "customer_email": email, "metadata": metadata or {}, "status": "paid",
-            "status_transitions": {"paid_at": int(time.time())},
-            "payments": {"data": [{"payment": {"type": "payment_intent", "payment_intent": intent}}] if intent else []},
-        }},
-    }  # fmt: skip
+        "id": event_id,
+        "object": "event",
+        "api_version": "2025-06-30.basil",
+        "created": int(time.time()),
+        "livemode": False,
+        "type": "invoice.paid",
+        "data": {
+            "object": {
+                "id": invoice,
+                "object": "invoice",
+                "amount_paid": amount,
+                "amount_due": amount,
+                "currency": "usd",
+                "customer_email": email,
+                "metadata": metadata or {},
+                "status": "paid",
+                "status_transitions": {"paid_at": int(time.time())},
+                "payments": {
+                    "data": [{"payment": {"type": "payment_intent", "payment_intent": intent}}] if intent else []
+                },
+            }
+        },
+    }
 
 
 def deliver(events: list[dict[str, Any]], capture: Any) -> list[int]:

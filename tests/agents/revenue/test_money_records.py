@@ -44,8 +44,9 @@ def money_trail(lead, *, amount: str = "300.00"):
     estimate_record(lead=lead, amount=Decimal(amount), currency="USD", actor="t", status="sent", sent_at=now)
     job = job_record(lead=lead, actor="t")
     invoice = invoice_issue(lead=lead, amount=Decimal(amount), currency="USD", actor="t", job=job)
-    payment = payment_manual_record(lead=lead, amount=Decimal(amount), currency="USD", received_at=now, actor="t",
-                                    invoice=invoice)  # fmt: skip
+    payment = payment_manual_record(
+        lead=lead, amount=Decimal(amount), currency="USD", received_at=now, actor="t", invoice=invoice
+    )
     refund_add(payment, amount=Decimal("12.34"), actor="t", reason="discount")
     return payment
 
@@ -89,9 +90,14 @@ def test_money_records_follow_their_leads_visibility(business, other_business, m
     foreign = lead_create(other_business)
     money_trail(foreign)
     unmatched = payment_receive(
-        business, provider="stripe", external_id="pi_nobody", amount=Decimal("5.00"), currency="USD",
-        received_at=timezone.now(), hints=PaymentHints(),
-    ).payment  # fmt: skip
+        business,
+        provider="stripe",
+        external_id="pi_nobody",
+        amount=Decimal("5.00"),
+        currency="USD",
+        received_at=timezone.now(),
+        hints=PaymentHints(),
+    ).payment
     setter_sees = {p["id"] for p in api(sam.user).get("/api/v1/payments/").json()["results"]}
     manager_sees = {p["id"] for p in api(manager.user).get("/api/v1/payments/").json()["results"]}
     assert setter_sees == {mine.payments.get().public_id}
@@ -133,14 +139,23 @@ def test_a_manager_records_a_manual_payment_in_the_admin(business, manager):
     assert client.get("/admin/crm/payment/add/").status_code == 200
     response = client.post(
         "/admin/crm/payment/add/",
-        {"lead": lead.public_id, "amount": "210.00", "currency": "USD", "received_at": "2026-11-01 15:00",
-         "invoice": invoice.public_id, "reference": "check 88"},
-    )  # fmt: skip
+        {
+            "lead": lead.public_id,
+            "amount": "210.00",
+            "currency": "USD",
+            "received_at": "2026-11-01 15:00",
+            "invoice": invoice.public_id,
+            "reference": "check 88",
+        },
+    )
     payment = Payment.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"/{payment.pk}/change/")
     assert (payment.amount, payment.invoice, payment.external_id, payment.match_status) == (
-        Decimal("210.00"), invoice, "check 88", "matched",
-    )  # fmt: skip
+        Decimal("210.00"),
+        invoice,
+        "check 88",
+        "matched",
+    )
     invoice.refresh_from_db()
     assert invoice.status == "paid"
     assert Receipt.objects.get(subject=payment.public_id, action="payment.recorded").actor == "mia"
@@ -164,9 +179,14 @@ def test_a_setter_may_not_record_payments(business):
 def test_a_manager_links_an_unmatched_payment_from_its_candidates(business, manager):
     lead = held_lead(business, manager, email="pat@example.com")
     payment = payment_receive(
-        business, provider="stripe", external_id="pi_dep", amount=Decimal("50.00"), currency="USD",
-        received_at=timezone.now(), hints=PaymentHints(emails=("pat@example.com",)),
-    ).payment  # fmt: skip
+        business,
+        provider="stripe",
+        external_id="pi_dep",
+        amount=Decimal("50.00"),
+        currency="USD",
+        received_at=timezone.now(),
+        hints=PaymentHints(emails=("pat@example.com",)),
+    ).payment
     client = login(manager.user)
     page = client.get(reverse("admin:crm_payment_change", args=[payment.pk])).content.decode()
     assert 'id="match-candidates"' in page and lead.public_id in page
@@ -178,8 +198,9 @@ def test_a_manager_links_an_unmatched_payment_from_its_candidates(business, mana
 
 def test_a_manager_records_a_refund_on_the_payment_page(business, manager):
     lead = held_lead(business, manager)
-    payment = payment_manual_record(lead=lead, amount=Decimal("80.00"), currency="USD", received_at=timezone.now(),
-                                    actor="t")  # fmt: skip
+    payment = payment_manual_record(
+        lead=lead, amount=Decimal("80.00"), currency="USD", received_at=timezone.now(), actor="t"
+    )
     client = login(manager.user)
     client.post(reverse("admin:crm_payment_refund", args=[payment.pk]), {"amount": "90.00", "reason": "too much"})
     assert not Refund.objects.exists()

@@ -42,9 +42,14 @@ pytestmark = pytest.mark.django_db
 
 def receive(business, amount: str, *, key: str = "pi_t", **hints):
     return payment_receive(
-        business, provider="stripe", external_id=key, amount=Decimal(amount), currency="USD",
-        received_at=timezone.now(), hints=PaymentHints(**hints),
-    ).payment  # fmt: skip
+        business,
+        provider="stripe",
+        external_id=key,
+        amount=Decimal(amount),
+        currency="USD",
+        received_at=timezone.now(),
+        hints=PaymentHints(**hints),
+    ).payment
 
 
 def issued(lead, amount: str, **kw):
@@ -187,10 +192,17 @@ def test_a_later_event_with_our_id_completes_a_link_the_first_could_not(
     payment = Payment.objects.get()
     assert payment.match_status == "unmatched"
     deliver(
-        [invoice_event(event_id="evt_b", invoice="in_9", amount=8000, intent="pi_late",
-                       metadata={"leadops_invoice": invoice.public_id})],
+        [
+            invoice_event(
+                event_id="evt_b",
+                invoice="in_9",
+                amount=8000,
+                intent="pi_late",
+                metadata={"leadops_invoice": invoice.public_id},
+            )
+        ],
         django_capture_on_commit_callbacks,
-    )  # fmt: skip
+    )
     payment.refresh_from_db()
     assert (payment.match_status, payment.invoice) == ("matched", invoice)
     assert ExceptionItem.objects.get(subject=payment.public_id).status == "resolved"
@@ -199,8 +211,15 @@ def test_a_later_event_with_our_id_completes_a_link_the_first_could_not(
 def test_manual_payment_is_money_with_currency_and_settles_the_invoice(business, manager):
     lead = held_lead(business, manager)
     invoice = issued(lead, "250.00")
-    first = payment_manual_record(lead=lead, amount=Decimal("100.00"), currency="usd", received_at=timezone.now(),
-                                  actor="mia", invoice=invoice, reference="check 1001")  # fmt: skip
+    first = payment_manual_record(
+        lead=lead,
+        amount=Decimal("100.00"),
+        currency="usd",
+        received_at=timezone.now(),
+        actor="mia",
+        invoice=invoice,
+        reference="check 1001",
+    )
     invoice.refresh_from_db()
     assert (first.amount, first.currency, first.provider, first.external_id) == (
         Decimal("100.00"),
@@ -209,8 +228,9 @@ def test_manual_payment_is_money_with_currency_and_settles_the_invoice(business,
         "check 1001",
     )
     assert invoice.status == "issued"
-    payment_manual_record(lead=lead, amount=Decimal("150.00"), currency="USD", received_at=timezone.now(), actor="mia",
-                          invoice=invoice)  # fmt: skip
+    payment_manual_record(
+        lead=lead, amount=Decimal("150.00"), currency="USD", received_at=timezone.now(), actor="mia", invoice=invoice
+    )
     invoice.refresh_from_db()
     assert invoice.status == "paid"
     with pytest.raises(PaymentError, match="money must be a Decimal"):
@@ -220,8 +240,9 @@ def test_manual_payment_is_money_with_currency_and_settles_the_invoice(business,
 def test_a_refund_never_exceeds_what_is_left_and_reopens_the_invoice(business, manager):
     lead = held_lead(business, manager)
     invoice = issued(lead, "100.00")
-    payment = payment_manual_record(lead=lead, amount=Decimal("100.00"), currency="USD", received_at=timezone.now(),
-                                    actor="mia", invoice=invoice)  # fmt: skip
+    payment = payment_manual_record(
+        lead=lead, amount=Decimal("100.00"), currency="USD", received_at=timezone.now(), actor="mia", invoice=invoice
+    )
     refund_add(payment, amount=Decimal("30.00"), actor="mia", reason="scratched door")
     invoice.refresh_from_db()
     assert invoice.status == "issued"
@@ -262,8 +283,9 @@ def test_a_payment_on_a_lead_that_cannot_be_won_yet_stops_for_a_person(business,
 
 def test_a_whole_refund_asks_a_person_to_review_the_outcome(business, manager):
     lead = held_lead(business, manager)
-    payment = payment_manual_record(lead=lead, amount=Decimal("40.00"), currency="USD", received_at=timezone.now(),
-                                    actor="mia")  # fmt: skip
+    payment = payment_manual_record(
+        lead=lead, amount=Decimal("40.00"), currency="USD", received_at=timezone.now(), actor="mia"
+    )
     orchestrate_pending()
     refund_add(payment, amount=Decimal("15.00"), actor="mia")
     orchestrate_pending()
@@ -307,8 +329,13 @@ def test_racing_events_for_one_payment_make_one_payment_and_one_refund(business,
     bodies = [json.dumps(e).encode() for e in events]
 
     def post(body):
-        return Client().post("/hooks/stripe/", data=body, content_type="application/json",
-                             headers={"Stripe-Signature": sign(body)}).status_code  # fmt: skip
+        return (
+            Client()
+            .post(
+                "/hooks/stripe/", data=body, content_type="application/json", headers={"Stripe-Signature": sign(body)}
+            )
+            .status_code
+        )
 
     # Each delivered twice at once, then all four processed at once by "workers".
     assert _race([lambda b=b: post(b) for b in bodies for _ in range(2)]) == [200] * 8

@@ -154,12 +154,16 @@ def test_a_payment_intent_and_its_charge_and_invoice_are_one_payment(business, d
 def test_partial_then_whole_refunds_are_netted_once_each(business, django_capture_on_commit_callbacks):
     lead = lead_create(business)
     meta = {"lead_id": lead.public_id}
-    deliver([intent_event(event_id="evt_p", intent="pi_r", amount=45000, metadata=meta, charge="ch_r")],
-            django_capture_on_commit_callbacks)  # fmt: skip
-    partial = charge_event(event_id="evt_r1", charge="ch_r", intent="pi_r", amount=45000, refunded=10000,
-                           kind="charge.refunded")  # fmt: skip
-    whole = charge_event(event_id="evt_r2", charge="ch_r", intent="pi_r", amount=45000, refunded=45000,
-                         kind="charge.refunded")  # fmt: skip
+    deliver(
+        [intent_event(event_id="evt_p", intent="pi_r", amount=45000, metadata=meta, charge="ch_r")],
+        django_capture_on_commit_callbacks,
+    )
+    partial = charge_event(
+        event_id="evt_r1", charge="ch_r", intent="pi_r", amount=45000, refunded=10000, kind="charge.refunded"
+    )
+    whole = charge_event(
+        event_id="evt_r2", charge="ch_r", intent="pi_r", amount=45000, refunded=45000, kind="charge.refunded"
+    )
     deliver([partial, partial], django_capture_on_commit_callbacks)
     payment = Payment.objects.get()
     assert [r.amount for r in payment.refunds.all()] == [Decimal("100.00")]
@@ -172,8 +176,15 @@ def test_partial_then_whole_refunds_are_netted_once_each(business, django_captur
 def test_a_refund_delivered_before_its_payment_ends_the_same(business, django_capture_on_commit_callbacks):
     lead = lead_create(business)
     meta = {"lead_id": lead.public_id}
-    refund = charge_event(event_id="evt_o2", charge="ch_o", intent="pi_o", amount=30000, refunded=5000,
-                          kind="charge.refunded", metadata=meta)  # fmt: skip
+    refund = charge_event(
+        event_id="evt_o2",
+        charge="ch_o",
+        intent="pi_o",
+        amount=30000,
+        refunded=5000,
+        kind="charge.refunded",
+        metadata=meta,
+    )
     payment_first = intent_event(event_id="evt_o1", intent="pi_o", amount=30000, metadata=meta, charge="ch_o")
     assert deliver([refund], django_capture_on_commit_callbacks) == [200]
     payment = Payment.objects.get()
@@ -186,10 +197,24 @@ def test_a_refund_delivered_before_its_payment_ends_the_same(business, django_ca
 def test_an_older_refund_total_arriving_late_adds_nothing(business, django_capture_on_commit_callbacks):
     lead = lead_create(business)
     meta = {"lead_id": lead.public_id}
-    newer = charge_event(event_id="evt_n", charge="ch_n", intent="pi_n", amount=20000, refunded=15000,
-                         kind="charge.refunded", metadata=meta)  # fmt: skip
-    older = charge_event(event_id="evt_m", charge="ch_n", intent="pi_n", amount=20000, refunded=5000,
-                         kind="charge.refunded", metadata=meta)  # fmt: skip
+    newer = charge_event(
+        event_id="evt_n",
+        charge="ch_n",
+        intent="pi_n",
+        amount=20000,
+        refunded=15000,
+        kind="charge.refunded",
+        metadata=meta,
+    )
+    older = charge_event(
+        event_id="evt_m",
+        charge="ch_n",
+        intent="pi_n",
+        amount=20000,
+        refunded=5000,
+        kind="charge.refunded",
+        metadata=meta,
+    )
     deliver([newer, older], django_capture_on_commit_callbacks)
     assert [r.amount for r in Refund.objects.all()] == [Decimal("150.00")]
     assert InboundEvent.objects.filter(status="processed").count() == 2

@@ -16,9 +16,13 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def lines(business):
     hvac = ServiceLine.objects.create(
-        business=business, slug="hvac", name="HVAC", keywords=["furnace", "air conditioner"],
-        offer="Free second opinion on replacements", offer_templates=["hvac_offer", "draft_only"],
-    )  # fmt: skip
+        business=business,
+        slug="hvac",
+        name="HVAC",
+        keywords=["furnace", "air conditioner"],
+        offer="Free second opinion on replacements",
+        offer_templates=["hvac_offer", "draft_only"],
+    )
     plumbing = ServiceLine.objects.create(business=business, slug="plumbing", name="Plumbing", keywords=["drain"])
     ServiceArea.objects.create(business=business, name="Metro", postal_codes=["60601", "606*"])
     return hvac, plumbing
@@ -113,9 +117,14 @@ def test_recording_the_fit_sets_the_line_and_names_it_in_the_receipt(business, l
     lead = _lead(business, "furnace", postal="60601")
     fit = lead_fit(lead)
     lead_sync.lead_record_fit(
-        lead, facts=fit.facts(), fit_score=fit.score, fit_reasons=fit.reasons, service_line=fit.service_line,
-        actor="agent:fit", reason="new lead",
-    )  # fmt: skip
+        lead,
+        facts=fit.facts(),
+        fit_score=fit.score,
+        fit_reasons=fit.reasons,
+        service_line=fit.service_line,
+        actor="agent:fit",
+        reason="new lead",
+    )
     lead.refresh_from_db()
     assert lead.service_line == hvac and lead.fit_score == fit.score
     receipt = Receipt.objects.get(lead=lead, action="lead.fit_recorded")

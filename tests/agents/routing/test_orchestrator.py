@@ -23,9 +23,12 @@ def team(business):
     business.quiet_hours_start, business.quiet_hours_end = time(0, 0), time(23, 59, 59)
     business.save()
     MessageTemplate.objects.create(
-        business=business, key="ack_sms", channel="sms", approved=True,
+        business=business,
+        key="ack_sms",
+        channel="sms",
+        approved=True,
         body="Hi {first_name}, this is {business}. We got your request. Reply STOP to opt out.",
-    )  # fmt: skip
+    )
     ServiceArea.objects.create(business=business, name="Metro", postal_codes=["606*"])
     return member_create(business, Role.SETTER, username="sam"), member_create(business, Role.MANAGER, username="mia")
 

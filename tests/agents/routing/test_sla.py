@@ -118,5 +118,9 @@ def test_a_breach_alerts_the_manager_and_reassigns_where_the_business_chooses(
     decided = Receipt.objects.filter(lead=lead, action="routing.decided").latest("id")
     assert decided.after["owner"] == "fast"
     assert decided.after["candidates"][0] == {
-        "member": "slow", "weight": 1, "open_leads": 1, "on_shift": True, "skipped": ["excluded (current owner)"],
-    }  # fmt: skip
+        "member": "slow",
+        "weight": 1,
+        "open_leads": 1,
+        "on_shift": True,
+        "skipped": ["excluded (current owner)"],
+    }
