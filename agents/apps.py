@@ -9,14 +9,6 @@ class AgentsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         import agents.capture.providers  # noqa: F401 - registers every provider's processing handler
-        from agents.capture.processing import event_replay
-        from agents.revenue import (
-            admin as revenue_admin,  # noqa: F401 - the money records' admin (its forms call the revenue roles)
-        )
-        from crm.admin import EVENT_REPLAY
-
-        EVENT_REPLAY[:] = [event_replay]
-
         from agents.outbound import timers as outbound_timers
 
         outbound_timers.register()

@@ -1,4 +1,4 @@
-"""`/api/v1/approvals/`: the human gate's queue, and its decisions (CONTRACT, "API").
+"""`/api/v1/approvals/`: the human gate's queue, and its decisions (its OpenAPI schema: /api/schema/).
 
 Reads follow `crm.selectors.scoped` (a setter sees the requests on their own
 leads; another business's requests are a 404). Deciding is the services' rule:

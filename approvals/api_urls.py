@@ -1,4 +1,4 @@
-"""`/api/v1/approvals/`: the approval queue and its decisions (CONTRACT, "API").
+"""`/api/v1/approvals/`: the approval queue and its decisions (its OpenAPI schema: /api/schema/).
 
 A SimpleRouter: crm's DefaultRouter already serves the `/api/v1/` root.
 """

@@ -1,6 +1,6 @@
 """What a decision resumes: one handler pair per approval kind.
 
-approvals sits below agents (DESIGN §3), so it cannot call the role that
+approvals sits below agents (imports point one way: crm <- approvals <- agents), so it cannot call the role that
 proposed a request. Instead the higher app registers, at startup (its
 `AppConfig.ready`), what to do when a request of a kind is approved or
 rejected, e.g. the send gate sends an approved message draft:
@@ -34,10 +34,11 @@ A kind with no handler has nothing waiting on it: the decision stands alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from crm.registry import Registry
 
 if TYPE_CHECKING:
     from approvals.models import ApprovalRequest
@@ -55,7 +56,7 @@ class ApprovalHandlers:
     recheck: ApprovalRecheck | None = None
 
 
-_HANDLERS: dict[str, ApprovalHandlers] = {}
+APPROVAL_HANDLERS: Registry[ApprovalHandlers] = Registry("approval handler")
 
 
 def approval_handler_register(
@@ -67,33 +68,18 @@ def approval_handler_register(
     check: ApprovalHandler | None = None,
     recheck: ApprovalRecheck | None = None,
 ) -> None:
-    """Say what a decision on a request of `kind` resumes; replaces an earlier registration."""
+    """Say what a decision on a request of `kind` resumes; once per kind."""
     from approvals.models import ApprovalRequest
 
     if kind not in ApprovalRequest.Kind.values:
         raise ValueError(f"unknown approval kind {kind!r}")
-    _HANDLERS[kind] = ApprovalHandlers(
-        on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired, check=check, recheck=recheck
+    APPROVAL_HANDLERS.register(
+        kind,
+        ApprovalHandlers(
+            on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired, check=check, recheck=recheck
+        ),
     )
 
 
-def approval_handler_unregister(kind: str) -> None:
-    _HANDLERS.pop(kind, None)
-
-
 def approval_handlers_for(kind: str) -> ApprovalHandlers | None:
-    return _HANDLERS.get(kind)
-
-
-@contextmanager
-def approval_handlers_replaced(handlers: dict[str, ApprovalHandlers] | None = None) -> Iterator[None]:
-    """Run with exactly `handlers` registered (none by default), then restore
-    the registry: for tests of the gate alone, and of one handler at a time."""
-    saved = dict(_HANDLERS)
-    _HANDLERS.clear()
-    _HANDLERS.update(handlers or {})
-    try:
-        yield
-    finally:
-        _HANDLERS.clear()
-        _HANDLERS.update(saved)
+    return APPROVAL_HANDLERS.get(kind)

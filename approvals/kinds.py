@@ -18,10 +18,10 @@ The registry refuses a second registration for a kind (filled in
 
 from __future__ import annotations
 
-from django.core.exceptions import ImproperlyConfigured
 from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
+from crm.registry import Registry
 
 # Payload keys that name the records a request concerns (pinned at open).
 PINNED_KEYS = frozenset({"message", "estimate", "point"})
@@ -39,20 +39,18 @@ class NothingEditable(serializers.Serializer):
     """Approve or reject as proposed; the decision's note says why."""
 
 
-_EDITS: dict[str, type[serializers.Serializer]] = {}
+APPROVAL_EDITS: Registry[type[serializers.Serializer]] = Registry("approval edit serializer")
 
 
 def approval_edit_register(kind: str, serializer_class: type[serializers.Serializer]) -> None:
     """Say which payload fields a decision on `kind` may edit; once per kind."""
     if kind not in ApprovalRequest.Kind.values:
         raise ValueError(f"unknown approval kind {kind!r}")
-    if kind in _EDITS:
-        raise ImproperlyConfigured(f"what a decision may edit on {kind!r} is registered already")
-    _EDITS[kind] = serializer_class
+    APPROVAL_EDITS.register(kind, serializer_class)
 
 
 def approval_edit_serializer(kind: str) -> type[serializers.Serializer]:
-    return _EDITS.get(kind, NothingEditable)
+    return APPROVAL_EDITS.get(kind) or NothingEditable
 
 
 def approval_editable_fields(kind: str) -> frozenset[str]:

@@ -1,4 +1,4 @@
-"""The read API (CONTRACT, "API"): serializers and read-only viewsets.
+"""The read API (its OpenAPI schema: /api/schema/): serializers and read-only viewsets.
 
 Every record is addressed by its public id and every reference to a record
 is that record's public id; users appear as usernames. What a user may see

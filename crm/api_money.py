@@ -1,4 +1,4 @@
-"""The money records and the revenue report in the read API (CONTRACT, "API").
+"""The money records and the revenue report in the read API (its OpenAPI schema: /api/schema/).
 
 Appointments, estimates, jobs, invoices, payments and refunds: each its own
 record with its own times; money as a string decimal beside its currency.

@@ -1,4 +1,4 @@
-"""`/api/v1/`: the read API (CONTRACT, "API")."""
+"""`/api/v1/`: the read API (its OpenAPI schema: /api/schema/)."""
 
 from django.urls import path
 from rest_framework.routers import DefaultRouter
@@ -12,7 +12,7 @@ router.register("messages", api.MessageViewSet, basename="message")
 router.register("inbound-events", api.InboundEventViewSet, basename="inbound-event")
 router.register("tasks", api.TaskViewSet, basename="task")
 router.register("enrollments", api.EnrollmentViewSet, basename="enrollment")
-# Money records (issue 7): each its own record, money as string decimal + currency.
+# Money records: each its own record, money as string decimal + currency.
 router.register("appointments", api_money.AppointmentViewSet, basename="appointment")
 router.register("estimates", api_money.EstimateViewSet, basename="estimate")
 router.register("jobs", api_money.JobViewSet, basename="job")

@@ -23,7 +23,7 @@ _CODES = {
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every API error is `{"error": <code>, "detail": ...}` (CONTRACT)."""
+    """Every API error is `{"error": <code>, "detail": ...}`."""
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

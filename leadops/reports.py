@@ -1,4 +1,4 @@
-"""The reporting pages of the back office (issue 7): the daily brief, the
+"""The reporting pages of the back office: the daily brief, the
 manager exception report (with CSV), the funnel with its charts, the lead
 trace and the leak audit.
 

@@ -1,4 +1,4 @@
-"""`GET /api/v1/leads/<id>/trace/` (CONTRACT): the lead trace as JSON.
+"""`GET /api/v1/leads/<id>/trace/`: the lead trace as JSON.
 
 Routed in `leadops/urls.py` ahead of the crm API (the trace is agents code,
 which crm may not import), with the same authentication, scoping and error

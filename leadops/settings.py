@@ -1,4 +1,4 @@
-"""LeadOps settings: everything comes from the environment (CONTRACT, Settings).
+"""LeadOps settings: everything comes from the environment (the README lists every setting).
 
 A `.env` file beside manage.py is read when present. Bad values fail loudly at
 startup rather than at the first request that needs them.

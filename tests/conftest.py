@@ -9,6 +9,7 @@ from django.db import ProgrammingError
 from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
+from crm.registry import Registry
 from tests.factories import BusinessFactory, member_create
 from tests.redis_server import MISSING, redis_available, redis_server
 
@@ -41,6 +42,14 @@ def rate_limits_start_empty(django_db_setup: None, django_db_blocker: DjangoDbBl
             # No test in this run uses the database, so pytest-django set none
             # up: there is no cache table, and nothing to clear.
             return
+
+
+@pytest.fixture(autouse=True)
+def registries_restored() -> Iterator[None]:
+    """What a test registers (a timer kind of its own, a stand-in handler)
+    is gone after it: registries refuse a name registered twice."""
+    with Registry.all_restored():
+        yield
 
 
 @pytest.fixture

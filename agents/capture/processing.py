@@ -31,6 +31,7 @@ from django.utils import timezone
 from agents.capture.base import MalformedPayload
 from agents.orchestrator import lead_steps_inline
 from crm.models import InboundEvent
+from crm.registry import Registry
 from crm.selectors import reads_shared
 from crm.services.receipts import receipts_batched
 
@@ -43,7 +44,7 @@ S = InboundEvent.Status
 # no transaction stays open while a provider is slow.
 Handler = Callable[..., str]
 Prepare = Callable[[InboundEvent], Any]
-_HANDLERS: dict[str, tuple[Handler, Prepare | None]] = {}
+EVENT_HANDLERS: Registry[tuple[Handler, Prepare | None]] = Registry("inbound event handler")
 
 STALE_PROCESSING = timedelta(minutes=10)
 LOST_ENQUEUE = timedelta(minutes=2)
@@ -62,7 +63,7 @@ class RetryLater(Exception):
 
 def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
     """`handler(event)`, or `handler(event, prepared)` when `prepare` is given."""
-    _HANDLERS[f"{provider}:{kind}"] = (handler, prepare)
+    EVENT_HANDLERS.register(f"{provider}:{kind}", (handler, prepare))
 
 
 def _claim(event_id: int, *, now: datetime) -> bool:
@@ -92,7 +93,7 @@ def event_process(event_id: int, *, now: datetime | None = None) -> str:
 
 def _run(event_id: int, *, now: datetime) -> str:
     event = InboundEvent.objects.select_related("source", "business").get(pk=event_id)
-    registered = _HANDLERS.get(f"{event.provider}:{event.kind}")
+    registered = EVENT_HANDLERS.get(f"{event.provider}:{event.kind}")
     if registered is None:
         return _finish(event, S.FAILED, f"no handler for {event.provider} events of kind {event.kind!r}")
     handler, prepare = registered

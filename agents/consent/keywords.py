@@ -1,5 +1,5 @@
 """Inbound texts that change consent: keywords, revocations in plain words,
-and complaints (DESIGN §6 invariant 4; Twilio's keyword rules).
+and complaints (Twilio's keyword rules).
 
 - Keywords (the whole text, one word, any case and spacing): opt-out STOP,
   STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, REVOKE, OPTOUT; opt-in START, YES,

@@ -1,4 +1,4 @@
-"""First response for a new lead (issue 4, item 9).
+"""First response for a new lead.
 
 In one step, once per lead: the approved acknowledgement through the send
 gate (a person's task instead when the gate or the assistant says no), the

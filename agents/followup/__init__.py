@@ -1,4 +1,4 @@
-"""Follow-up and rescue (issue 6): the sequence engine and the roles that run
+"""Follow-up and rescue: the sequence engine and the roles that run
 on it — No-Reply Follow-Up, the Reply Logger, Open-Estimate Follow-Up and AI
 Voice Follow-Up. `register()` wires their timers, hooks and approval
 handlers at startup (agents.apps)."""

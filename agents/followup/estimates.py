@@ -1,4 +1,4 @@
-"""Estimates and Open-Estimate Follow-Up (issue 6, item 7).
+"""Estimates and Open-Estimate Follow-Up.
 
 An estimate is its own record with its own states: draft → (pending_approval
 →) sent → accepted | declined | expired. It is not cash.
@@ -389,7 +389,7 @@ def _expiry_timer(timer: Timer) -> None:
 def register() -> None:
     timer_handler_register(FOLLOW_UP_TIMER, _follow_up_timer)
     timer_handler_register(EXPIRY_TIMER, _expiry_timer)
-    TRIGGER_EXITS[TRIGGER] = open_estimate_exit
+    TRIGGER_EXITS.register(TRIGGER, open_estimate_exit)
     approval_handler_register(
         ApprovalRequest.Kind.HIGH_VALUE_ESTIMATE,
         on_approved=high_value_approved,

@@ -1,4 +1,4 @@
-"""No-Reply Follow-Up (issue 6, item 2): when the first response got no reply
+"""No-Reply Follow-Up: when the first response got no reply
 within the standard, the business's `no_reply` path runs — early texts, an
 email with the details, call tasks for the owner, a voice call last — and,
 when it ends without a reply, the lead ends `unresponsive`: never an endless
@@ -67,4 +67,4 @@ def no_reply_completed(enrollment: Enrollment, lead: Lead, now: datetime) -> Non
 
 
 def register() -> None:
-    ON_COMPLETE[TRIGGER] = no_reply_completed
+    ON_COMPLETE.register(TRIGGER, no_reply_completed)

@@ -1,4 +1,4 @@
-"""The Reply Logger (issue 6, item 3): every inbound reply, on any channel,
+"""The Reply Logger: every inbound reply, on any channel,
 ends automation for that person, lands in the lead's conversation and gives
 the lead's owner the conversation to take over.
 

@@ -1,5 +1,5 @@
 """The sequence engine: follow-up paths that run on their own clock and stop
-the moment they should (issue 6, item 1; DESIGN §6 invariants 5, 7, 11).
+the moment they should.
 
 - A `Sequence` is a business's path for one trigger (`no_reply`, `no_show`,
   `open_estimate`, `appointment`): steps with a delay (`after: 15m`, `2h`,
@@ -69,6 +69,7 @@ from crm.models import (
     Task,
     Timer,
 )
+from crm.registry import Registry
 from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
@@ -121,9 +122,9 @@ ExitCheck = Callable[[Enrollment, Lead, datetime], str]
 CompletionHook = Callable[[Enrollment, Lead, datetime], None]
 # How a channel's step is performed when the engine does not do it itself (voice).
 StepRunner = Callable[[Enrollment, Lead, "Step", datetime], str]
-TRIGGER_EXITS: dict[str, ExitCheck] = {}
-ON_COMPLETE: dict[str, CompletionHook] = {}
-CHANNEL_RUNNERS: dict[str, StepRunner] = {}
+TRIGGER_EXITS: Registry[ExitCheck] = Registry("sequence exit check")
+ON_COMPLETE: Registry[CompletionHook] = Registry("sequence completion hook")
+CHANNEL_RUNNERS: Registry[StepRunner] = Registry("sequence step runner")
 # How each trigger's sends are signed in receipts ("agent:<role>").
 TRIGGER_ROLES = {
     "no_reply": "agent:no_reply_follow_up",
@@ -805,7 +806,7 @@ def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None
 # A channel's own eligibility for the preview (voice: the SMS and email paths
 # ran without a reply): given the lead, what earlier steps sent, and when.
 PreviewCheck = Callable[[Lead, list[tuple[datetime, str]], datetime], str]
-CHANNEL_PREVIEWS: dict[str, PreviewCheck] = {}
+CHANNEL_PREVIEWS: Registry[PreviewCheck] = Registry("sequence preview check")
 
 
 def _preview_gate(

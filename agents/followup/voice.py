@@ -1,4 +1,4 @@
-"""AI Voice Follow-Up (issue 6, item 8): a call, last in line, for leads
+"""AI Voice Follow-Up: a call, last in line, for leads
 whose SMS and email paths ran without a reply.
 
 - Eligible only when an automated text and an automated email went out to
@@ -353,8 +353,8 @@ def _process_dial(event: InboundEvent) -> str:
 
 
 def register() -> None:
-    CHANNEL_RUNNERS["voice"] = voice_step
-    CHANNEL_PREVIEWS["voice"] = voice_preview_check
+    CHANNEL_RUNNERS.register("voice", voice_step)
+    CHANNEL_PREVIEWS.register("voice", voice_preview_check)
     handler_register(Provider.TWILIO, KIND_ANSWER, _process_answer)
     handler_register(Provider.TWILIO, KIND_GATHER, _process_gather)
     handler_register(Provider.TWILIO, KIND_DIAL, _process_dial)

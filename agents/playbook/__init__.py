@@ -1,5 +1,5 @@
 """The approved playbook: versioned message templates, the claims guard, and
-the AI SMS Assistant that drafts from them (issue 4, item 7).
+the AI SMS Assistant that drafts from them.
 
 - `templates`: rendering (`template_render`), the automation read
   (`template_for_automation`) and the two-party change of text

@@ -1,5 +1,5 @@
 """The AI SMS Assistant: drafts the first acknowledgement and replies from the
-approved playbook (DESIGN §5; invariant 9).
+approved playbook (a draft outside it waits for a person).
 
 Two steps with a clean boundary between them:
 

@@ -1,4 +1,4 @@
-"""Revenue ops and reporting (issue 7): pipeline QA, call scoring, the daily
+"""Revenue ops and reporting: pipeline QA, call scoring, the daily
 owner brief, Slack alerts, the funnel, the lead trace and the leak audit.
 
 Each module is one role: plain functions over the crm records, read in sets

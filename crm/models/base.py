@@ -38,7 +38,7 @@ class Business(models.Model):
     consent_max_age_days = models.PositiveIntegerField(default=365)
     # A missed call may get one automated text-back only where the business says so.
     missed_call_text_back = models.BooleanField(default=False)
-    # Routing and SLA (issue 5). Business hours as {"mon": "08:00-18:00", ...};
+    # Routing and SLA. Business hours as {"mon": "08:00-18:00", ...};
     # empty means the SLA clock runs round the clock.
     business_hours = models.JSONField(default=dict, blank=True)
     # On an SLA breach, hand the lead to the next eligible owner (else only alert).

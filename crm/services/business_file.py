@@ -1,4 +1,4 @@
-"""Loading one business from its YAML file (CONTRACT, "The business file").
+"""Loading one business from its YAML file (demo/acme-hvac.yaml shows every key).
 
 `business_file_load` is the entry point. It guarantees:
 

@@ -69,6 +69,7 @@ from crm.models import (
     Timer,
 )
 from crm.models.receipts import ERASED, PERSONAL_KEYS
+from crm.registry import Registry
 from crm.services.receipts import receipt_personal_data_erase, receipt_write
 
 ACTION = "contact.forgotten"
@@ -112,15 +113,13 @@ class Forgetting:
 
 
 Eraser = Callable[[Forgetting], None]
-_ERASERS: dict[str, Eraser] = {}
+ERASERS: Registry[Eraser] = Registry("forget eraser")
 
 
 def forget_eraser_register(name: str, eraser: Eraser) -> None:
     """Let an app that crm does not import erase its own records (called from
-    its AppConfig.ready). A name registered twice is a mistake, refused."""
-    if name in _ERASERS and _ERASERS[name] is not eraser:
-        raise ValueError(f"a forget eraser named {name!r} is already registered")
-    _ERASERS[name] = eraser
+    its AppConfig.ready); once per name."""
+    ERASERS.register(name, eraser)
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def contact_forget(contact: Contact, *, actor: str, reason: str = "") -> ForgetR
         _erase_comms(forgetting)
         _erase_revenue(forgetting)
         _erase_events(forgetting)
-        for eraser in _ERASERS.values():
+        for eraser in ERASERS.values():
             eraser(forgetting)
         _erase_admin_log(forgetting)
         _erase_receipts(forgetting)

@@ -20,6 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
+from crm.registry import Registry
 from crm.selectors import reads_shared
 from crm.services.receipts import receipt_write, receipts_batched
 from crm.services.rows import row_insert_once
@@ -27,16 +28,26 @@ from crm.services.rows import row_insert_once
 log = logging.getLogger(__name__)
 
 TimerHandler = Callable[[Timer], None]
-_HANDLERS: dict[str, TimerHandler] = {}
-# Kinds whose handler is one database transaction: it runs inside the
-# transaction that also marks its timer done (one commit per timer, and the
-# work and the done mark commit or roll back together).
-_ATOMIC_KINDS: set[str] = set()
 
-# Kinds whose handler calls the network (a Slack post, an email): the timer
-# loop leaves them to a job of their own (`timers_run_due(kinds=[...])`), so a
-# slow provider never holds every lead's clock behind it.
-_OWN_JOB_KINDS: set[str] = set()
+
+@dataclass(frozen=True)
+class TimerKind:
+    """How a kind of timer runs.
+
+    `atomic`: the handler is one database transaction with no effect outside
+    the database before commit (on_commit hooks are fine), so it runs inside
+    the transaction that also marks its timer done (one commit per timer; the
+    work and the done mark commit or roll back together). `own_job`: the
+    handler calls the network (a Slack post, an email), so the timer loop
+    leaves it to a job of its own (`timers_run_due(kinds=[...])`) and a slow
+    provider never holds every lead's clock behind it."""
+
+    handler: TimerHandler
+    atomic: bool = False
+    own_job: bool = False
+
+
+TIMER_KINDS: Registry[TimerKind] = Registry("timer handler")
 
 # A timer claimed longer ago than this by a process that died is claimable again.
 STALE_CLAIM = timedelta(minutes=10)
@@ -47,17 +58,13 @@ RUN_BUDGET = timedelta(seconds=40)
 
 
 def timer_handler_register(kind: str, handler: TimerHandler, *, atomic: bool = False, own_job: bool = False) -> None:
-    """`atomic=True`: the handler's work is one transaction with no effect
-    outside the database before commit (on_commit hooks are fine), so the run
-    wraps it with its done mark in one transaction. Otherwise the handler runs
-    on its own and the mark is written after it returns. `own_job=True`: the
-    handler calls the network; only a run naming the kind runs it."""
-    _HANDLERS[kind] = handler
-    for flag, kinds in ((atomic, _ATOMIC_KINDS), (own_job, _OWN_JOB_KINDS)):
-        if flag:
-            kinds.add(kind)
-        else:
-            kinds.discard(kind)
+    """Say how timers of `kind` run (see TimerKind); once per kind, from an
+    AppConfig.ready()."""
+    TIMER_KINDS.register(kind, TimerKind(handler, atomic=atomic, own_job=own_job))
+
+
+def _own_job_kinds() -> list[str]:
+    return sorted(kind for kind, spec in TIMER_KINDS.items() if spec.own_job)
 
 
 def timer_schedule(
@@ -99,8 +106,8 @@ def _claim(now: datetime, batch: int, kinds: list[str] | None = None) -> list[Ti
         )
         if kinds is not None:
             due_rows = due_rows.filter(kind__in=kinds)
-        elif _OWN_JOB_KINDS:
-            due_rows = due_rows.exclude(kind__in=sorted(_OWN_JOB_KINDS))
+        elif own_job := _own_job_kinds():
+            due_rows = due_rows.exclude(kind__in=own_job)
         due = list(due_rows.order_by("due_at")[:batch])
         Timer.objects.filter(pk__in=[t.pk for t in due]).update(
             status=Timer.Status.RUNNING, claimed_at=now, attempts=F("attempts") + 1
@@ -120,11 +127,12 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
     # transaction would hold them across many leads (blocking live writers of
     # that chain, and taking lead locks after the chain lock, the reverse of
     # every other writer's order). A failure rolls back only its own timer.
-    handler = _HANDLERS.get(timer.kind)
     try:
-        if handler is None:
+        spec = TIMER_KINDS.get(timer.kind)
+        if spec is None:
             raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
-        if timer.kind in _ATOMIC_KINDS:
+        handler = spec.handler
+        if spec.atomic:
             with transaction.atomic():
                 with receipts_batched(), reads_shared():  # one INSERT for the step's receipts
                     handler(timer)

@@ -342,7 +342,7 @@ DM_TEXTS = (
     "Do you do ductwork? Saw your reel about attic insulation 👍",
 )
 DM_FOLLOW_UPS = ("Also, are you free this week?", "Thanks! Mornings are best 🙏", "¿Y cuánto cuesta la visita?")
-# Google's "SEND TEST DATA" lead (FORMATS.md, Google Ads).
+# Google's "SEND TEST DATA" lead.
 GOOGLE_TEST_PERSON = ("FirstName", "LastName", "+16505550123", "test@example.com", "94043")
 
 

@@ -12,7 +12,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
-from approvals.handlers import approval_handlers_replaced
+from approvals.handlers import APPROVAL_HANDLERS
 from approvals.models import ApprovalRequest
 from approvals.services import approval_approve, approval_request_open
 from crm.models import Business, Receipt, Role, TeamMember
@@ -28,7 +28,7 @@ _phones = (f"+1212555{n:04d}" for n in itertools.count(500))
 
 @pytest.fixture(autouse=True)
 def no_registered_handlers() -> Iterator[None]:
-    with approval_handlers_replaced():
+    with APPROVAL_HANDLERS.replaced():
         yield
 
 

@@ -1,4 +1,4 @@
-"""`/api/v1/approvals/`: the queue, its filters, decisions and their errors (CONTRACT, "API")."""
+"""`/api/v1/approvals/`: the queue, its filters, decisions and their errors (its OpenAPI schema: /api/schema/)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from approvals.handlers import approval_handlers_replaced
+from approvals.handlers import APPROVAL_HANDLERS
 from approvals.models import ApprovalRequest
 from approvals.services import approval_approve, approval_request_open
 from crm.models import Business, Lead, Receipt, Role, TeamMember
@@ -44,7 +44,7 @@ _phones = (f"+1212555{n:04d}" for n in itertools.count(300))
 
 @pytest.fixture(autouse=True)
 def no_registered_handlers() -> Iterator[None]:
-    with approval_handlers_replaced():
+    with APPROVAL_HANDLERS.replaced():
         yield
 
 

@@ -15,10 +15,10 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals.handlers import (
+    APPROVAL_HANDLERS,
     ApprovalHandlers,
     approval_handler_register,
     approval_handlers_for,
-    approval_handlers_replaced,
 )
 from approvals.kinds import NothingEditable, approval_edit_register, approval_editable_fields
 from approvals.models import ApprovalRequest
@@ -46,7 +46,7 @@ _phones = (f"+1212555{n:04d}" for n in itertools.count(100))
 @pytest.fixture(autouse=True)
 def no_registered_handlers() -> Iterator[None]:
     # The gate alone: whatever other apps registered at startup is set aside.
-    with approval_handlers_replaced():
+    with APPROVAL_HANDLERS.replaced():
         yield
 
 
@@ -487,7 +487,7 @@ def test_replacing_the_handlers_restores_the_registry_afterwards() -> None:
     approval_handler_register("complaint", on_rejected=lambda request, payload: None)
     registered = approval_handlers_for("complaint")
 
-    with approval_handlers_replaced({"exception": ApprovalHandlers()}):
+    with APPROVAL_HANDLERS.replaced({"exception": ApprovalHandlers()}):
         assert approval_handlers_for("complaint") is None
         assert approval_handlers_for("exception") == ApprovalHandlers()
 

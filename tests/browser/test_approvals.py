@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from approvals.handlers import approval_handlers_replaced
+from approvals.handlers import APPROVAL_HANDLERS
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
 from crm.models import Receipt, Role
@@ -22,7 +22,7 @@ QUEUE = "/admin/approvals/approvalrequest/"
 @pytest.fixture(autouse=True)
 def no_registered_handlers() -> Iterator[None]:
     # Sending the approved draft is the send gate's handler; this test is the gate's own side.
-    with approval_handlers_replaced():
+    with APPROVAL_HANDLERS.replaced():
         yield
 
 

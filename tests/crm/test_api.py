@@ -1,4 +1,4 @@
-"""The read API (CONTRACT, "API"): fields, filters, scoping, auth, query counts, schema."""
+"""The read API (its OpenAPI schema: /api/schema/): fields, filters, scoping, auth, query counts, schema."""
 
 from __future__ import annotations
 

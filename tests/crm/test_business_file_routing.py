@@ -1,4 +1,4 @@
-"""The business file's routing and SLA keys (issue 5)."""
+"""The business file's routing and SLA keys."""
 
 from __future__ import annotations
 

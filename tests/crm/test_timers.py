@@ -14,7 +14,14 @@ from django_q.models import Schedule
 from agents.schedules import schedules_ensure
 from crm.models import Business, Receipt, Timer
 from crm.services.receipts import receipt_write, receipts_verify
-from crm.services.timers import STALE_CLAIM, timer_handler_register, timer_schedule, timers_run_due
+from crm.services.timers import (
+    STALE_CLAIM,
+    TIMER_KINDS,
+    TimerKind,
+    timer_handler_register,
+    timer_schedule,
+    timers_run_due,
+)
 from tests.factories import BusinessFactory
 
 
@@ -106,15 +113,14 @@ def test_a_failed_timer_is_not_retried_by_the_next_run(business: Business) -> No
 def test_a_timer_left_running_by_a_dead_run_is_claimed_again_once_stale(
     business: Business, recorder: _Recorder
 ) -> None:
-    timer_handler_register("test.die", _die)
     now = timezone.now()
     timer = timer_schedule(business=business, kind="test.die", due_at=now - STALE_CLAIM * 2)
-    with pytest.raises(_ProcessDied):
+    with TIMER_KINDS.registered("test.die", TimerKind(_die)), pytest.raises(_ProcessDied):
         timers_run_due(now=now - STALE_CLAIM * 2)
     assert Timer.objects.get(pk=timer.pk).status == Timer.Status.RUNNING
     assert timers_run_due(now=now - STALE_CLAIM).claimed == 0
 
-    timer_handler_register("test.die", recorder)
+    timer_handler_register("test.die", recorder)  # the process that takes over, with a handler that works
     result = timers_run_due(now=now)
 
     timer.refresh_from_db()

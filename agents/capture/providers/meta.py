@@ -151,7 +151,7 @@ def _dm_items(entry: dict[str, Any], where: str, delivery: Delivery) -> None:
         (f"{where}.messaging[{n}]", m) for n, m in enumerate(_list_at(entry, "messaging", where, delivery.problems))
     ]
     # The dashboard's "Test" button sends changes[]{field: "messages", value}
-    # instead of messaging[] (FORMATS.md §3).
+    # instead of messaging[].
     for n, change in enumerate(_list_at(entry, "changes", where, delivery.problems)):
         if isinstance(change, dict) and change.get("field") == "messages":
             events.append((f"{where}.changes[{n}].value", change.get("value")))
@@ -353,7 +353,7 @@ CONSUMED = {
     "postal_code",
     "street_address",
 }
-# Meta's Lead Ads Testing Tool fills every field this way (UNCONFIRMED in FORMATS.md).
+# Meta's Lead Ads Testing Tool fills every field this way (as far as its samples show).
 TEST_LEAD_MARK = "<test lead"
 
 

@@ -1,5 +1,5 @@
 """Website forms: server to server (`/hooks/forms/<key>/`) and the hosted
-form page (`/f/<key>/`). Both take the CONTRACT's form fields, as JSON or
+form page (`/f/<key>/`). Both take the documented form fields (docs/capture.md), as JSON or
 form-encoded; any other field is kept as an answer.
 
 Answers: 200 accepted (and for repeats), 401 bad bearer secret, 404 unknown

@@ -7,7 +7,7 @@ from crm.services.business_file import BusinessFileError, business_file_load
 
 
 class Command(BaseCommand):
-    help = "Create or update one business from its YAML file (idempotent; see CONTRACT, the business file)."
+    help = "Create or update one business from its YAML file (idempotent; demo/acme-hvac.yaml shows every key)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path, help="The business file, e.g. demo/acme-hvac.yaml")

@@ -1,7 +1,7 @@
 """The admin for jobs, invoices, payments and refunds.
 
-Registered by agents at startup (crm's admin cannot call the roles that must
-follow a payment: settling the invoice, the lead's orchestrator event). Every
+Here, not in crm's admin: crm cannot call the roles that must follow a
+payment (settling the invoice, the lead's orchestrator event). Every
 form here parses and calls one service in `agents.revenue`; the records
 themselves stay read-only.
 """
