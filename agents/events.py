@@ -29,7 +29,7 @@ from django.utils import timezone
 from agents.queue import task_enqueue
 from crm.models import Lead, Task, Timer
 from crm.selectors import business_manager
-from crm.services.records import task_create
+from crm.services.records import task_ensure
 from crm.services.timers import timer_schedule
 
 ACTOR = "agent:orchestrator"
@@ -82,11 +82,8 @@ class MissingInformation(Exception):
 
 def exception_task(lead: Lead, title: str, reason: str, *, actor: str = ACTOR) -> Task:
     """One open exception task per lead and title, owned by the lead's owner or the manager."""
-    existing = lead.tasks.filter(kind="exception", status=Task.Status.OPEN, title=title).first()
-    if existing is not None:
-        return existing
     owner = lead.owner if lead.owner_id and lead.owner and lead.owner.is_active else None
-    return task_create(
+    return task_ensure(
         lead=lead,
         title=title,
         due_at=timezone.now(),

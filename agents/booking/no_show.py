@@ -34,7 +34,6 @@ from agents.booking.services import (
     _owner,
     appointment_outcome_record,
     appointment_when,
-    lead_close,
 )
 from agents.events import MissingInformation, lead_event
 from agents.followup.sequences import enrollment_start
@@ -169,9 +168,9 @@ def no_show_deadline(appointment: Appointment, *, now: datetime | None = None) -
     days = REBOOK_WAIT.days
     if answered:
         reason = f"no-show {appointment.public_id}: answered but did not rebook within {days} days"
-        lead_close(lead, Stage.LOST, actor=ACTOR, reason=reason, lost_reason=reason)
+        lead_sync.lead_close(lead, Stage.LOST, actor=ACTOR, reason=reason, lost_reason=reason)
         return "lost"
-    lead_close(
+    lead_sync.lead_close(
         lead,
         Stage.UNRESPONSIVE,
         actor=ACTOR,

@@ -46,7 +46,7 @@ from crm.models import Appointment, Availability, Estimate, Lead, Message, Stage
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import appointment_record, task_create
+from crm.services.records import appointment_record, task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
 
 ACTOR = "agent:calendar_booking"
@@ -100,11 +100,6 @@ def _name(lead: Lead) -> str:
     return lead.contact.name or lead.public_id
 
 
-def nurture_stop(lead: Lead, *, reason: str, actor: str) -> int:
-    """Stop every automated path of the lead (the sequence engine's exit, with its receipt)."""
-    return enrollments_stop(lead=lead, reason=reason, actor=actor)
-
-
 # --- moving the lead --------------------------------------------------------
 
 
@@ -124,20 +119,6 @@ def _to_booked(lead: Lead, *, actor: str, reason: str) -> None:
             raise LeadNotBookable(f"{lead.public_id} is {stage}: a lead there cannot be booked")
     except lead_sync.LeadSyncError as exc:
         raise LeadNotBookable(str(exc)) from exc
-
-
-def lead_close(lead: Lead, stage: str, *, actor: str, reason: str, lost_reason: str = "") -> None:
-    """Close a lead (won, lost, unresponsive): stage through CRM Sync, the next
-    action cleared, open next-action tasks canceled, automation stopped."""
-    if lost_reason:
-        Lead.objects.filter(pk=lead.pk).update(lost_reason=lost_reason[:300])
-    lead_sync.lead_transition(lead, stage, actor=actor, reason=lost_reason or reason)
-    if lead.next_action:
-        lead_sync.lead_set_next_action(lead, "", None, actor=actor, reason=f"closed: {stage}")
-    lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).update(
-        status=Task.Status.CANCELED, outcome=f"lead closed: {stage}", completed_at=timezone.now(), completed_by=actor
-    )
-    nurture_stop(lead, reason="won" if stage == Stage.WON else "stage_left", actor=actor)
 
 
 # --- booking ----------------------------------------------------------------
@@ -250,7 +231,7 @@ def _location(lead: Lead) -> str:
 
 def _after_booking(lead: Lead, appointment: Appointment, *, actor: str, confirm: bool, now: datetime) -> Message | None:
     """What every new appointment sets off, in the booking's transaction."""
-    nurture_stop(lead, reason="booking", actor=actor)
+    enrollments_stop(lead=lead, reason="booking", actor=actor)
     Timer.objects.filter(lead=lead, kind=NO_SHOW_DEADLINE_TIMER, status=Timer.Status.PENDING).update(
         status=Timer.Status.CANCELED, error=f"rebooked: {appointment.public_id}"
     )
@@ -296,10 +277,7 @@ def _confirm(lead: Lead, appointment: Appointment, *, actor: str, now: datetime)
 
 
 def _person_task(lead: Lead, title: str, reason: str, *, actor: str, now: datetime) -> Task:
-    existing = lead.tasks.filter(kind="follow_up", status=Task.Status.OPEN, title=title).first()
-    if existing is not None:
-        return existing
-    return task_create(
+    return task_ensure(
         lead=lead, title=title, due_at=now, actor=actor, kind="follow_up", owner=_owner(lead), reason=reason
     )
 
@@ -539,11 +517,11 @@ def appointment_next_state(
     if lead.stage != Stage.APPOINTMENT_HELD:
         raise BookingError(f"{lead.public_id} is {lead.stage}, not appointment_held")
     if state == "won":
-        lead_close(lead, Stage.WON, actor=actor, reason=reason or "won after the visit")
+        lead_sync.lead_close(lead, Stage.WON, actor=actor, reason=reason or "won after the visit")
     elif state == "lost":
         if not reason.strip():
             raise BookingError("a lost lead needs the reason")
-        lead_close(lead, Stage.LOST, actor=actor, reason=reason, lost_reason=reason)
+        lead_sync.lead_close(lead, Stage.LOST, actor=actor, reason=reason, lost_reason=reason)
     elif state == "estimate_sent":
         if not lead.estimates.filter(status=Estimate.Status.SENT).exists():
             raise BookingError("no estimate has been sent: record and send the estimate first")

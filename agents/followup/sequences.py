@@ -71,8 +71,9 @@ from crm.models import (
 )
 from crm.registry import Registry
 from crm.selectors import business_manager
+from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import task_create
+from crm.services.records import task_create, task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
 
 ACTOR = "agent:sequence_engine"
@@ -708,10 +709,7 @@ def message_step(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) 
 
 def step_to_person(enrollment: Enrollment, lead: Lead, step: Step, now: datetime, problem: str) -> Task:
     title = f"Send the {step.channel} '{step.template}' yourself ({enrollment.sequence.key}, step {step.index + 1})"
-    existing = lead.tasks.filter(kind="follow_up", status=Task.Status.OPEN, title=title[:300]).first()
-    if existing is not None:
-        return existing
-    return task_create(
+    return task_ensure(
         lead=lead,
         title=title[:300],
         due_at=now,
@@ -859,6 +857,12 @@ def hold_released_step(lead: Lead, data: dict[str, Any]) -> str:
     return f"resumed as {resumed.public_id}" if resumed else "nothing to resume"
 
 
+def _lead_closed(lead: Lead, stage: str, actor: str) -> None:
+    enrollments_stop(lead=lead, reason="won" if stage == Stage.WON else "stage_left", actor=actor)
+
+
 def register() -> None:
     # A step is one transaction: it commits with its timer's done mark.
     timer_handler_register(STEP_TIMER, _step_timer, atomic=True)
+    # However a lead closes (a task's outcome, a visit's, a no-show's), its paths end with it.
+    lead_sync.LEAD_CLOSED.register("sequences", _lead_closed)

@@ -50,7 +50,7 @@ from crm.phones import phone_to_e164
 from crm.selectors import business_manager
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
-from crm.services.records import task_create
+from crm.services.records import task_ensure
 
 ACTOR = "agent:voice_follow_up"
 MESSAGE_HEADER = "X-LeadOps-Message"
@@ -276,8 +276,7 @@ def _process_answer(event: InboundEvent) -> str:
 
 
 def _call_back_task(call: Call, lead: Lead, why: str) -> Task:
-    existing = lead.tasks.filter(kind=CALL_BACK, status=Task.Status.OPEN).first()
-    return existing or task_create(
+    return task_ensure(
         lead=lead,
         title=f"Call back {lead.contact.name or call.to} (follow-up call: {why})"[:300],
         due_at=timezone.now(),
@@ -285,6 +284,7 @@ def _call_back_task(call: Call, lead: Lead, why: str) -> Task:
         kind=CALL_BACK,
         owner=owner_of(lead),
         reason=why,
+        any_title=True,  # one call back at a time, whatever the last call's outcome
     )
 
 

@@ -13,12 +13,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.events import MissingInformation, lead_event
-from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, _money_check, tasks_close
+from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, _money_check
 from crm.models import Invoice, Job, Lead, Stage
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import invoice_record, task_create
+from crm.services.records import invoice_record, task_create, tasks_close
 
 ACTOR = "agent:revenue"
 INVOICE_TASK_KIND = "invoice"

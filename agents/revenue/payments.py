@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from agents.events import MissingInformation, lead_event
@@ -47,13 +47,12 @@ from crm.models import (
     Payment,
     Refund,
     Stage,
-    Task,
 )
 from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import payment_record, refund_record
+from crm.services.records import payment_record, refund_record, tasks_close
 
 ACTOR = "agent:payment_matching"
 EXCEPTION_KIND = "unmatched_payment"
@@ -661,28 +660,6 @@ def invoice_settle(invoice: Invoice, *, actor: str) -> Invoice:
 
 
 # --- the orchestrator's steps ------------------------------------------------
-
-
-def tasks_close(lead: Lead, tasks: QuerySet[Task], *, actor: str, outcome: str) -> int:
-    """Mark open tasks done with their outcome, once each (compare-and-set)
-    and with a receipt each."""
-    closed = 0
-    for task in tasks.filter(status=Task.Status.OPEN):
-        if Task.objects.filter(pk=task.pk, status=Task.Status.OPEN).update(
-            status=Task.Status.DONE, outcome=outcome[:300], completed_at=timezone.now(), completed_by=actor
-        ):
-            closed += 1
-            receipt_write(
-                business=lead.business,
-                lead=lead,
-                subject=task.public_id,
-                actor=actor,
-                action="task.completed",
-                reason=outcome,
-                before={"status": "open"},
-                after={"status": "done", "outcome": outcome},
-            )
-    return closed
 
 
 def _close_collect_tasks(lead: Lead, outcome: str) -> int:

@@ -137,14 +137,7 @@ def task_complete(
         if lead.stage in (Stage.NEW, Stage.ASSIGNED):
             lead_sync.lead_transition(lead, Stage.CONTACTED, actor=actor, reason=outcome)
     if terminal_stage:
-        if lost_reason:
-            Lead.objects.filter(pk=lead.pk).update(lost_reason=lost_reason[:300])
-        if lead.stage != terminal_stage:
-            lead_sync.lead_transition(lead, terminal_stage, actor=actor, reason=lost_reason or outcome)
-        lead_sync.lead_set_next_action(lead, "", None, actor=actor, reason=f"closed: {terminal_stage}")
-        lead.tasks.filter(kind="next_action", status=Task.Status.OPEN).update(
-            status=Task.Status.CANCELED, outcome=f"lead closed: {terminal_stage}", completed_at=now, completed_by=actor
-        )
+        lead_sync.lead_close(lead, terminal_stage, actor=actor, reason=outcome, lost_reason=lost_reason)
         return None
     if next_title.strip() and next_due_at:
         return next_action_set(lead, next_title.strip(), next_due_at, actor=actor, reason=outcome)

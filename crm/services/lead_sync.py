@@ -7,7 +7,7 @@ its change) cannot exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -17,7 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from crm.models import CLOSED_STAGES, Lead, Stage, TeamMember
+from crm.registry import Registry
 from crm.services.receipts import receipt_write
+from crm.services.records import tasks_cancel
 
 S = Stage
 
@@ -238,6 +240,49 @@ def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Le
         changes["closed_at"] = None
     saved = _save(current, changes, actor=actor, action="lead.stage_changed", reason=reason)
     return saved
+
+
+# What other apps do when a lead closes, in the closing transaction: the
+# sequence engine ends the lead's paths. Registered from their
+# AppConfig.ready(); CRM Sync cannot import them.
+LeadClosedHook = Callable[[Lead, str, str], None]  # (lead, stage, actor)
+LEAD_CLOSED: Registry[LeadClosedHook] = Registry("lead-closed hook")
+
+
+@transaction.atomic
+def lead_close(lead: Lead, stage: str, *, actor: str, reason: str, lost_reason: str = "") -> Lead:
+    """Close a lead — won, lost (with the reason), disqualified or
+    unresponsive — the one way every role and page does it: the stage (and
+    the lost reason) in one change with its receipt, the next action cleared,
+    the open next-action tasks canceled (a receipt each), then every
+    LEAD_CLOSED hook (automation stops). Closing a lead already in `stage`
+    still does the rest: a retry finishes what a failure left."""
+    if stage not in CLOSED_STAGES:
+        raise LeadSyncError(f"{stage} is not a closing stage")
+    if stage == Stage.LOST and not lost_reason.strip():
+        raise LeadSyncError("a lost lead needs the reason")
+    current = _locked(lead)
+    changes: dict[str, Any] = {}
+    if current.stage != stage:
+        if not transition_allowed(current.stage, stage):
+            raise ForbiddenTransition(current, stage)
+        changes.update(stage=stage, closed_at=timezone.now())
+    if lost_reason and current.lost_reason != lost_reason[:300]:
+        changes["lost_reason"] = lost_reason[:300]
+    if changes:
+        _save(current, changes, actor=actor, action="lead.stage_changed", reason=lost_reason or reason)
+    if current.next_action:
+        _save(
+            current,
+            {"next_action": "", "next_action_due_at": None},
+            actor=actor,
+            action="lead.next_action_set",
+            reason=f"closed: {stage}",
+        )
+    tasks_cancel(current, kinds=["next_action"], outcome=f"lead closed: {stage}", actor=actor)
+    for hook in LEAD_CLOSED.values():
+        hook(current, stage, actor)
+    return current
 
 
 @transaction.atomic

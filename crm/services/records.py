@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from crm.models import (
@@ -167,6 +168,77 @@ def task_create(
         after={"title": title, "kind": kind, "due_at": due_at, "owner": owner.user.get_username() if owner else None},
     )
     return task
+
+
+def task_ensure(
+    *,
+    lead: Lead,
+    title: str,
+    due_at: datetime,
+    actor: str,
+    kind: str,
+    owner: TeamMember | None = None,
+    reason: str = "",
+    any_title: bool = False,
+) -> Task:
+    """The lead's open task of `kind` with `title` (with `any_title`, of
+    `kind` at all), else a new one: a rule that asks a person for something
+    asks once, however often it is noticed."""
+    open_tasks = lead.tasks.filter(kind=kind, status=Task.Status.OPEN)
+    existing = (open_tasks if any_title else open_tasks.filter(title=title)).first()
+    if existing is not None:
+        return existing
+    return task_create(lead=lead, title=title, due_at=due_at, actor=actor, kind=kind, owner=owner, reason=reason)
+
+
+def tasks_close(lead: Lead, tasks: QuerySet[Task], *, actor: str, outcome: str) -> int:
+    """Mark open tasks done with their outcome (the work they asked for
+    happened: the invoice was paid), once each (compare-and-set) and with a
+    receipt each; returns how many."""
+    closed = 0
+    for task in tasks.filter(status=Task.Status.OPEN):
+        if Task.objects.filter(pk=task.pk, status=Task.Status.OPEN).update(
+            status=Task.Status.DONE, outcome=outcome[:300], completed_at=timezone.now(), completed_by=actor
+        ):
+            closed += 1
+            receipt_write(
+                business=lead.business,
+                lead=lead,
+                subject=task.public_id,
+                actor=actor,
+                action="task.completed",
+                reason=outcome,
+                before={"status": "open"},
+                after={"status": "done", "outcome": outcome},
+            )
+    return closed
+
+
+def tasks_cancel(
+    lead: Lead, *, kinds: Iterable[str], outcome: str, actor: str, now: datetime | None = None
+) -> list[Task]:
+    """Cancel the lead's open tasks of `kinds` (its work moved on: the lead
+    closed, the visit was booked), a receipt each; returns them."""
+    now = now or timezone.now()
+    open_tasks = list(lead.tasks.filter(kind__in=list(kinds), status=Task.Status.OPEN).order_by("pk"))
+    if not open_tasks:
+        return []
+    Task.objects.filter(pk__in=[t.pk for t in open_tasks], status=Task.Status.OPEN).update(
+        status=Task.Status.CANCELED, outcome=outcome[:300], completed_at=now, completed_by=actor
+    )
+    for task in open_tasks:
+        task.status, task.outcome, task.completed_at, task.completed_by = Task.Status.CANCELED, outcome, now, actor
+        receipt_write(
+            business=lead.business,
+            lead=lead,
+            subject=task.public_id,
+            actor=actor,
+            action="task.canceled",
+            reason=outcome,
+            before={"status": "open"},
+            after={"status": "canceled", "outcome": outcome},
+        )
+    return open_tasks
 
 
 def _record(model: Any, *, lead: Lead, actor: str, action: str, **fields: Any) -> Any:

@@ -408,3 +408,39 @@ def test_enrollments_stop_needs_exactly_one_scope(lead: Lead) -> None:
         enrollments_stop(reason="reply", actor="test")
     contact = contact_create(business=lead.business, actor="test", first_name="Nobody")
     assert enrollments_stop(contact=contact, reason="reply", actor="test") == 0
+
+
+def test_a_lead_closed_from_its_next_actions_outcome_ends_its_path_at_once(lead: Lead) -> None:
+    from agents.routing.next_action import next_action_set, task_complete
+
+    enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
+    task = next_action_set(lead, "Call Rosa back", NOON_NY + timedelta(hours=2), actor="sam", reason="test")
+
+    task_complete(task, actor="sam", outcome="went elsewhere", terminal_stage=Stage.LOST, lost_reason="chose a rival")
+
+    # At once, by the one close every role uses: not only when the next step finds the lead closed.
+    enrollment.refresh_from_db()
+    assert (enrollment.status, enrollment.stop_reason) == ("stopped", "stage_left")
+    lead.refresh_from_db()
+    assert (lead.stage, lead.lost_reason, lead.next_action) == (Stage.LOST, "chose a rival", "")
+    closed = Receipt.objects.get(subject=lead.public_id, action="lead.stage_changed", after__stage=Stage.LOST)
+    assert closed.after["lost_reason"] == "chose a rival" and closed.reason == "chose a rival"
+
+
+def test_closing_cancels_the_other_open_next_actions_with_a_receipt_each(lead: Lead) -> None:
+    # A lead closed by a visit's outcome, with its next action still open.
+    task = lead_sync_next_action(lead)
+
+    lead_sync.lead_close(lead, Stage.UNRESPONSIVE, actor="agent:no_show", reason="no answer after the no-show")
+
+    task.refresh_from_db()
+    assert (task.status, task.outcome) == ("canceled", "lead closed: unresponsive")
+    assert Receipt.objects.filter(subject=task.public_id, action="task.canceled").count() == 1
+    with pytest.raises(lead_sync.LeadSyncError, match="needs the reason"):
+        lead_sync.lead_close(lead, Stage.LOST, actor="sam", reason="")
+
+
+def lead_sync_next_action(lead: Lead) -> Task:
+    from agents.routing.next_action import next_action_set
+
+    return next_action_set(lead, "Call back", NOON_NY + timedelta(hours=2), actor="sam", reason="test")
