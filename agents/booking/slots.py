@@ -21,9 +21,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from crm.models import Appointment, Availability, Lead, TeamMember
+from crm.models import DAYS, Appointment, Availability, Lead, TeamMember
 
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 # Appointments that hold a place in their slot.
 HOLDING = (Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED)
 DEFAULT_DAYS_AHEAD = 14

@@ -37,7 +37,7 @@ MISSED_STATUSES = frozenset({"no-answer", "busy", "canceled", "failed"})
 TERMINAL_STATUSES = MISSED_STATUSES | {"completed"}
 # DialCallStatus has one value CallStatus lacks.
 STATUS_ALIASES = {"answered": "in-progress"}
-TASK_KIND = "call_back"
+TASK_KIND = Task.Kind.CALL_BACK
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,11 @@ from agents.followup.sequences import TRIGGER_EXITS, enrollment_start, enrollmen
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalConflict, approval_request_open
-from crm.models import Enrollment, Estimate, Lead, Payment, Stage, Timer
+from crm.models import Enrollment, Estimate, Lead, Payment, Stage, Task, Timer
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import task_create
+from crm.services.records import task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
 
 ACTOR = "agent:open_estimate_follow_up"
@@ -362,9 +362,8 @@ def open_estimate_check(estimate_id: int, *, now: datetime) -> str:
 
 def _owner_task(lead: Lead, title: str, now: datetime) -> Any:
     owner = lead.owner if lead.owner is not None and lead.owner.is_active else business_manager(lead.business_id)
-    existing = lead.tasks.filter(kind="follow_up", status="open", title=title).first()
-    return existing or task_create(
-        lead=lead, title=title, due_at=now, actor=ACTOR, kind="follow_up", owner=owner, reason="open estimate"
+    return task_ensure(
+        lead=lead, title=title, due_at=now, actor=ACTOR, kind=Task.Kind.FOLLOW_UP, owner=owner, reason="open estimate"
     )
 
 

@@ -34,7 +34,7 @@ from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 
 ACTOR = "agent:reply_logger"
-TAKE_OVER = "take_over"
+TAKE_OVER = Task.Kind.TAKE_OVER
 # What a text means for the paths, from the consent check's reading of it.
 READING_REASONS = {"opt_out": "opt_out", "revocation": "opt_out", "complaint": "complaint"}
 # Stages a reply moves on: the person is talking to us now.

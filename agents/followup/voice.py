@@ -60,7 +60,7 @@ MACHINES = frozenset({"machine_start", "machine_end_beep", "machine_end_silence"
 CONNECTED_DIAL = frozenset({"completed", "answered"})
 GATHER_SECONDS = 6
 DIAL_SECONDS = 20
-CALL_BACK = "call_back"
+CALL_BACK = Task.Kind.CALL_BACK
 
 
 # --- who may be called -----------------------------------------------------------------

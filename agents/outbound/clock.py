@@ -17,7 +17,7 @@ import phonenumbers
 from phonenumbers import geocoder
 from phonenumbers import timezone as number_timezones
 
-from crm.models import Business
+from crm.models import DAYS, Business
 
 BUILT_IN_STATE_WINDOWS = {"FL": "08:00-20:00"}
 US_STATES = {
@@ -138,7 +138,6 @@ def next_allowed(now: datetime, window: Window) -> datetime | None:
 
 # Business hours and working hours: {"mon": "08:00-18:00", ...}; a missing day
 # is a day off; an empty dict means round the clock.
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def hours_open(hours: dict[str, str], zone: ZoneInfo, at: datetime) -> bool:

@@ -14,14 +14,14 @@ from django.utils import timezone
 
 from agents.events import MissingInformation, lead_event
 from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, _money_check
-from crm.models import Invoice, Job, Lead, Stage
+from crm.models import Invoice, Job, Lead, Stage, Task
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
 from crm.services.records import invoice_record, task_create, tasks_close
 
 ACTOR = "agent:revenue"
-INVOICE_TASK_KIND = "invoice"
+INVOICE_TASK_KIND = Task.Kind.INVOICE
 # When an issued invoice names no due date, collection is due this much later.
 DEFAULT_PAYMENT_TERMS = timedelta(days=14)
 # A completed job should be invoiced within a day.

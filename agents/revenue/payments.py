@@ -47,6 +47,7 @@ from crm.models import (
     Payment,
     Refund,
     Stage,
+    Task,
 )
 from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import business_manager
@@ -62,7 +63,7 @@ MATCH_WINDOW = timedelta(days=120)
 MATCH_LEAD_TIME = timedelta(days=1)
 MAX_CANDIDATES = 10
 # The open task that asks someone to collect an invoice (created when it is issued).
-COLLECT_TASK_KIND = "payment"
+COLLECT_TASK_KIND = Task.Kind.PAYMENT
 ZERO = Decimal("0.00")
 CENT = Decimal("0.01")
 

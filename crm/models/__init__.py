@@ -1,4 +1,4 @@
-from crm.models.base import Business, Role
+from crm.models.base import DAYS, Business, Role
 from crm.models.comms import BLOCK_REASONS, MESSAGE_STATUSES, Call, Message
 from crm.models.contacts import (
     Channel,
@@ -35,6 +35,7 @@ from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 __all__ = [
     "BLOCK_REASONS",
     "CLOSED_STAGES",
+    "DAYS",
     "MESSAGE_STATUSES",
     "Appointment",
     "Availability",

@@ -8,6 +8,8 @@ from django.db import models
 from crm.ids import PublicIdField
 
 CURRENCY_DEFAULT = "USD"
+# Day names as business hours and availability spell them, Monday first (date.weekday() order).
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 class Role(models.TextChoices):

@@ -176,12 +176,22 @@ class Task(models.Model):
         DONE = "done"
         CANCELED = "canceled"
 
+    class Kind(models.TextChoices):
+        """What a person is asked for; each role opens its own kind."""
+
+        NEXT_ACTION = "next_action", "next action"  # the lead's one next action (at most one open)
+        EXCEPTION = "exception", "exception"  # a step stopped: something only a person can supply
+        FOLLOW_UP = "follow_up", "follow-up"  # a message or call a path could not make itself
+        CALL_BACK = "call_back", "call back"  # a missed call, or a follow-up call that needs a person
+        TAKE_OVER = "take_over", "take over"  # the person replied: the conversation is a person's now
+        INVOICE = "invoice", "invoice"  # a completed job to invoice
+        PAYMENT = "payment", "collect payment"  # an issued invoice to collect
+
     public_id = PublicIdField(prefix="task")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks")
     owner = models.ForeignKey(TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks")
-    # next_action, call, exception, approval, follow_up…
-    kind = models.CharField(max_length=32, default="next_action")
+    kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.NEXT_ACTION)
     title = models.CharField(max_length=300)
     due_at = models.DateTimeField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
@@ -262,7 +272,16 @@ class Sequence(models.Model):
     public_id = PublicIdField(prefix="seq")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="sequences")
     key = models.SlugField(max_length=64)
-    trigger = models.CharField(max_length=32)
+
+    class Trigger(models.TextChoices):
+        """What starts the path (and the stages it runs in: agents.followup.sequences)."""
+
+        NO_REPLY = "no_reply", "no reply to the first response"
+        NO_SHOW = "no_show", "a no-show"
+        OPEN_ESTIMATE = "open_estimate", "an estimate left open"
+        APPOINTMENT = "appointment", "an appointment booked (reminders)"
+
+    trigger = models.CharField(max_length=32, choices=Trigger.choices)
     # [{"after": "15m", "channel": "sms", "template": "nudge_sms"}, …]
     steps = models.JSONField(default=list)
     # Lower runs first: a higher-priority path replaces a lower one for the

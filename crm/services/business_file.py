@@ -46,6 +46,7 @@ from django.core.validators import validate_email, validate_slug
 from django.db import connection, models, transaction
 
 from crm.models import (
+    DAYS,
     Availability,
     Business,
     MessageTemplate,
@@ -62,10 +63,9 @@ from crm.phones import email_normalize, phone_to_e164
 from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.receipts import receipt_write
 
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TEMPLATE_CHANNELS = ("sms", "email", "voice")
 STEP_CHANNELS = ("sms", "email", "voice", "task")
-SEQUENCE_TRIGGERS = ("no_reply", "no_show", "open_estimate", "appointment")
+SEQUENCE_TRIGGERS = tuple(Sequence.Trigger.values)
 STEP_CLOCKS = ("absolute", "business")
 # Source settings that hold phone numbers: checked and stored as E.164.
 SOURCE_PHONE_KEYS = ("phone_number", "forward_to")
