@@ -53,11 +53,11 @@ log = logging.getLogger(__name__)
 Step = Callable[[Lead, dict[str, Any]], str]
 
 STEPS: dict[str, Step] = {
-    "lead.new": routing.new_lead,
-    "touch.added": routing.touch_added,
-    "qualification.answered": routing.qualification_answered,
-    "missed_call": routing.missed_call,
-    "sla.due": routing.sla_due,
+    "lead.new": routing.new_lead_step,
+    "touch.added": routing.touch_added_step,
+    "qualification.answered": routing.qualification_answered_step,
+    "missed_call": routing.missed_call_step,
+    "sla.due": routing.sla_due_step,
     "reply": replies.reply_step,
     "booking": booking.booking_step,
     "cancellation": booking.cancellation_step,

@@ -41,7 +41,7 @@ from crm.selectors import lead_list_visible, scoped
 # ---------------------------------------------------------------- serializers
 
 
-def _public_id(source: str, **kwargs: Any) -> serializers.CharField:
+def public_id_parameter(source: str, **kwargs: Any) -> serializers.CharField:
     return serializers.CharField(source=source, read_only=True, **kwargs)
 
 
@@ -78,7 +78,7 @@ class ConsentSerializer(serializers.Serializer):
 
 
 class ConsentEventSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
+    id = public_id_parameter("public_id")
 
     class Meta:
         model = ConsentEvent
@@ -90,7 +90,7 @@ class ContactSerializer(serializers.ModelSerializer):
     """A person: phones (E.164), emails (lower-cased) and consent per channel."""
 
     # Reads `points` and `points__consent_states`: prefetch both.
-    id = _public_id("public_id")
+    id = public_id_parameter("public_id")
     name = serializers.CharField(read_only=True)
     phones = serializers.SerializerMethodField()
     emails = serializers.SerializerMethodField()
@@ -150,8 +150,8 @@ class LeadTouchSerializer(serializers.ModelSerializer):
 
 
 class LeadSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    business = _public_id("business.public_id")
+    id = public_id_parameter("public_id")
+    business = public_id_parameter("business.public_id")
     owner = _username("owner")
     exceptions = serializers.ListField(child=serializers.ChoiceField(choices=LeadException.choices), read_only=True)
     contact = ContactSerializer(read_only=True)
@@ -177,7 +177,7 @@ class LeadSerializer(serializers.ModelSerializer):
 
 
 class ReceiptSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
+    id = public_id_parameter("public_id")
 
     class Meta:
         model = Receipt
@@ -186,8 +186,8 @@ class ReceiptSerializer(serializers.ModelSerializer):
 
 
 class MessageSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id", allow_null=True)
     # Declared so the schema shows "" (not blocked) as a value.
     block_reason = serializers.ChoiceField(choices=Message.BlockReason.choices, allow_blank=True, read_only=True)
 
@@ -210,8 +210,8 @@ class MessageSerializer(serializers.ModelSerializer):
 
 
 class InboundEventSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    business = _public_id("business.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    business = public_id_parameter("business.public_id", allow_null=True)
 
     class Meta:
         model = InboundEvent
@@ -220,8 +220,8 @@ class InboundEventSerializer(serializers.ModelSerializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id", allow_null=True)
     owner = _username("owner")
 
     class Meta:
@@ -267,19 +267,19 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.JSONField(help_text="A message, or per-field messages for a bad query parameter")
 
 
-_AUTH_ERRORS = {401: ErrorSerializer, 403: ErrorSerializer}
+AUTH_ERRORS = {401: ErrorSerializer, 403: ErrorSerializer}
 
 
-def _list_schema(summary: str, serializer: type[serializers.Serializer], filters: Any = None) -> Any:
+def list_schema(summary: str, serializer: type[serializers.Serializer], filters: Any = None) -> Any:
     # A `page` past the last one, or not a number, is the paginator's 404.
-    responses = {200: serializer(many=True), 404: ErrorSerializer, **_AUTH_ERRORS}
+    responses = {200: serializer(many=True), 404: ErrorSerializer, **AUTH_ERRORS}
     if filters is None:
         return extend_schema(summary=summary, responses=responses)
     return extend_schema(summary=summary, parameters=[filters], responses={**responses, 400: ErrorSerializer})
 
 
-def _detail_schema(summary: str, serializer: type[serializers.Serializer]) -> Any:
-    return extend_schema(summary=summary, responses={200: serializer, 404: ErrorSerializer, **_AUTH_ERRORS})
+def detail_schema(summary: str, serializer: type[serializers.Serializer]) -> Any:
+    return extend_schema(summary=summary, responses={200: serializer, 404: ErrorSerializer, **AUTH_ERRORS})
 
 
 # ------------------------------------------------------------------ viewsets
@@ -313,8 +313,8 @@ class ReadViewSet(viewsets.ReadOnlyModelViewSet[M]):
 
 
 @extend_schema_view(
-    list=_list_schema("Leads the user may see", LeadSerializer, LeadFilterSerializer),
-    retrieve=_detail_schema("One lead with its contact and source touches", LeadSerializer),
+    list=list_schema("Leads the user may see", LeadSerializer, LeadFilterSerializer),
+    retrieve=detail_schema("One lead with its contact and source touches", LeadSerializer),
 )
 class LeadViewSet(ReadViewSet[Lead]):
     """Leads: owners and managers see their whole business, a setter the leads they own."""
@@ -337,7 +337,7 @@ class LeadViewSet(ReadViewSet[Lead]):
 
     @extend_schema(
         summary="The lead's audit trail, oldest first",
-        responses={200: ReceiptSerializer(many=True), 404: ErrorSerializer, **_AUTH_ERRORS},
+        responses={200: ReceiptSerializer(many=True), 404: ErrorSerializer, **AUTH_ERRORS},
     )
     @action(detail=True, methods=["get"], serializer_class=ReceiptSerializer)
     def receipts(self, request: Request, id: str | None = None, format: str | None = None) -> Response:
@@ -349,8 +349,8 @@ class LeadViewSet(ReadViewSet[Lead]):
 
 
 @extend_schema_view(
-    list=_list_schema("Contacts the user may see", ContactSerializer),
-    retrieve=_detail_schema("One contact with its consent ledger", ContactDetailSerializer),
+    list=list_schema("Contacts the user may see", ContactSerializer),
+    retrieve=detail_schema("One contact with its consent ledger", ContactDetailSerializer),
 )
 class ContactViewSet(ReadViewSet[Contact]):
     """Contacts of the user's businesses; a setter sees the people behind their own leads."""
@@ -369,8 +369,8 @@ class ContactViewSet(ReadViewSet[Contact]):
 
 
 @extend_schema_view(
-    list=_list_schema("Messages in and out", MessageSerializer, MessageFilterSerializer),
-    retrieve=_detail_schema("One message", MessageSerializer),
+    list=list_schema("Messages in and out", MessageSerializer, MessageFilterSerializer),
+    retrieve=detail_schema("One message", MessageSerializer),
 )
 class MessageViewSet(ReadViewSet[Message]):
     """Messages in and out, with their delivery status and why a send was blocked."""
@@ -389,8 +389,8 @@ class MessageViewSet(ReadViewSet[Message]):
 
 
 @extend_schema_view(
-    list=_list_schema("Raw provider deliveries", InboundEventSerializer, InboundEventFilterSerializer),
-    retrieve=_detail_schema("One provider delivery", InboundEventSerializer),
+    list=list_schema("Raw provider deliveries", InboundEventSerializer, InboundEventFilterSerializer),
+    retrieve=detail_schema("One provider delivery", InboundEventSerializer),
 )
 class InboundEventViewSet(ReadViewSet[InboundEvent]):
     """Raw provider deliveries and how processing went; owners and managers only."""
@@ -410,8 +410,8 @@ class InboundEventViewSet(ReadViewSet[InboundEvent]):
 
 
 @extend_schema_view(
-    list=_list_schema("Tasks", TaskSerializer, TaskFilterSerializer),
-    retrieve=_detail_schema("One task", TaskSerializer),
+    list=list_schema("Tasks", TaskSerializer, TaskFilterSerializer),
+    retrieve=detail_schema("One task", TaskSerializer),
 )
 class TaskViewSet(ReadViewSet[Task]):
     """Human to-dos with an owner and a due time, following their lead's visibility."""
@@ -435,10 +435,10 @@ class EnrollmentSerializer(serializers.ModelSerializer):
     """A lead's place in a follow-up path (`sequence` is the path's public id,
     `sequence_key` its key in the business file)."""
 
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id")
-    sequence = _public_id("sequence.public_id")
-    sequence_key = _public_id("sequence.key")
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id")
+    sequence = public_id_parameter("sequence.public_id")
+    sequence_key = public_id_parameter("sequence.key")
     stop_reason = serializers.CharField(
         read_only=True,
         help_text="Why the path ended: reply, booking, won, opt_out, complaint, hold, disqualified, "
@@ -456,8 +456,8 @@ class EnrollmentFilterSerializer(serializers.Serializer):
 
 
 @extend_schema_view(
-    list=_list_schema("Follow-up enrollments", EnrollmentSerializer, EnrollmentFilterSerializer),
-    retrieve=_detail_schema("One enrollment", EnrollmentSerializer),
+    list=list_schema("Follow-up enrollments", EnrollmentSerializer, EnrollmentFilterSerializer),
+    retrieve=detail_schema("One enrollment", EnrollmentSerializer),
 )
 class EnrollmentViewSet(ReadViewSet[Enrollment]):
     """Which follow-up paths a lead is on, waiting for, or ended (and why)."""

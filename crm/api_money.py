@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from crm.api import _AUTH_ERRORS, ErrorSerializer, ReadViewSet, _detail_schema, _list_schema, _public_id
+from crm.api import AUTH_ERRORS, ErrorSerializer, ReadViewSet, detail_schema, list_schema, public_id_parameter
 from crm.models import Appointment, Business, Estimate, Invoice, Job, Payment, Refund
 from crm.permissions import business_ids_where
 from crm.reports import BY_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
@@ -34,8 +34,8 @@ def _money() -> serializers.DecimalField:
 
 
 class AppointmentSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id")
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id")
     assigned_to = serializers.CharField(source="assigned_to.user.username", read_only=True, allow_null=True)
 
     class Meta:
@@ -45,8 +45,8 @@ class AppointmentSerializer(serializers.ModelSerializer):
 
 
 class EstimateSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id")
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id")
     amount = _money()
 
     class Meta:
@@ -56,9 +56,9 @@ class EstimateSerializer(serializers.ModelSerializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id")
-    estimate = _public_id("estimate.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id")
+    estimate = public_id_parameter("estimate.public_id", allow_null=True)
 
     class Meta:
         model = Job
@@ -67,9 +67,9 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class InvoiceSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id")
-    job = _public_id("job.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id")
+    job = public_id_parameter("job.public_id", allow_null=True)
     amount = _money()
 
     class Meta:
@@ -79,10 +79,10 @@ class InvoiceSerializer(serializers.ModelSerializer):
 
 
 class PaymentSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("lead.public_id", allow_null=True)
-    invoice = _public_id("invoice.public_id", allow_null=True)
-    job = _public_id("job.public_id", allow_null=True)
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("lead.public_id", allow_null=True)
+    invoice = public_id_parameter("invoice.public_id", allow_null=True)
+    job = public_id_parameter("job.public_id", allow_null=True)
     amount = _money()
 
     class Meta:
@@ -105,9 +105,9 @@ class PaymentSerializer(serializers.ModelSerializer):
 
 
 class RefundSerializer(serializers.ModelSerializer):
-    id = _public_id("public_id")
-    lead = _public_id("payment.lead.public_id", allow_null=True)
-    payment = _public_id("payment.public_id")
+    id = public_id_parameter("public_id")
+    lead = public_id_parameter("payment.lead.public_id", allow_null=True)
+    payment = public_id_parameter("payment.public_id")
     amount = _money()
 
     class Meta:
@@ -148,8 +148,8 @@ def _records_viewset(
     }
     viewset = type(f"{model.__name__}ViewSet", (ReadViewSet,), attrs)
     return extend_schema_view(
-        list=_list_schema(label, serializer, LeadRecordFilterSerializer),
-        retrieve=_detail_schema(f"One {model._meta.verbose_name}", serializer),
+        list=list_schema(label, serializer, LeadRecordFilterSerializer),
+        retrieve=detail_schema(f"One {model._meta.verbose_name}", serializer),
     )(viewset)
 
 
@@ -331,7 +331,7 @@ class RevenueReportView(APIView):
     @extend_schema(
         summary="Revenue attribution by source, campaign, ad or owner",
         parameters=[RevenueQuerySerializer],
-        responses={200: RevenueReportSerializer, 400: ErrorSerializer, **_AUTH_ERRORS},
+        responses={200: RevenueReportSerializer, 400: ErrorSerializer, **AUTH_ERRORS},
     )
     def get(self, request: Request) -> Response:
         report, businesses = revenue_for(request.user, request.query_params.dict())

@@ -28,12 +28,12 @@ from django.utils import timezone
 from agents.booking.services import (
     HOLDING,
     NO_SHOW_DEADLINE_TIMER,
-    _appointment_of,
-    _locked_appointment,
-    _name,
-    _owner,
+    appointment_locked,
+    appointment_of,
     appointment_outcome_record,
     appointment_when,
+    lead_display_name,
+    owner_or_manager,
 )
 from agents.events import MissingInformation, lead_event
 from agents.followup.sequences import enrollment_start
@@ -59,7 +59,7 @@ def no_show_record(appointment: Appointment, *, actor: str, now: datetime | None
     without a visit to `no_show`; the recovery runs as the `no_show` event's
     step. Marking an appointment that is already a no-show changes nothing."""
     now = now or timezone.now()
-    appt = _locked_appointment(appointment)
+    appt = appointment_locked(appointment)
     if appt.status == Appointment.Status.NO_SHOW:
         return appt
     lead = appointment_outcome_record(appt, Appointment.Status.NO_SHOW, actor=actor, now=now, what="a no-show")
@@ -72,15 +72,15 @@ def no_show_record(appointment: Appointment, *, actor: str, now: datetime | None
 
 def no_show_step(lead: Lead, data: dict[str, Any]) -> str:
     """The recovery, once per no-show (the orchestrator's claim), in one transaction."""
-    appointment = _appointment_of(lead, data)
+    appointment = appointment_of(lead, data)
     lead.refresh_from_db()
     if lead.stage != Stage.NO_SHOW:
         return f"skipped: the lead is {lead.stage}"
-    owner = _owner(lead)
+    owner = owner_or_manager(lead)
     if owner is None:
         raise MissingInformation("Recover the no-show", "the lead has no owner and the business no manager")
     now = timezone.now()
-    when, name = appointment_when(appointment), _name(lead)
+    when, name = appointment_when(appointment), lead_display_name(lead)
     outcomes = [_rebooking_offer(lead, appointment, now=now)]
     task = next_action_set(
         lead,

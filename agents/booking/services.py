@@ -92,11 +92,11 @@ def appointment_when(appointment: Appointment) -> str:
     return when_label(appointment.starts_at, appointment.ends_at, _zone(appointment.lead))
 
 
-def _owner(lead: Lead) -> TeamMember | None:
+def owner_or_manager(lead: Lead) -> TeamMember | None:
     return lead.owner if lead.owner_id and lead.owner and lead.owner.is_active else business_manager(lead.business_id)
 
 
-def _name(lead: Lead) -> str:
+def lead_display_name(lead: Lead) -> str:
     return lead.contact.name or lead.public_id
 
 
@@ -238,7 +238,12 @@ def _after_booking(lead: Lead, appointment: Appointment, *, actor: str, confirm:
     who = appointment.assigned_to
     title = f"Visit {appointment_when(appointment)}" + (f" with {who}" if who else "")
     next_action_set(
-        lead, title, appointment.starts_at, actor=actor, reason=f"booked {appointment.public_id}", owner=_owner(lead)
+        lead,
+        title,
+        appointment.starts_at,
+        actor=actor,
+        reason=f"booked {appointment.public_id}",
+        owner=owner_or_manager(lead),
     )
     reminders_schedule(appointment, now=now)
     brief_store(appointment)
@@ -253,7 +258,9 @@ def _confirm(lead: Lead, appointment: Appointment, *, actor: str, now: datetime)
         template = template_for_automation(lead.business, CONFIRMATION_TEMPLATE, channel="sms")
         body = template_render(template, {**playbook_context(lead), "appointment_time": when})
     except TemplateError as exc:
-        _person_task(lead, f"Confirm the visit {when} with {_name(lead)} yourself", str(exc), actor=actor, now=now)
+        _person_task(
+            lead, f"Confirm the visit {when} with {lead_display_name(lead)} yourself", str(exc), actor=actor, now=now
+        )
         return None
     message = message_send(
         lead=lead,
@@ -268,7 +275,7 @@ def _confirm(lead: Lead, appointment: Appointment, *, actor: str, now: datetime)
     if message.status == Message.Status.BLOCKED:
         _person_task(
             lead,
-            f"Confirm the visit {when} with {_name(lead)} yourself",
+            f"Confirm the visit {when} with {lead_display_name(lead)} yourself",
             f"the confirmation was blocked ({message.block_reason})",
             actor=actor,
             now=now,
@@ -278,7 +285,7 @@ def _confirm(lead: Lead, appointment: Appointment, *, actor: str, now: datetime)
 
 def _person_task(lead: Lead, title: str, reason: str, *, actor: str, now: datetime) -> Task:
     return task_ensure(
-        lead=lead, title=title, due_at=now, actor=actor, kind="follow_up", owner=_owner(lead), reason=reason
+        lead=lead, title=title, due_at=now, actor=actor, kind="follow_up", owner=owner_or_manager(lead), reason=reason
     )
 
 
@@ -342,7 +349,9 @@ def reminder_send(timer: Timer) -> str:
             reason=str(exc),
             after={"reminder": label},
         )
-        _person_task(lead, f"Remind {_name(lead)} of the visit {when}", str(exc), actor=ACTOR, now=timezone.now())
+        _person_task(
+            lead, f"Remind {lead_display_name(lead)} of the visit {when}", str(exc), actor=ACTOR, now=timezone.now()
+        )
         return "skipped: no approved reminder template"
     message = message_send(
         lead=lead,
@@ -363,7 +372,7 @@ def _reminder_timer(timer: Timer) -> None:
 # --- reschedule, cancel, held ---------------------------------------------------
 
 
-def _locked_appointment(appointment: Appointment) -> Appointment:
+def appointment_locked(appointment: Appointment) -> Appointment:
     return (
         Appointment.objects.select_for_update(of=("self",))
         .select_related("lead__business", "lead__contact", "lead__owner__user", "assigned_to__user")
@@ -386,7 +395,7 @@ def appointment_reschedule(
     booking; the old one is canceled with its reminders. The lead stays booked."""
     now = now or timezone.now()
     rule = _locked_rule(availability, appointment.lead)
-    old = _locked_appointment(appointment)
+    old = appointment_locked(appointment)
     if old.status not in HOLDING:
         raise AppointmentClosed(f"{old.public_id} is {old.status}: only a scheduled visit can be moved")
     lead = old.lead
@@ -429,7 +438,7 @@ def appointment_cancel(
     without a visit goes back to `qualified`, and the `cancellation` event
     gives its owner a rebooking next action."""
     now = now or timezone.now()
-    appt = _locked_appointment(appointment)
+    appt = appointment_locked(appointment)
     if appt.status not in HOLDING:
         raise AppointmentClosed(f"{appt.public_id} is {appt.status}: only a scheduled visit can be canceled")
     if not reason.strip():
@@ -489,7 +498,7 @@ def appointment_mark_held(appointment: Appointment, *, actor: str, now: datetime
     """The visit happened: the lead moves to `appointment_held` and the
     `appointment.held` event asks its owner for the next state."""
     now = now or timezone.now()
-    appt = _locked_appointment(appointment)
+    appt = appointment_locked(appointment)
     lead = appointment_outcome_record(appt, Appointment.Status.HELD, actor=actor, now=now, what="marked held")
     if lead.stage == Stage.BOOKED:
         lead_sync.lead_transition(lead, Stage.APPOINTMENT_HELD, actor=actor, reason=f"{appt.public_id} held")
@@ -529,7 +538,7 @@ def appointment_next_state(
     elif state == "follow_up":
         if follow_up_at is None or follow_up_at <= now:
             raise BookingError("a follow-up needs a date in the future")
-        owner = _owner(lead)
+        owner = owner_or_manager(lead)
         if owner is None:
             raise BookingError("the lead has no owner and the business no manager to take the follow-up")
         next_action_set(
@@ -549,7 +558,7 @@ def appointment_next_state(
 # --- the orchestrator's steps ----------------------------------------------------
 
 
-def _appointment_of(lead: Lead, data: dict[str, Any]) -> Appointment:
+def appointment_of(lead: Lead, data: dict[str, Any]) -> Appointment:
     appointment = (
         Appointment.objects.select_related("lead__business", "lead__contact", "assigned_to__user")
         .filter(lead=lead, public_id=data.get("appointment", ""))
@@ -563,7 +572,7 @@ def _appointment_of(lead: Lead, data: dict[str, Any]) -> Appointment:
 def booking_step(lead: Lead, data: dict[str, Any]) -> str:
     """After a booking: the technician's brief by email (once), and the
     reminders checked (a redelivery finds the same timer rows)."""
-    appointment = _appointment_of(lead, data)
+    appointment = appointment_of(lead, data)
     if appointment.status not in HOLDING:
         return f"skipped: {appointment.public_id} is {appointment.status}"
     reminders = reminders_schedule(appointment, now=timezone.now())
@@ -572,7 +581,7 @@ def booking_step(lead: Lead, data: dict[str, Any]) -> str:
 
 def cancellation_step(lead: Lead, data: dict[str, Any]) -> str:
     """After a cancellation: the owner's rebooking next action, and a notice to the technician."""
-    appointment = _appointment_of(lead, data)
+    appointment = appointment_of(lead, data)
     lead.refresh_from_db()
     tech = appointment.assigned_to
     if tech is not None:
@@ -584,12 +593,12 @@ def cancellation_step(lead: Lead, data: dict[str, Any]) -> str:
         )
     if not lead.is_open or lead.appointments.filter(status__in=HOLDING).exists():
         return "no rebooking needed"
-    owner = _owner(lead)
+    owner = owner_or_manager(lead)
     if owner is None:
         raise MissingInformation("Rebook the canceled visit", "the lead has no owner and the business no manager")
     task = next_action_set(
         lead,
-        f"Rebook {_name(lead)}: the visit {appointment_when(appointment)} was canceled",
+        f"Rebook {lead_display_name(lead)}: the visit {appointment_when(appointment)} was canceled",
         timezone.now() + REBOOK_DUE,
         actor=ACTOR,
         reason=f"{appointment.public_id} canceled: {data.get('reason', '')}",
@@ -601,7 +610,7 @@ def cancellation_step(lead: Lead, data: dict[str, Any]) -> str:
 def held_step(lead: Lead, data: dict[str, Any]) -> str:
     """After a held visit: one next action for the owner, with a due time, to
     set the next state (estimate sent, won, lost with the reason, or a dated follow-up)."""
-    appointment = _appointment_of(lead, data)
+    appointment = appointment_of(lead, data)
     lead.refresh_from_db()
     if lead.stage != Stage.APPOINTMENT_HELD:
         return f"skipped: the lead is already {lead.stage}"
@@ -679,7 +688,7 @@ def appointment_release_rescheduled(appointment: Appointment, *, actor: str, now
     """The outside calendar moved this booking (its new one comes, or came, as
     a booking of its own): free the place and the reminders without
     touching the lead, which stays booked."""
-    appt = _locked_appointment(appointment)
+    appt = appointment_locked(appointment)
     if appt.status not in HOLDING:
         return False
     Appointment.objects.filter(pk=appt.pk).update(status=Appointment.Status.CANCELED, outcome_at=now or timezone.now())

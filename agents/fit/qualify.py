@@ -55,8 +55,6 @@ BUILT_IN_RULES: tuple[dict[str, Any], ...] = (
 )
 RULE_NAMES = frozenset(r["rule"] for r in BUILT_IN_RULES)
 
-POSTAL_IN_TEXT = re.compile(r"\b(\d{5})(?:-\d{4})?\b")
-
 
 @dataclass(frozen=True)
 class Territory:

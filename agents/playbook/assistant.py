@@ -38,7 +38,6 @@ from agents.playbook.templates import (
 from crm.models import Lead, MessageTemplate
 from crm.selectors import message_templates
 
-ROLE = "agent:sms_assistant"
 CHANNEL = "sms"
 
 ACKNOWLEDGEMENT = "acknowledgement"

@@ -220,6 +220,9 @@ def funnel_report(
         raise ValueError(f"period must be one of {', '.join(PERIODS)}")
     if by not in GROUPS:
         raise ValueError(f"by must be one of {', '.join(GROUPS)}")
+    # A provider's test lead (Google's "send test data") is stored and visible,
+    # but it is not demand: like routing, sends and QA, the funnel skips it.
+    leads = leads.filter(is_test=False)
     if since:
         leads = leads.filter(created_at__gte=since)
     if until:

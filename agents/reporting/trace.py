@@ -499,7 +499,9 @@ def leak_audit(
     now: datetime | None = None,
 ) -> LeakAudit:
     """First breaks counted by period (of arrival) and source, in one query
-    (and one to turn JIT off, see agents.reporting.sql)."""
+    (and one to turn JIT off, see agents.reporting.sql). Test leads are not
+    counted: nothing was promised to a provider's test submission."""
+    leads = leads.filter(is_test=False)
     if since:
         leads = leads.filter(created_at__gte=since)
     if until:

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.events import MissingInformation, lead_event
-from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, _money_check
+from agents.revenue.payments import COLLECT_TASK_KIND, PaymentError, money_check
 from crm.models import Invoice, Job, Lead, Stage, Task
 from crm.selectors import business_manager
 from crm.services import lead_sync
@@ -74,7 +74,7 @@ def invoice_issue(
     """Issue an invoice for the lead (and job), with a receipt and the open
     task to collect it, owned by the lead's owner (else the manager)."""
     try:
-        _money_check(amount, currency)
+        money_check(amount, currency)
     except PaymentError as exc:
         raise JobError(str(exc)) from exc
     if amount <= 0:

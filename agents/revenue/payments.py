@@ -174,7 +174,7 @@ def payment_receive(
     Joins the caller's transaction; racing deliveries store one row (the
     unique constraint decides, not a prior read).
     """
-    _money_check(amount, currency)
+    money_check(amount, currency)
     try:
         with transaction.atomic():
             payment = Payment.objects.create(
@@ -210,7 +210,7 @@ def payment_receive(
     return Received(payment, created=True)
 
 
-def _money_check(amount: Decimal, currency: str) -> None:
+def money_check(amount: Decimal, currency: str) -> None:
     if not isinstance(amount, Decimal):
         raise PaymentError(f"money must be a Decimal, not {type(amount).__name__}")
     if amount < 0 or amount != amount.quantize(CENT):
@@ -516,7 +516,7 @@ def payment_manual_record(
 ) -> Payment:
     """A payment a person took (cash, check, a terminal): recorded against the
     lead, settled against its invoice, and the lead's "payment" event."""
-    _money_check(amount, currency)
+    money_check(amount, currency)
     if invoice is not None and (invoice.lead_id != lead.pk or invoice.currency != currency.upper()):
         raise PaymentError(f"{invoice.public_id} is not an invoice of {lead.public_id} in {currency.upper()}")
     if job is not None and job.lead_id != lead.pk:
@@ -562,7 +562,7 @@ def refund_add(
     locked = (
         Payment.objects.select_for_update(of=("self",)).select_related("business", "lead", "invoice").get(pk=payment.pk)
     )
-    _money_check(amount, locked.currency)
+    money_check(amount, locked.currency)
     if amount <= 0:
         raise PaymentError("a refund is a positive amount")
     left = locked.amount - refunded_total(locked)

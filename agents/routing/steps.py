@@ -84,7 +84,7 @@ def _reread(lead: Lead) -> None:
     lead_sync.lead_refresh(lead)
 
 
-def new_lead(lead: Lead, data: dict[str, Any]) -> str:
+def new_lead_step(lead: Lead, data: dict[str, Any]) -> str:
     """Fit, owner, first response, next action and SLA clock for a new lead."""
     if lead.is_test or not lead.is_open:
         return "skipped"
@@ -105,7 +105,7 @@ def new_lead(lead: Lead, data: dict[str, Any]) -> str:
     return f"fit {fit.score}, {rule}, acknowledgement {ack}"
 
 
-def touch_added(lead: Lead, data: dict[str, Any]) -> str:
+def touch_added_step(lead: Lead, data: dict[str, Any]) -> str:
     """The same person came back about the same need: keep the one lead owned and moving."""
     if not lead.is_open or lead.is_test:
         return "closed"
@@ -122,7 +122,7 @@ def touch_added(lead: Lead, data: dict[str, Any]) -> str:
     return f"{rule}, next action {'created' if task else 'kept'}"
 
 
-def qualification_answered(lead: Lead, data: dict[str, Any]) -> str:
+def qualification_answered_step(lead: Lead, data: dict[str, Any]) -> str:
     """New facts from the person (postal code, service): qualify again."""
     if not lead.is_open:
         return "closed"
@@ -131,7 +131,7 @@ def qualification_answered(lead: Lead, data: dict[str, Any]) -> str:
     return f"territory {fit.territory.status}, fit {fit.score}, {rule}"
 
 
-def missed_call(lead: Lead, data: dict[str, Any]) -> str:
+def missed_call_step(lead: Lead, data: dict[str, Any]) -> str:
     """A missed call: the call-back task exists (missed-call detector); make sure someone owns it."""
     if not lead.is_open or lead.is_test:
         return "closed"
@@ -148,7 +148,7 @@ def missed_call(lead: Lead, data: dict[str, Any]) -> str:
     return rule
 
 
-def sla_due(lead: Lead, data: dict[str, Any]) -> str:
+def sla_due_step(lead: Lead, data: dict[str, Any]) -> str:
     """The first-response standard has passed: check the SLA, and if the person
     has not written back, start the business's no-reply path."""
     outcome = sla_check(lead)

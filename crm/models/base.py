@@ -80,13 +80,6 @@ class Business(models.Model):
         return self.name
 
 
-class BusinessScoped(models.Model):
-    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
-
-    class Meta:
-        abstract = True
-
-
 class Money(models.Model):
     """Money is a Decimal amount beside its ISO currency; never a float."""
 

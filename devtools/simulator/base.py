@@ -17,7 +17,6 @@ DUPLICATE = "duplicate"  # the exact bytes of an earlier delivery, again
 MALFORMED = "malformed"  # correctly signed, but not a readable body
 BAD_SIGNATURE = "bad_signature"  # a wrong signature, key or CSRF token
 HONEYPOT = "honeypot"  # a bot filling the hosted form's hidden field
-MEANT_TO_FAIL = (MALFORMED, BAD_SIGNATURE, HONEYPOT)
 
 # What the server is expected to store for a delivery.
 STORES_NEW = "new"  # one new InboundEvent

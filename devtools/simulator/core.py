@@ -58,7 +58,6 @@ from devtools.simulator.base import (  # noqa: F401 - re-exported: the simulator
     HOSTED_RATE_LIMITED,
     LEAD,
     MALFORMED,
-    MEANT_TO_FAIL,
     OK,
     REFUSED,
     REPLY,
@@ -218,7 +217,6 @@ AREA_CODES: tuple[tuple[str, str, str, str], ...] = (
     ("317", "INDIANAPOLIS", "IN", "46204"),
 )
 LOCAL_AREA_CODES = 6
-MAX_PEOPLE = len(AREA_CODES) * 100
 FIRST_NAMES = (
     "Rosa",
     "James",

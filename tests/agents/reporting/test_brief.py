@@ -50,10 +50,10 @@ def day(business, source, setter, manager, owner):
     _message(answered, "out", NOW - timedelta(hours=1), "Hi Cy!", key="brief-answer")
     _message(replied, "in", NOW - timedelta(days=2), "an old message, not fresh")
 
-    task_create(lead=replied, title="Call Bo back", due_at=NOW - timedelta(hours=1), actor="t", kind="call")
-    task_create(lead=replied, title="Not due yet", due_at=NOW + timedelta(hours=1), actor="t", kind="call")
+    task_create(lead=replied, title="Call Bo back", due_at=NOW - timedelta(hours=1), actor="t", kind="call_back")
+    task_create(lead=replied, title="Not due yet", due_at=NOW + timedelta(hours=1), actor="t", kind="call_back")
     sara_lead = owned(sourced_lead(business, source, phone="+12125550124", first_name="Di"), other)
-    task_create(lead=sara_lead, title="Sara's overdue call", due_at=NOW - timedelta(hours=5), actor="t", kind="call")
+    task_create(lead=sara_lead, title="Sara's overdue call", due_at=NOW - timedelta(hours=5), actor="t", kind="call_back")
 
     approval_request_open(
         business=business, kind="exception", summary="Commercial job: take it?", proposed_by="agent:fit"

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from agents.reporting.funnel import funnel_report
+from agents.reporting.trace import leak_audit
 from crm.models import Lead, Source
 from crm.services.records import appointment_record, estimate_record, refund_record
 from tests.agents.reporting.conftest import completed_job, held, owned, paid, sourced_lead, to_stage
@@ -59,6 +60,14 @@ def test_stages_are_counted_by_their_own_records(leads):
     assert by_key["site"]["paid"] == 1 and by_key["gads"]["paid"] == 0
     assert dict(funnel.total.conversions)["contacted"] == pytest.approx(0.75)
     assert funnel.total.close_rate == pytest.approx(0.5)  # won (a) of held (a, c)
+
+
+def test_a_providers_test_lead_is_in_neither_the_funnel_nor_the_leak_audit(leads, business, source):
+    tester = sourced_lead(business, source, phone="+16505550123")  # Google's "send test data" person
+    Lead.objects.filter(pk=tester.pk).update(is_test=True)
+
+    assert funnel_report(Lead.objects.all()).total.counts["leads"] == 4
+    assert leak_audit(Lead.objects.all()).leads == 4
 
 
 def test_show_close_and_no_show_recovery_rates(leads):
