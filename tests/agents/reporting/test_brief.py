@@ -53,7 +53,9 @@ def day(business, source, setter, manager, owner):
     task_create(lead=replied, title="Call Bo back", due_at=NOW - timedelta(hours=1), actor="t", kind="call_back")
     task_create(lead=replied, title="Not due yet", due_at=NOW + timedelta(hours=1), actor="t", kind="call_back")
     sara_lead = owned(sourced_lead(business, source, phone="+12125550124", first_name="Di"), other)
-    task_create(lead=sara_lead, title="Sara's overdue call", due_at=NOW - timedelta(hours=5), actor="t", kind="call_back")
+    task_create(
+        lead=sara_lead, title="Sara's overdue call", due_at=NOW - timedelta(hours=5), actor="t", kind="call_back"
+    )
 
     approval_request_open(
         business=business, kind="exception", summary="Commercial job: take it?", proposed_by="agent:fit"
