@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
+from rest_framework.urlpatterns import format_suffix_patterns
 
 from leadops import booking_views, copilot, reports, revenue, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
@@ -10,8 +11,17 @@ from leadops.reports_api import LeadTraceView
 # A path under /api/ that no route matches answers in the API's error shape.
 handler404 = "leadops.api.not_found"
 
+# Estimates are routed here alone: their writes call agents roles, which the
+# crm API (routing every other record) may not import.
 estimates_router = SimpleRouter()
 estimates_router.register("estimates", EstimateViewSet, basename="estimate")
+# The reads with format suffixes (estimates.json), as the crm API's router
+# serves every other record; the writes without, as before.
+_estimate_reads = [p for p in estimates_router.urls if getattr(p, "name", "") in ("estimate-list", "estimate-detail")]
+estimate_urls = [
+    *format_suffix_patterns(_estimate_reads),
+    *(p for p in estimates_router.urls if p not in _estimate_reads),
+]
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -33,7 +43,7 @@ urlpatterns = [
     path("api/v1/leads/<str:id>/trace/", LeadTraceView.as_view(), name="lead-trace-api"),
     # Before the crm API too: writing estimates and visit outcomes calls agents roles.
     path("api/v1/appointments/<str:id>/held/", AppointmentHeldView.as_view(), name="appointment-held-api"),
-    path("api/v1/", include(estimates_router.urls)),
+    path("api/v1/", include(estimate_urls)),
     path("api/v1/", include("crm.api_urls")),
     path("api/v1/", include("approvals.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -83,3 +83,23 @@ def test_accepting_a_google_ads_lead_is_one_lookup_one_event_and_one_task() -> N
     # No BEGIN, COMMIT or savepoint round trips around the one INSERT.
     assert not [sql for sql in statements if "SAVEPOINT" in sql or sql in ("BEGIN", "COMMIT")]
     assert InboundEvent.objects.get().business_id is not None and OrmQ.objects.count() == 1
+
+
+def test_every_api_route_is_registered_once() -> None:
+    # Two registrations of one route (the estimates' reads in crm and their
+    # writes in leadops) make which one answers depend on include order.
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    def routes(patterns: list, prefix: str = "") -> list[str]:
+        found = []
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                found += routes(pattern.url_patterns, prefix + str(pattern.pattern).strip("^$"))
+            elif isinstance(pattern, URLPattern):
+                found.append(prefix + str(pattern.pattern).strip("^$"))
+        return found
+
+    api = [route for route in routes(get_resolver().url_patterns) if route.startswith("api/v1/")]
+    repeated = sorted({route for route in api if api.count(route) > 1})
+    assert not repeated, repeated
+    assert any(route.startswith("api/v1/estimates") for route in api)
