@@ -35,6 +35,7 @@ from crm.models import (
 from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import business_manager
 from crm.services.receipts import receipt_write
+from crm.services.records import task_create, tasks_close
 
 ACTOR = "agent:booking_matcher"
 UNMATCHED = "booking_unmatched"
@@ -150,8 +151,15 @@ def booking_exception(
         # A concurrent replay opened it first (crm_exceptionitem_one_open_per_subject).
         return ExceptionItem.objects.get(business=business, kind=UNMATCHED, subject=subject, status="open")
     # The booking's id ends the title, so resolving the item closes its task.
-    task = Task.objects.create(
-        business=business, lead=lead, owner=manager, kind="exception", title=f"{title[:270]} ({subject})", due_at=now
+    task = task_create(
+        business=business,
+        lead=lead,
+        owner=manager,
+        kind=Task.Kind.EXCEPTION,
+        title=f"{title[:270]} ({subject})",
+        due_at=now,
+        actor=ACTOR,
+        reason=detail[:300],
     )
     receipt_write(
         business=business,
@@ -175,9 +183,11 @@ def booking_exception_resolve(item: ExceptionItem, *, actor: str, how: str) -> b
         status=ExceptionItem.Status.RESOLVED, resolved_at=timezone.now(), resolved_by=actor
     )
     if resolved:
-        Task.objects.filter(
-            business_id=item.business_id, kind="exception", status=Task.Status.OPEN, title__endswith=f"({item.subject})"
-        ).update(status=Task.Status.DONE, outcome=how[:300], completed_at=timezone.now(), completed_by=actor)
+        # The booking's id ends the task's title (the item names no task).
+        its_task = Task.objects.filter(
+            business_id=item.business_id, kind=Task.Kind.EXCEPTION, title__endswith=f"({item.subject})"
+        )
+        tasks_close(item.lead, its_task, actor=actor, outcome=how)
         receipt_write(
             business=item.business,
             lead=item.lead,

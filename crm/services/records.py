@@ -135,7 +135,7 @@ def touch_add(
 @transaction.atomic
 def task_create(
     *,
-    lead: Lead,
+    lead: Lead | None,
     title: str,
     due_at: datetime,
     actor: str,
@@ -143,12 +143,18 @@ def task_create(
     owner: TeamMember | None = None,
     reason: str = "",
     checked: bool = False,
+    business: Business | None = None,
 ) -> Task:
     """A human action with a due time, owned by `owner` or else the lead's owner.
     `checked`: the caller holds the lead's lock and made sure it has no open
-    task the constraints would refuse (the database still refuses one)."""
-    owner = owner or lead.owner
-    task = Task(business=lead.business, lead=lead, owner=owner, kind=kind, title=title, due_at=due_at)
+    task the constraints would refuse (the database still refuses one).
+    A task about no lead (a booking from nobody known) names its `business`."""
+    if lead is None and business is None:
+        raise ValueError("a task without a lead needs its business")
+    business = lead.business if lead is not None else business
+    assert business is not None
+    owner = owner or (lead.owner if lead is not None else None)
+    task = Task(business=business, lead=lead, owner=owner, kind=kind, title=title, due_at=due_at)
     # The business, lead and owner are rows in hand (a foreign-key lookup
     # each would cost a query) and the public id is fresh. The constraints
     # stay validated: the one-open-next-action constraint is checked first
@@ -159,7 +165,7 @@ def task_create(
         task.validate_constraints()
     task.save()
     receipt_write(
-        business=lead.business,
+        business=business,
         lead=lead,
         subject=task.public_id,
         actor=actor,
@@ -191,18 +197,18 @@ def task_ensure(
     return task_create(lead=lead, title=title, due_at=due_at, actor=actor, kind=kind, owner=owner, reason=reason)
 
 
-def tasks_close(lead: Lead, tasks: QuerySet[Task], *, actor: str, outcome: str) -> int:
+def tasks_close(lead: Lead | None, tasks: QuerySet[Task], *, actor: str, outcome: str) -> int:
     """Mark open tasks done with their outcome (the work they asked for
     happened: the invoice was paid), once each (compare-and-set) and with a
     receipt each; returns how many."""
     closed = 0
-    for task in tasks.filter(status=Task.Status.OPEN):
+    for task in tasks.filter(status=Task.Status.OPEN).select_related("business"):
         if Task.objects.filter(pk=task.pk, status=Task.Status.OPEN).update(
             status=Task.Status.DONE, outcome=outcome[:300], completed_at=timezone.now(), completed_by=actor
         ):
             closed += 1
             receipt_write(
-                business=lead.business,
+                business=task.business,
                 lead=lead,
                 subject=task.public_id,
                 actor=actor,

@@ -18,6 +18,7 @@ from crm.models import (
     ExceptionItem,
     InboundEvent,
     Lead,
+    Receipt,
     RejectedDelivery,
     Source,
     Stage,
@@ -209,6 +210,9 @@ def test_an_unmatched_booking_becomes_an_exception_for_the_manager(
     item.refresh_from_db()
     task.refresh_from_db()
     assert (item.status, task.status) == ("resolved", "done")
+    # Opened and closed through the task service: a receipt each, like every other task.
+    actions = set(Receipt.objects.filter(subject=task.public_id).values_list("action", flat=True))
+    assert actions == {"task.created", "task.completed"}
 
 
 def test_email_and_phone_of_different_people_are_ambiguous_and_go_to_a_person(
