@@ -39,8 +39,8 @@ from crm.selectors import lead_timeline
 from crm.services.forget import contact_forget
 from crm.services.receipts import receipts_verify
 from crm.services.records import estimate_record, invoice_record, payment_record, task_create
-from tests.agents.capture.conftest import run_queued_events
 from tests.factories import lead_create, member_create
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from agents.schedules import schedules_ensure
 from agents.tasks import prune_raw_bodies
 from crm.models import Business, InboundEvent, Source
 from crm.services.retention import raw_bodies_prune
-from tests.agents.capture.conftest import run_queued_events
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -21,8 +21,8 @@ from approvals.models import ApprovalRequest
 from crm.models import Appointment, Business, Estimate, Lead, Receipt, Role, Stage, TeamMember
 from crm.services import lead_sync
 from crm.services.records import appointment_record, estimate_record
-from tests.agents.revenue.conftest import held_lead
 from tests.factories import ServiceLineFactory, lead_create, member_create
+from tests.helpers.revenue import held_lead
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/estimates/"

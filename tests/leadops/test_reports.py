@@ -17,7 +17,8 @@ from agents.reporting.pipeline_qa import pipeline_qa_run
 from approvals.services import approval_request_open
 from crm.models import InboundEvent, Lead, Message, RejectedDelivery, Role, Source
 from crm.services import lead_sync
-from tests.agents.reporting.conftest import (
+from tests.factories import member_create
+from tests.helpers.reporting import (
     completed_job,
     grant_sms,
     held,
@@ -26,7 +27,6 @@ from tests.agents.reporting.conftest import (
     sourced_lead,
     won,
 )
-from tests.factories import member_create
 
 pytestmark = pytest.mark.django_db
 

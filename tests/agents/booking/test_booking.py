@@ -43,7 +43,9 @@ from crm.models import (
 )
 from crm.services.records import estimate_record
 from crm.services.timers import timers_run_due
-from tests.agents.booking.conftest import (
+from tests.agents.notices import run_queued_notices
+from tests.factories import member_create
+from tests.helpers.booking import (
     MON_9_LABEL,
     NOW,
     TUE_9,
@@ -53,8 +55,6 @@ from tests.agents.booking.conftest import (
     local,
     owned_lead,
 )
-from tests.agents.notices import run_queued_notices
-from tests.factories import member_create
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from django.urls import reverse
 from agents.booking.services import appointment_book
 from agents.booking.slots import slot_key
 from crm.models import Appointment, Role, Stage
-from tests.agents.booking.conftest import NOW, TUE_9, owned_lead
 from tests.factories import member_create
+from tests.helpers.booking import NOW, TUE_9, owned_lead
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "pw-for-tests-1"

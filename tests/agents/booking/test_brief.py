@@ -9,8 +9,8 @@ from agents.booking.brief import brief_build
 from agents.booking.services import appointment_book
 from crm.models import Contact, Lead
 from crm.services.records import touch_add
-from tests.agents.booking.conftest import NOW, TUE_9, TUE_9_LABEL, owned_lead
 from tests.factories import ServiceLineFactory
+from tests.helpers.booking import NOW, TUE_9, TUE_9_LABEL, owned_lead
 
 pytestmark = pytest.mark.django_db
 

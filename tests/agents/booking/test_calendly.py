@@ -25,8 +25,8 @@ from crm.models import (
     Task,
     Timer,
 )
-from tests.agents.booking.conftest import owned_lead
-from tests.agents.capture.conftest import run_queued_events
+from tests.helpers.booking import owned_lead
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from agents.orchestrator import orchestrate_pending
 from approvals.models import ApprovalRequest
 from approvals.services import approval_approve, approval_reject
 from crm.models import ServiceArea
-from tests.agents.booking.conftest import NOW, TUE_9
+from tests.helpers.booking import NOW, TUE_9
 
 pytestmark = pytest.mark.django_db
 

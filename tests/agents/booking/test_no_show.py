@@ -20,8 +20,8 @@ from agents.booking.services import (
 from agents.orchestrator import orchestrate_pending
 from crm.models import Enrollment, Message, MessageTemplate, Receipt, Sequence, Stage, Task, Timer
 from crm.services.timers import timers_run_due
-from tests.agents.booking.conftest import NOW, TUE_9, TUE_9_LABEL, TUE_13, owned_lead
 from tests.agents.notices import run_queued_notices
+from tests.helpers.booking import NOW, TUE_9, TUE_9_LABEL, TUE_13, owned_lead
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.db import connection
 
 from agents.booking.services import SlotFull, appointment_book
 from crm.models import Appointment, Lead, Role, Stage
-from tests.agents.booking.conftest import NOW, TUE_9, owned_lead
 from tests.factories import member_create
+from tests.helpers.booking import NOW, TUE_9, owned_lead
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

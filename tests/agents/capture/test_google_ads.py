@@ -17,8 +17,8 @@ from django_q.models import OrmQ
 from agents.capture.base import MalformedPayload
 from agents.capture.providers.google_ads import parse_lead
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
-from tests.agents.capture.conftest import run_queued_events
 from tests.factories import ServiceLineFactory
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.test import Client
 
 from agents.capture.processing import event_replay
 from crm.models import Business, ContactPoint, InboundEvent, Lead, Message, Source
-from tests.agents.capture.conftest import run_queued_events
 from tests.agents.capture.test_meta import APP_SECRET, SAMPLES, VECTORS, post, sign
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

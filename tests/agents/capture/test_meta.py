@@ -24,7 +24,7 @@ from agents.capture.meta_graph import LEAD_FIELDS, backoff_delays
 from agents.capture.processing import event_replay
 from agents.capture.providers.meta import lead_capture
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
-from tests.agents.capture.conftest import run_queued_events
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.test import Client
 from twilio.request_validator import RequestValidator
 
 from crm.models import Business, InboundEvent, Lead, Message, Receipt, RejectedDelivery, Source
-from tests.agents.capture.conftest import run_queued_events
 from tests.factories import lead_create
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

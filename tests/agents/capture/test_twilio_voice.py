@@ -17,8 +17,8 @@ from agents.capture.missed_call import MISSED_CALL_MAX_SECONDS, call_status_reco
 from agents.capture.processing import event_process, event_replay
 from crm.models import Business, Call, InboundEvent, Lead, Receipt, RejectedDelivery, Source, Task, TeamMember
 from crm.services.lead_sync import lead_assign
-from tests.agents.capture.conftest import run_queued_events
 from tests.factories import lead_create
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

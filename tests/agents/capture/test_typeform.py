@@ -17,7 +17,7 @@ from django_q.models import OrmQ
 
 from agents.capture.providers.typeform import parse_response, typeform_signature
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
-from tests.agents.capture.conftest import run_queued_events
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from crm.models import ConsentState, InboundEvent, Lead, RejectedDelivery
-from tests.agents.capture.conftest import run_queued_events
+from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 

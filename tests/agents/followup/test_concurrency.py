@@ -16,7 +16,7 @@ from django.db import connection
 
 from agents.followup.sequences import STEP_TIMER, enrollment_start, enrollments_stop, step_run
 from crm.models import Enrollment, Message, Receipt, Task, Timer
-from tests.agents.followup.conftest import NOON_NY, make_lead, run_at
+from tests.helpers.followup import NOON_NY, make_lead, run_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

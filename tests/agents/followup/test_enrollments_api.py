@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from agents.followup.sequences import enrollment_start, enrollments_stop
 from crm.models import Lead, Role, TeamMember
-from tests.agents.followup.conftest import NOON_NY, make_lead
 from tests.factories import member_create
+from tests.helpers.followup import NOON_NY, make_lead
 
 pytestmark = pytest.mark.django_db
 

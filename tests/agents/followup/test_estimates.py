@@ -20,8 +20,8 @@ from approvals.services import SelfApproval, approval_approve, approval_reject
 from crm.models import Business, Enrollment, Estimate, Lead, Receipt, Stage, Task, TeamMember
 from crm.services import lead_sync
 from crm.services.records import estimate_record, payment_record
-from tests.agents.followup.conftest import NOON_NY, run_at
 from tests.factories import ServiceLineFactory
+from tests.helpers.followup import NOON_NY, run_at
 
 pytestmark = pytest.mark.django_db
 

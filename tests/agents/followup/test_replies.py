@@ -16,9 +16,9 @@ from agents.followup.replies import reply_record
 from agents.followup.sequences import enrollment_start
 from agents.orchestrator import orchestrate_pending
 from crm.models import Business, Lead, Message, Receipt, Source, Stage, Task
-from tests.agents.capture.conftest import run_queued_events
 from tests.agents.capture.test_meta import APP_SECRET, sign
-from tests.agents.followup.conftest import LINE, NOON_NY, PHONE, run_at
+from tests.helpers.capture import run_queued_events
+from tests.helpers.followup import LINE, NOON_NY, PHONE, run_at
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from agents.followup.sequences import (
 from crm.models import Enrollment, Lead, Message, Receipt, Sequence, Stage, Task, Timer
 from crm.services import lead_sync
 from crm.services.records import contact_create, lead_open
-from tests.agents.followup.conftest import NOON_NY, make_lead, run_at
+from tests.helpers.followup import NOON_NY, make_lead, run_at
 
 pytestmark = pytest.mark.django_db
 

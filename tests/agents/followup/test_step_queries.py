@@ -15,7 +15,7 @@ from agents.followup.no_reply import no_reply_start
 from agents.followup.sequences import STEP_TIMER
 from crm.models import Lead, Receipt, Timer
 from crm.services.receipts import receipts_verify
-from tests.agents.followup.conftest import NOON_NY, make_lead, run_at
+from tests.helpers.followup import NOON_NY, make_lead, run_at
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from agents.followup.voice import voice_eligibility
 from agents.outbound.dispatch import message_dispatch
 from crm.models import Call, ConsentState, Enrollment, InboundEvent, Lead, Message, MessageTemplate, Receipt, Task
 from crm.services.consent import consent_record
-from tests.agents.followup.conftest import NOON_NY, run_at
 from tests.agents.outbound.fake_twilio import ScriptedTwilio, created
+from tests.helpers.followup import NOON_NY, run_at
 
 pytestmark = pytest.mark.django_db
 

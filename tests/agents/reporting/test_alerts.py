@@ -16,7 +16,7 @@ from agents.routing.sla import sla_check
 from agents.tasks import alerts as alerts_job
 from crm.models import InboundEvent, Timer
 from crm.services import lead_sync
-from tests.agents.reporting.conftest import owned, sourced_lead
+from tests.helpers.reporting import owned, sourced_lead
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from approvals.services import approval_request_open
 from crm.models import Business, Message, Payment, Receipt, Role, Timer
 from crm.services.records import appointment_record, payment_record, refund_record, task_create
 from crm.services.timers import timers_run_due
-from tests.agents.reporting.conftest import owned, sourced_lead
 from tests.factories import BusinessFactory, member_create
+from tests.helpers.reporting import owned, sourced_lead
 
 pytestmark = pytest.mark.django_db
 

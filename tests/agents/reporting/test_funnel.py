@@ -13,7 +13,7 @@ from agents.reporting.funnel import funnel_report
 from agents.reporting.trace import leak_audit
 from crm.models import Lead, Source
 from crm.services.records import appointment_record, estimate_record, refund_record
-from tests.agents.reporting.conftest import completed_job, held, owned, paid, sourced_lead, to_stage
+from tests.helpers.reporting import completed_job, held, owned, paid, sourced_lead, to_stage
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,8 @@ from agents.routing.sla import sla_check
 from crm.models import Enrollment, ExceptionItem, Lead, Message, Payment, Receipt
 from crm.services import lead_sync
 from crm.services.records import appointment_record, invoice_record, job_record, payment_record
-from tests.agents.reporting.conftest import owned, sequence, sourced_lead
 from tests.factories import lead_create
+from tests.helpers.reporting import owned, sequence, sourced_lead
 
 pytestmark = pytest.mark.django_db
 

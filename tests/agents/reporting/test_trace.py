@@ -13,7 +13,8 @@ from crm.models import Enrollment, Lead
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.records import appointment_record, job_record, refund_record
-from tests.agents.reporting.conftest import (
+from tests.factories import lead_create
+from tests.helpers.reporting import (
     completed_job,
     grant_sms,
     held,
@@ -23,7 +24,6 @@ from tests.agents.reporting.conftest import (
     sourced_lead,
     won,
 )
-from tests.factories import lead_create
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from agents.orchestrator import orchestrate_pending
 from agents.revenue.jobs import JobError, invoice_issue, job_complete
 from crm.models import Receipt, Stage, Task, Timer
 from crm.services.records import job_record
-from tests.agents.revenue.conftest import held_lead, walk
 from tests.factories import lead_create
+from tests.helpers.revenue import held_lead, walk
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from agents.revenue.payments import PaymentHints, payment_manual_record, payment
 from crm.models import ExceptionItem, Job, Payment, Receipt, Refund, Role
 from crm.services import lead_sync
 from crm.services.records import appointment_record, estimate_record, job_record
-from tests.agents.revenue.conftest import held_lead
 from tests.factories import lead_create, member_create
+from tests.helpers.revenue import held_lead
 
 pytestmark = pytest.mark.django_db
 

@@ -26,7 +26,8 @@ from agents.revenue.payments import (
     refund_add,
 )
 from crm.models import ExceptionItem, InboundEvent, Invoice, Payment, Receipt, Refund, Stage, Task
-from tests.agents.revenue.conftest import (
+from tests.factories import lead_create
+from tests.helpers.revenue import (
     charge_event,
     days_ago,
     deliver,
@@ -35,7 +36,6 @@ from tests.agents.revenue.conftest import (
     invoice_event,
     sign,
 )
-from tests.factories import lead_create
 
 pytestmark = pytest.mark.django_db
 

@@ -29,7 +29,7 @@ from devtools.simulator.core import (
     unexpected,
 )
 from devtools.simulator.payments import PAYMENT, PAYMENT_PHASE, REFUND
-from tests.agents.revenue.conftest import SECRET
+from tests.helpers.revenue import SECRET
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 3, 14, 15, 0, tzinfo=UTC)

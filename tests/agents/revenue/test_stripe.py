@@ -15,8 +15,9 @@ from agents.capture.base import MalformedPayload
 from agents.capture.processing import event_replay
 from agents.capture.providers.stripe import money_from_minor, stripe_signature
 from crm.models import InboundEvent, Payment, Refund, RejectedDelivery, Source
-from tests.agents.capture.conftest import run_queued_events
-from tests.agents.revenue.conftest import (
+from tests.factories import BusinessFactory, lead_create
+from tests.helpers.capture import run_queued_events
+from tests.helpers.revenue import (
     SAMPLES,
     SECRET,
     VECTORS,
@@ -27,7 +28,6 @@ from tests.agents.revenue.conftest import (
     post,
     sign,
 )
-from tests.factories import BusinessFactory, lead_create
 
 pytestmark = pytest.mark.django_db
 

@@ -173,7 +173,7 @@ def _website_lead(business, django_capture_on_commit_callbacks, **form) -> Lead:
     from django.test import Client
 
     from crm.models import Source
-    from tests.agents.capture.conftest import run_queued_events
+    from tests.helpers.capture import run_queued_events
 
     Source.objects.get_or_create(
         business=business, key="site", defaults={"provider": "website", "secret": "site-secret-123"}
