@@ -207,16 +207,7 @@ def tasks_close(lead: Lead | None, tasks: QuerySet[Task], *, actor: str, outcome
             status=Task.Status.DONE, outcome=outcome[:300], completed_at=timezone.now(), completed_by=actor
         ):
             closed += 1
-            receipt_write(
-                business=task.business,
-                lead=lead,
-                subject=task.public_id,
-                actor=actor,
-                action="task.completed",
-                reason=outcome,
-                before={"status": "open"},
-                after={"status": "done", "outcome": outcome},
-            )
+            _task_ended(task, lead, actor=actor, action="task.completed", status="done", outcome=outcome)
     return closed
 
 
@@ -227,6 +218,8 @@ def tasks_cancel(
     closed, the visit was booked), a receipt each; returns them."""
     now = now or timezone.now()
     open_tasks = list(lead.tasks.filter(kind__in=list(kinds), status=Task.Status.OPEN).order_by("pk"))
+    for task in open_tasks:
+        task.business = lead.business  # a row in hand: no query per receipt
     if not open_tasks:
         return []
     Task.objects.filter(pk__in=[t.pk for t in open_tasks], status=Task.Status.OPEN).update(
@@ -234,17 +227,21 @@ def tasks_cancel(
     )
     for task in open_tasks:
         task.status, task.outcome, task.completed_at, task.completed_by = Task.Status.CANCELED, outcome, now, actor
-        receipt_write(
-            business=lead.business,
-            lead=lead,
-            subject=task.public_id,
-            actor=actor,
-            action="task.canceled",
-            reason=outcome,
-            before={"status": "open"},
-            after={"status": "canceled", "outcome": outcome},
-        )
+        _task_ended(task, lead, actor=actor, action="task.canceled", status="canceled", outcome=outcome)
     return open_tasks
+
+
+def _task_ended(task: Task, lead: Lead | None, *, actor: str, action: str, status: str, outcome: str) -> None:
+    receipt_write(
+        business=task.business,
+        lead=lead,
+        subject=task.public_id,
+        actor=actor,
+        action=action,
+        reason=outcome,
+        before={"status": "open"},
+        after={"status": status, "outcome": outcome},
+    )
 
 
 def _record(model: Any, *, lead: Lead, actor: str, action: str, **fields: Any) -> Any:
