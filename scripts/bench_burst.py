@@ -117,9 +117,10 @@ def wait_queue_empty(wait: float) -> float:
     a burst leaves behind once every acknowledgement is decided)."""
     from django_q.models import OrmQ
 
+    from devtools.polling import poll_until
+
     start = time.monotonic()
-    while OrmQ.objects.exists() and time.monotonic() < start + wait:
-        time.sleep(0.5)
+    poll_until(lambda: not OrmQ.objects.exists(), timeout=wait)
     return time.monotonic() - start
 
 

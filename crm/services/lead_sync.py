@@ -272,13 +272,7 @@ def lead_close(lead: Lead, stage: str, *, actor: str, reason: str, lost_reason: 
     if changes:
         _save(current, changes, actor=actor, action="lead.stage_changed", reason=lost_reason or reason)
     if current.next_action:
-        _save(
-            current,
-            {"next_action": "", "next_action_due_at": None},
-            actor=actor,
-            action="lead.next_action_set",
-            reason=f"closed: {stage}",
-        )
+        lead_set_next_action(current, "", None, actor=actor, reason=f"closed: {stage}")
     tasks_cancel(current, kinds=["next_action"], outcome=f"lead closed: {stage}", actor=actor)
     for hook in LEAD_CLOSED.values():
         hook(current, stage, actor)
