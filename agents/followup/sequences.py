@@ -31,7 +31,6 @@ enrollment rows — the order capture and CRM Sync already take the first two.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -112,8 +111,7 @@ UNSENT = (M.DRAFT, M.DEFERRED, M.PENDING_APPROVAL, M.QUEUED)
 # known to have gone anywhere, and a sweep may still fail them.
 WENT_OUT = (M.DRY_RUN, M.SENT, M.DELIVERED)
 
-_AFTER = re.compile(r"^(\d+)([mhd])$")
-_UNIT_MINUTES = {"m": 1, "h": 60, "d": 24 * 60}
+_UNIT_MINUTES = Sequence.STEP_DELAY_MINUTES
 
 # Role-specific hooks, registered at startup by the modules that own them.
 # An extra exit check for a trigger: returns an exit reason or "".
@@ -155,10 +153,10 @@ class Step:
 def sequence_steps(sequence: Sequence) -> list[Step]:
     steps = []
     for index, raw in enumerate(sequence.steps or []):
-        if not isinstance(raw, dict) or not _AFTER.match(str(raw.get("after", ""))):
+        if not isinstance(raw, dict) or Sequence.step_delay(str(raw.get("after", ""))) is None:
             raise SequenceError(f"sequence {sequence.key}: step {index + 1} has no valid 'after' (like 15m, 2h, 1d)")
         channel = str(raw.get("channel", ""))
-        if channel not in ("sms", "email", "voice", "task"):
+        if channel not in Sequence.StepChannel.values:
             raise SequenceError(f"sequence {sequence.key}: step {index + 1} has an unknown channel {channel!r}")
         steps.append(
             Step(
@@ -174,10 +172,10 @@ def sequence_steps(sequence: Sequence) -> list[Step]:
 
 
 def delay_minutes(after: str) -> tuple[int, str]:
-    match = _AFTER.match(after)
-    if match is None:
+    delay = Sequence.step_delay(after)
+    if delay is None:
         raise SequenceError(f"bad delay {after!r} (like 15m, 2h or 1d)")
-    return int(match.group(1)), match.group(2)
+    return delay
 
 
 def step_due(sequence: Sequence, previous: datetime, step: Step) -> datetime:
@@ -667,7 +665,7 @@ def _step_owner(lead: Lead) -> Any:
 
 
 def _perform(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) -> str:
-    if step.channel == "task":
+    if step.channel == Sequence.StepChannel.TASK:
         task = task_create(
             lead=lead,
             title=step.title or f"Follow up ({enrollment.sequence.key})",
@@ -784,7 +782,7 @@ def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None
             owner=owner.user.get_username() if owner else None,
         )
         preview.append(item)
-        if step.channel == "task":
+        if step.channel == Sequence.StepChannel.TASK:
             item.verdict = "task"
             continue
         rendered = step_render(lead, step)
@@ -792,7 +790,7 @@ def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None
             item.verdict, item.reason = "task", rendered.problem
             continue
         item.body, item.subject = rendered.body, rendered.subject
-        if step.channel == "voice" and (preview_check := CHANNEL_PREVIEWS.get("voice")):
+        if step.channel == Sequence.StepChannel.VOICE and (preview_check := CHANNEL_PREVIEWS.get("voice")):
             skip = preview_check(lead, projection.sends, due)
             if skip:
                 item.verdict, item.reason = "skipped", skip

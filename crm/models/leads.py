@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import models
@@ -281,6 +282,24 @@ class Sequence(models.Model):
         OPEN_ESTIMATE = "open_estimate", "an estimate left open"
         APPOINTMENT = "appointment", "an appointment booked (reminders)"
 
+    class StepChannel(models.TextChoices):
+        """How a step reaches the person (a task step asks a person to)."""
+
+        SMS = "sms"
+        EMAIL = "email"
+        VOICE = "voice"
+        TASK = "task"
+
+    class StepClock(models.TextChoices):
+        """How a step's delay counts: plain time, or only the business's open hours and days."""
+
+        ABSOLUTE = "absolute"
+        BUSINESS = "business"
+
+    # A step's delay: a whole number of minutes, hours or days ("15m", "2h", "1d").
+    STEP_DELAY = re.compile(r"^(\d+)([mhd])$")
+    STEP_DELAY_MINUTES = {"m": 1, "h": 60, "d": 24 * 60}
+
     trigger = models.CharField(max_length=32, choices=Trigger.choices)
     # [{"after": "15m", "channel": "sms", "template": "nudge_sms"}, …]
     steps = models.JSONField(default=list)
@@ -296,6 +315,12 @@ class Sequence(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+    @classmethod
+    def step_delay(cls, after: str) -> tuple[int, str] | None:
+        """A step's `after` read as (amount, unit), or None when it is not one."""
+        match = cls.STEP_DELAY.match(after)
+        return (int(match.group(1)), match.group(2)) if match else None
 
 
 class Enrollment(models.Model):

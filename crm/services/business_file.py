@@ -63,17 +63,17 @@ from crm.phones import email_normalize, phone_to_e164
 from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.receipts import receipt_write
 
-TEMPLATE_CHANNELS = ("sms", "email", "voice")
-STEP_CHANNELS = ("sms", "email", "voice", "task")
+# A template is sent on a channel that reaches the person: every step channel but a task.
+TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
+STEP_CHANNELS = tuple(Sequence.StepChannel.values)
 SEQUENCE_TRIGGERS = tuple(Sequence.Trigger.values)
-STEP_CLOCKS = ("absolute", "business")
+STEP_CLOCKS = tuple(Sequence.StepClock.values)
 # Source settings that hold phone numbers: checked and stored as E.164.
 SOURCE_PHONE_KEYS = ("phone_number", "forward_to")
 # A twilio source's own account (or subaccount): the SIDs Twilio issues.
 TWILIO_SIDS = {"account_sid": re.compile(r"AC[0-9a-f]{32}"), "messaging_service_sid": re.compile(r"MG[0-9a-f]{32}")}
 
 _TIME_RANGE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
-_AFTER = re.compile(r"^\d+[mhd]$")
 # Serializes loads of the same slug, so two concurrent runs cannot both create it.
 _LOAD_LOCK_NAMESPACE = 4208
 
@@ -797,7 +797,7 @@ def _parse_sequence(item: _ItemMap) -> SequenceRow:
             step_value, line, "sequence step", required=("after", "channel"), optional=("template", "title", "clock")
         )
         after = step.text("after")
-        if not _AFTER.match(after):
+        if Sequence.step_delay(after) is None:
             raise step.error("after", f"bad 'after' {after!r} in sequence step (like 15m, 2h or 1d)")
         channel = step.choice("channel", STEP_CHANNELS, "channel")
         stored: dict[str, Any] = {"after": after, "channel": channel}
