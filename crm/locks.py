@@ -32,7 +32,27 @@ business is what made approval decisions and dispatch deadlock.
 
 from __future__ import annotations
 
-from django.db import connection
+from typing import TypeVar
+
+from django.db import connection, models
+
+M = TypeVar("M", bound=models.Model)
+
+
+def row_lock(obj: M, *related: str) -> M:
+    """Lock `obj`'s row and re-read it into `obj` itself, in one query, with
+    the `related` rows it will need: the caller's object is then current
+    under the lock, and nothing reads it again after the change.
+
+    FOR NO KEY UPDATE: writers of the row queue behind each other, while rows
+    that only reference it (receipts, tasks, events) insert meanwhile; a
+    plain FOR UPDATE makes their foreign-key check wait. `of` self: the
+    joined rows are read, never locked (PostgreSQL cannot lock the nullable
+    side of an outer join anyway). Take it inside `transaction.atomic()`.
+    """
+    queryset = type(obj)._default_manager.select_for_update(no_key=True, of=("self",)).select_related(*related)
+    obj.refresh_from_db(from_queryset=queryset)
+    return obj
 
 
 def xact_locks(names: list[str]) -> None:

@@ -73,7 +73,7 @@ def no_show_record(appointment: Appointment, *, actor: str, now: datetime | None
 def no_show_step(lead: Lead, data: dict[str, Any]) -> str:
     """The recovery, once per no-show (the orchestrator's claim), in one transaction."""
     appointment = appointment_of(lead, data)
-    lead.refresh_from_db()
+    lead_sync.lead_refresh(lead)
     if lead.stage != Stage.NO_SHOW:
         return f"skipped: the lead is {lead.stage}"
     owner = owner_or_manager(lead)

@@ -551,7 +551,7 @@ def appointment_next_state(
         )
     else:
         raise BookingError(f"unknown next state {state!r} (one of {', '.join(NEXT_STATES)})")
-    lead.refresh_from_db()
+    lead_sync.lead_refresh(lead)
     return lead
 
 
@@ -582,7 +582,7 @@ def booking_step(lead: Lead, data: dict[str, Any]) -> str:
 def cancellation_step(lead: Lead, data: dict[str, Any]) -> str:
     """After a cancellation: the owner's rebooking next action, and a notice to the technician."""
     appointment = appointment_of(lead, data)
-    lead.refresh_from_db()
+    lead_sync.lead_refresh(lead)
     tech = appointment.assigned_to
     if tech is not None:
         member_notify(
@@ -611,7 +611,7 @@ def held_step(lead: Lead, data: dict[str, Any]) -> str:
     """After a held visit: one next action for the owner, with a due time, to
     set the next state (estimate sent, won, lost with the reason, or a dated follow-up)."""
     appointment = appointment_of(lead, data)
-    lead.refresh_from_db()
+    lead_sync.lead_refresh(lead)
     if lead.stage != Stage.APPOINTMENT_HELD:
         return f"skipped: the lead is already {lead.stage}"
     if not (lead.owner_id and lead.owner and lead.owner.is_active):

@@ -61,7 +61,7 @@ def sla_start(lead: Lead, *, now: datetime | None = None, minutes: int | None = 
 def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
     """At the deadline: met, or breached (once) — receipt, alert, maybe reassign."""
     now = now or timezone.now()
-    lead.refresh_from_db()
+    lead_sync.lead_refresh(lead)
     if not lead.is_open or lead.is_test:
         return "closed"
     if lead.first_response_at is not None and (lead.sla_due_at is None or lead.first_response_at <= lead.sla_due_at):
@@ -69,7 +69,11 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
     claimed = Lead.objects.filter(pk=lead.pk, sla_breached_at__isnull=True).update(sla_breached_at=now)
     if not claimed:
         return "already breached"
-    lead.refresh_from_db()
+    # The claim's UPDATE holds the row: read it again under that lock (an
+    # owner may have changed since the first read), or, for the unit of
+    # work's own lead, which no one else can change, set what the claim wrote.
+    lead.sla_breached_at = now
+    lead_sync.lead_refresh(lead)
     owner = lead.owner.user.get_username() if lead.owner else None
     receipt_write(
         business=lead.business,
@@ -102,7 +106,7 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
         if routed.rule == RULE:
             from agents.routing.next_action import next_action_set
 
-            lead.refresh_from_db()
+            lead_sync.lead_refresh(lead)
             next_action_set(
                 lead,
                 lead.next_action or "First contact (reassigned after an SLA breach)",

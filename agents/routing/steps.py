@@ -111,7 +111,7 @@ def touch_added_step(lead: Lead, data: dict[str, Any]) -> str:
         return "closed"
     fit = _apply_fit(lead, "another touch")
     rule = _route(lead, fit, "returning lead without an owner")
-    lead.refresh_from_db()
+    _reread(lead)
     task = next_action_ensure(
         lead,
         f"Follow up: {lead.contact.name or 'the lead'} came back ({data.get('channel', 'another source')})",
@@ -137,7 +137,7 @@ def missed_call_step(lead: Lead, data: dict[str, Any]) -> str:
         return "closed"
     fit = lead_fit(lead)
     rule = _route(lead, fit, "missed call")
-    lead.refresh_from_db()
+    _reread(lead)
     next_action_ensure(
         lead,
         f"Call back {lead.contact.name or 'the caller'}",
@@ -156,6 +156,6 @@ def sla_due_step(lead: Lead, data: dict[str, Any]) -> str:
         return outcome
     from agents.followup.no_reply import no_reply_start
 
-    lead.refresh_from_db()
+    _reread(lead)
     enrollment = no_reply_start(lead)
     return f"{outcome}; no-reply path {enrollment.public_id if enrollment else 'not started'}"

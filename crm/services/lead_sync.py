@@ -16,6 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from crm.locks import row_lock
 from crm.models import CLOSED_STAGES, Lead, Stage, TeamMember
 from crm.registry import Registry
 from crm.services.receipts import receipt_write
@@ -168,15 +169,10 @@ def _locked(lead: Lead) -> Lead:
     query at all for the unit of work's own current lead."""
     if _held(lead.pk) is lead:
         return lead
-    # NO KEY: writers of the lead still queue behind each other, but a row
-    # that references the lead (a receipt, a task, an event) can be inserted
-    # meanwhile; a plain FOR UPDATE made that insert's foreign-key check wait,
-    # and with the receipt chain held it deadlocked at commit. `of` self: the
-    # joined business, contact and owner rows are read, never locked.
-    lead.refresh_from_db(
-        from_queryset=Lead.objects.select_for_update(no_key=True, of=("self",)).select_related(*_RELATED)
-    )
-    return lead
+    # NO KEY (row_lock): a plain FOR UPDATE made a receipt's foreign-key
+    # check wait on the lead, and with the receipt chain held it deadlocked
+    # at commit.
+    return row_lock(lead, *_RELATED)
 
 
 def _snapshot(lead: Lead, fields: tuple[str, ...]) -> dict[str, Any]:
