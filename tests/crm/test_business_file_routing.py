@@ -6,7 +6,8 @@ import pytest
 
 from agents.fit.qualify import RULE_NAMES
 from crm.models import Business, ServiceLine, Source
-from crm.services.business_file import FIT_RULES, BusinessFileError, business_file_parse, business_spec_apply
+from crm.services.business_file import BusinessFileError, business_file_parse, business_spec_apply
+from crm.services.business_file.parsing import FIT_RULES
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,613 @@
+"""Parsing a business file into a `BusinessSpec`: one `_parse_*` function
+per section, each producing the rows that section asks for. Nothing here
+touches the database; references that may name rows the business already
+has (service lines, areas, templates, availability members) are checked
+when the spec is applied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import time
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import phonenumbers
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import models
+
+from crm.models import DAYS, Business, Provider, Role, Sequence, Stage, TeamMember
+from crm.phones import email_normalize
+from crm.services.business_file.reading import (
+    MISSING,
+    BusinessFileError,
+    ItemMap,
+    Map,
+    Ref,
+    kind_of,
+    plain,
+    time_range,
+    yaml_load_with_lines,
+)
+
+# A template is sent on a channel that reaches the person: every step channel but a task.
+TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
+STEP_CHANNELS = tuple(Sequence.StepChannel.values)
+SEQUENCE_TRIGGERS = tuple(Sequence.Trigger.values)
+STEP_CLOCKS = tuple(Sequence.StepClock.values)
+# Source settings that hold phone numbers: checked and stored as E.164.
+SOURCE_PHONE_KEYS = ("phone_number", "forward_to")
+# A twilio source's own account (or subaccount): the SIDs Twilio issues.
+TWILIO_SIDS = {"account_sid": re.compile(r"AC[0-9a-f]{32}"), "messaging_service_sid": re.compile(r"MG[0-9a-f]{32}")}
+
+
+# --- what the file asks for -------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One record the file asks for: its natural key, the field values it
+    should have, and the line that names it."""
+
+    line: int
+    key: str
+    fields: dict[str, Any]
+
+
+@dataclass
+class MemberRow(Row):
+    email: str = ""
+    service_lines: list[Ref] = field(default_factory=list)
+    service_areas: list[Ref] = field(default_factory=list)
+
+
+@dataclass
+class SourceRow(Row):
+    # The line of each provider setting, for refusals found against the database.
+    key_lines: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SequenceRow(Row):
+    # (template named by a step, the step's channel)
+    templates: list[tuple[Ref, str]] = field(default_factory=list)
+
+
+@dataclass
+class AvailabilityRule:
+    line: int
+    members: list[Ref]
+    days: list[str]
+    slots: list[tuple[time, time]]
+    capacity: int
+    service_lines: list[Ref] = field(default_factory=list)
+
+    @property
+    def slot_texts(self) -> list[str]:
+        return [f"{start:%H:%M}-{end:%H:%M}" for start, end in self.slots]
+
+
+@dataclass
+class BusinessSpec:
+    """A parsed and checked business file, not yet applied."""
+
+    path: str
+    slug: str
+    line: int
+    fields: dict[str, Any]
+    sources: list[Row] = field(default_factory=list)
+    service_lines: list[Row] = field(default_factory=list)
+    service_areas: list[Row] = field(default_factory=list)
+    templates: list[Row] = field(default_factory=list)
+    sequences: list[SequenceRow] = field(default_factory=list)
+    team: list[MemberRow] = field(default_factory=list)
+    availability: list[AvailabilityRule] = field(default_factory=list)
+    # An `availability` section (even an empty one) replaces the business's rules.
+    availability_given: bool = False
+
+
+_SECTIONS = (
+    "business",
+    "sources",
+    "service_lines",
+    "service_areas",
+    "team",
+    "policy",
+    "notifications",
+    "templates",
+    "sequences",
+    "availability",
+)
+
+
+def business_file_parse(text: str, *, path: str = "") -> BusinessSpec:
+    """Parse and check a business file without touching the database.
+
+    Checks structure, keys, types and formats (time zones, phones, time
+    ranges, step delays, duplicates). References (service lines, areas,
+    templates, availability members) may also name rows the business already
+    has, so `business_spec_apply` checks them. Raises BusinessFileError
+    naming the line.
+    """
+    try:
+        return _parse(text, path)
+    except BusinessFileError as exc:
+        exc.path = path
+        raise
+
+
+def _parse(text: str, path: str) -> BusinessSpec:
+    loaded = yaml_load_with_lines(text)
+    if loaded is None:
+        raise BusinessFileError(1, "the file is empty: it needs at least a 'business' section")
+    doc = Map(loaded, 1, "the file", required=("business",), optional=_SECTIONS)
+    spec = _parse_business(doc, path)
+    region = spec.fields["region"]
+    spec.sources = _unique(doc, "sources", "source", lambda m: _parse_source(m, region))
+    spec.service_lines = _unique(doc, "service_lines", "service line", lambda m: _parse_service_line(m, spec))
+    spec.service_areas = _unique(doc, "service_areas", "service area", _parse_service_area)
+    spec.templates = _unique(doc, "templates", "template", _parse_template)
+    spec.sequences = _unique(doc, "sequences", "sequence", _parse_sequence)
+    spec.team = _unique(doc, "team", "team member", lambda m: _parse_member(m, region))
+    spec.availability = [_parse_availability(item, line) for item, line in doc.items("availability")]
+    spec.availability_given = doc.has("availability")
+    return spec
+
+
+def _unique(doc: Map, section: str, what: str, parse: Any) -> list[Any]:
+    """Parse each item of a list section, refusing two with the same key."""
+    rows: list[Row] = []
+    seen: dict[str, int] = {}
+    for item, line in doc.items(section):
+        row = parse(ItemMap(item, line, what))
+        if row.key in seen:
+            raise BusinessFileError(line, f"duplicate {what} {row.key!r} (first at line {seen[row.key]})")
+        seen[row.key] = line
+        rows.append(row)
+    return rows
+
+
+def _parse_business(doc: Map, path: str) -> BusinessSpec:
+    m = Map(
+        doc.raw("business"),
+        doc.line_of("business"),
+        "business",
+        required=("slug", "name", "timezone"),
+        optional=("region", "currency"),
+    )
+    region = m.text("region", "US").upper()
+    if region not in phonenumbers.SUPPORTED_REGIONS:
+        raise m.error("region", f"bad region {region!r} in business (a two-letter country code like US)")
+    currency = m.text("currency", "USD").upper()
+    if not re.fullmatch(r"[A-Z]{3}", currency):
+        raise m.error("currency", f"bad currency {currency!r} in business (a three-letter code like USD)")
+    fields: dict[str, Any] = {
+        "name": m.text("name"),
+        "timezone": m.zone("timezone"),
+        "region": region,
+        "currency": currency,
+        **_parse_policy(doc, region),
+        **_parse_notifications(doc),
+    }
+    return BusinessSpec(path=path, slug=m.slug("slug"), line=m.line, fields=fields)
+
+
+def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
+    defaults = {
+        name: _model_default(Business, name)
+        for name in (
+            "first_response_minutes",
+            "quiet_hours_start",
+            "quiet_hours_end",
+            "dedupe_window_days",
+            "max_texts_per_day",
+            "consent_max_age_days",
+            "missed_call_text_back",
+            "sla_reassign_on_breach",
+            "estimate_follow_up_days",
+            "brief_hour",
+            "raw_retention_days",
+        )
+    }
+    if not doc.has("policy"):
+        # No policy section: an existing business keeps its policy; a new one gets the defaults.
+        return {}
+    m = Map(
+        doc.raw("policy"),
+        doc.line_of("policy"),
+        "policy",
+        optional=(
+            "first_response_minutes",
+            "quiet_hours",
+            "dedupe_window_days",
+            "max_texts_per_day",
+            "consent_max_age_days",
+            "missed_call_text_back",
+            "quiet_hours_by_state",
+            "business_hours",
+            "sla_reassign_on_breach",
+            "fit_rules",
+            "scope_keywords",
+            "estimate_follow_up_days",
+            "brief_hour",
+            "contact_countries",
+            "captcha",
+            "embed_origins",
+            "raw_retention_days",
+        ),
+    )
+    fields = {
+        "first_response_minutes": m.integer("first_response_minutes", defaults["first_response_minutes"], minimum=1),
+        "dedupe_window_days": m.integer("dedupe_window_days", defaults["dedupe_window_days"]),
+        "max_texts_per_day": m.integer("max_texts_per_day", defaults["max_texts_per_day"]),
+        "quiet_hours_start": defaults["quiet_hours_start"],
+        "quiet_hours_end": defaults["quiet_hours_end"],
+        "consent_max_age_days": m.integer("consent_max_age_days", defaults["consent_max_age_days"], minimum=1),
+        "missed_call_text_back": m.boolean("missed_call_text_back", defaults["missed_call_text_back"]),
+        "quiet_hours_by_state": _state_windows(m),
+        "business_hours": _parse_hours(m, "business_hours"),
+        "sla_reassign_on_breach": m.boolean("sla_reassign_on_breach", defaults["sla_reassign_on_breach"]),
+        "fit_rules": _fit_rules(m),
+        "scope_keywords": _scope_keywords(m),
+        "estimate_follow_up_days": m.integer("estimate_follow_up_days", defaults["estimate_follow_up_days"], minimum=1),
+        "brief_hour": m.integer("brief_hour", defaults["brief_hour"]),
+        "contact_countries": _contact_countries(m, region),
+        "captcha_required": m.boolean("captcha", False),
+        "embed_origins": _embed_origins(m),
+        "raw_retention_days": m.integer("raw_retention_days", defaults["raw_retention_days"], minimum=1),
+    }
+    if not 0 <= fields["brief_hour"] <= 23:
+        raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
+    if m.has("quiet_hours"):
+        # May wrap midnight, so only an empty range is refused.
+        fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range("quiet_hours", ordered=False)
+    return fields
+
+
+# An origin a browser sends: scheme, host (a leading "*." allowed, as CSP
+# allows) and an optional port; nothing that could end the CSP directive.
+_ORIGIN = re.compile(
+    r"^https?://(\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$"
+)
+
+
+def _contact_countries(m: Map, region: str) -> list[str]:
+    """[US, CA]: the countries whose numbers may be texted or called; left out: the region only."""
+    countries = []
+    for ref in m.texts("contact_countries"):
+        code = ref.name.upper()
+        if code not in phonenumbers.SUPPORTED_REGIONS:
+            raise BusinessFileError(ref.line, f"bad country {ref.name!r} in contact_countries (a code like US or CA)")
+        if code not in countries:
+            countries.append(code)
+    # The region alone is the default: store it as "the default" so a changed region follows.
+    return [] if countries == [region] else countries
+
+
+def _embed_origins(m: Map) -> list[str]:
+    """["https://acme.example"]: the sites that may frame the hosted form."""
+    origins = []
+    for ref in m.texts("embed_origins"):
+        if not _ORIGIN.match(ref.name):
+            raise BusinessFileError(
+                ref.line, f"bad origin {ref.name!r} in embed_origins (like https://acme.example, no path)"
+            )
+        origins.append(ref.name.lower())
+    return origins
+
+
+def _parse_notifications(doc: Map) -> dict[str, Any]:
+    """notifications: {slack_webhook_url: ...}: where this business's alerts and notices go."""
+    if not doc.has("notifications"):
+        return {}  # left as it is
+    m = Map(doc.raw("notifications"), doc.line_of("notifications"), "notifications", optional=("slack_webhook_url",))
+    url = m.text("slack_webhook_url", "")
+    if url and not re.fullmatch(r"https?://[^\s]+", url):
+        raise m.error("slack_webhook_url", f"slack_webhook_url must be an http(s) URL, not {url!r}")
+    return {"slack_webhook_url": url}
+
+
+# The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.
+FIT_RULES = (
+    "in_area",
+    "out_of_area",
+    "service_matched",
+    "has_phone",
+    "has_email",
+    "sms_consent",
+    "paid_click",
+    "emergency",
+    "commercial",
+    "warranty",
+)
+SCOPE_FLAGS = ("emergency", "commercial", "warranty", "licensed_diagnosis")
+
+
+def _fit_rules(m: Map) -> list[dict[str, Any]]:
+    """[{rule: in_area, points: 30}, ...]: the business's own scoring; empty keeps the built-in one."""
+    rules = []
+    for raw, line in m.items("fit_rules"):
+        rule = Map(raw, line, "fit rule", required=("rule", "points"))
+        name = rule.choice("rule", FIT_RULES, "fit rule")
+        points = rule.raw("points")
+        if isinstance(points, bool) or not isinstance(points, int):
+            raise rule.error("points", f"points of fit rule {name} must be a whole number, not {kind_of(points)}")
+        rules.append({"rule": name, "points": points})
+    return rules
+
+
+def _scope_keywords(m: Map) -> dict[str, list[str]]:
+    """{emergency: [...], commercial: [...]}: words added to the built-in scope words."""
+    if not m.has("scope_keywords"):
+        return {}
+    words = Map(m.raw("scope_keywords"), m.line_of("scope_keywords"), "scope_keywords", optional=SCOPE_FLAGS)
+    return {flag: [ref.name for ref in words.texts(flag)] for flag in SCOPE_FLAGS if words.has(flag)}
+
+
+def _state_windows(m: Map) -> dict[str, str]:
+    """{"FL": "08:00-20:00"}: stricter local windows for recipients in a US state."""
+    if not m.has("quiet_hours_by_state"):
+        return {}
+    raw = m.raw("quiet_hours_by_state")
+    if not isinstance(raw, dict):
+        raise m.error("quiet_hours_by_state", "quiet_hours_by_state must map a state code to HH:MM-HH:MM")
+    windows = {}
+    for state, window in raw.items():
+        if not (isinstance(state, str) and re.fullmatch(r"[A-Z]{2}", state)):
+            raise m.error("quiet_hours_by_state", f"{state!r} is not a two-letter US state code")
+        if not (isinstance(window, str) and re.fullmatch(r"\d\d:\d\d-\d\d:\d\d", window)):
+            raise m.error("quiet_hours_by_state", f"{window!r} for {state} is not HH:MM-HH:MM")
+        windows[state] = window
+    return windows
+
+
+def _parse_source(item: ItemMap, region: str) -> SourceRow:
+    m = item.read(required=("key", "provider"), any_other=True)
+    provider = m.choice("provider", Provider.values, "provider")
+    config: dict[str, Any] = {}
+    for key in m.data:
+        if key in ("key", "provider", "secret", "access_token", "auth_token", "first_response_minutes"):
+            continue
+        value = m.raw(key)
+        if value is MISSING:
+            raise m.error(key, f"{key!r} in source is empty")
+        if key in SOURCE_PHONE_KEYS:
+            value = m.phone(key, region)
+        elif provider == Provider.TWILIO and key in TWILIO_SIDS:
+            value = m.text(key)
+            if not TWILIO_SIDS[key].fullmatch(value):
+                prefix = "AC" if key == "account_sid" else "MG"
+                raise m.error(
+                    key, f"bad {key} {value!r} in source ({prefix} and 32 hex digits, from the Twilio console)"
+                )
+        else:
+            _check_jsonable(value, m.line_of(key), f"{key!r} in source")
+        config[key] = plain(value)
+    fields = {
+        "provider": provider,
+        "config": config,
+        # This source's own first-response standard; none: the business's.
+        "first_response_minutes": m.integer("first_response_minutes", None, minimum=1),
+    }
+    # Secrets are written only when the file names them, so one set in the
+    # admin (and kept out of the file) survives the next load. Both are
+    # encrypted by their fields (crm.fields).
+    if m.has("secret"):
+        fields["secret"] = m.text("secret")
+    if m.has("access_token"):
+        fields["page_token"] = m.text("access_token")
+    if m.has("auth_token"):
+        # A twilio source's own account: its auth token is the source's secret,
+        # and is useless without the account it belongs to.
+        if provider != Provider.TWILIO:
+            raise m.error("auth_token", "'auth_token' is for twilio sources (others take 'secret')")
+        if m.has("secret"):
+            raise m.error("auth_token", "a twilio source takes 'auth_token' or 'secret', not both")
+        if "account_sid" not in config:
+            raise m.error("auth_token", "'auth_token' in source needs the 'account_sid' it belongs to")
+        fields["secret"] = m.text("auth_token")
+    return SourceRow(line=m.line, key=m.slug("key"), fields=fields, key_lines=dict(m.data.lines))
+
+
+def _check_jsonable(value: Any, line: int, what: str) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_jsonable(v, line, what)
+    elif isinstance(value, list):
+        for v in value:
+            _check_jsonable(v, line, what)
+    elif value is not None and not isinstance(value, str | int | float | bool):
+        raise BusinessFileError(
+            line, f"{what} must be text, a number, true/false, a list or a mapping, not {kind_of(value)} (quote it)"
+        )
+
+
+def _parse_service_line(item: ItemMap, spec: BusinessSpec) -> Row:
+    m = item.read(
+        required=("slug", "name"), optional=("keywords", "high_value", "currency", "offer", "offer_templates")
+    )
+    high_value: Decimal | None = None
+    if m.has("high_value"):
+        raw = m.raw("high_value")
+        try:
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise InvalidOperation
+            high_value = Decimal(str(raw).strip())
+        except InvalidOperation as exc:
+            raise m.error("high_value", f"'high_value' in service line must be an amount, not {kind_of(raw)}") from exc
+        if not high_value.is_finite() or high_value < 0 or high_value != high_value.quantize(Decimal("0.01")):
+            raise m.error(
+                "high_value",
+                f"'high_value' in service line must be an amount of at least 0 with at most 2 decimals, not {raw!r}",
+            )
+        high_value = high_value.quantize(Decimal("0.01"))
+    currency = m.text("currency", spec.fields["currency"]).upper()
+    fields = {
+        "name": m.text("name"),
+        "keywords": [ref.name for ref in m.texts("keywords")],
+        "high_value_amount": high_value,
+        "currency": currency,
+        "offer": m.text("offer"),
+        "offer_templates": [ref.name for ref in m.texts("offer_templates")],
+    }
+    return Row(line=m.line, key=m.slug("slug"), fields=fields)
+
+
+def _parse_service_area(item: ItemMap) -> Row:
+    m = item.read(required=("name",), optional=("postal_codes",))
+    codes = []
+    for ref in m.texts("postal_codes"):
+        if "*" in ref.name[:-1]:
+            raise BusinessFileError(ref.line, f"postal code {ref.name!r}: '*' may only end a prefix, like \"606*\"")
+        codes.append(ref.name)
+    return Row(line=m.line, key=m.text("name"), fields={"postal_codes": codes})
+
+
+def _parse_template(item: ItemMap) -> Row:
+    m = item.read(required=("key", "channel", "body"), optional=("approved", "subject"))
+    fields = {
+        "channel": m.choice("channel", TEMPLATE_CHANNELS, "channel"),
+        "body": m.text("body"),
+        "approved": m.boolean("approved", False),
+        "subject": m.text("subject"),
+    }
+    return Row(line=m.line, key=m.slug("key"), fields=fields)
+
+
+def _parse_sequence(item: ItemMap) -> SequenceRow:
+    m = item.read(required=("key", "trigger", "steps"), optional=("priority", "active", "goal_stages"))
+    steps: list[dict[str, Any]] = []
+    templates: list[tuple[Ref, str]] = []
+    for step_value, line in m.items("steps", non_empty=True):
+        step = Map(
+            step_value, line, "sequence step", required=("after", "channel"), optional=("template", "title", "clock")
+        )
+        after = step.text("after")
+        if Sequence.step_delay(after) is None:
+            raise step.error("after", f"bad 'after' {after!r} in sequence step (like 15m, 2h or 1d)")
+        channel = step.choice("channel", STEP_CHANNELS, "channel")
+        stored: dict[str, Any] = {"after": after, "channel": channel}
+        # absolute (the default): plain time; business: only the business's open hours and days count.
+        if step.has("clock"):
+            stored["clock"] = step.choice("clock", STEP_CLOCKS, "clock")
+        if channel == "task":
+            stored["title"] = step.text("title")
+            if not stored["title"]:
+                raise step.error("title", "missing key 'title' in sequence step (a task step needs one)")
+        else:
+            if not step.has("template"):
+                raise step.error("template", f"missing key 'template' in sequence step (a {channel} step needs one)")
+            template = step.slug("template")
+            stored["template"] = template
+            templates.append((Ref(template, step.line_of("template")), channel))
+            if step.has("title"):
+                stored["title"] = step.text("title")
+        steps.append(stored)
+    fields = {
+        "trigger": m.choice("trigger", SEQUENCE_TRIGGERS, "trigger"),
+        "steps": steps,
+        "priority": m.integer("priority", _model_default(Sequence, "priority")),
+        "is_active": m.boolean("active", True),
+        "goal_stages": _goal_stages(m),
+    }
+    return SequenceRow(line=m.line, key=m.slug("key"), fields=fields, templates=templates)
+
+
+def _goal_stages(m: Map) -> list[str]:
+    stages = []
+    for ref in m.texts("goal_stages"):
+        if ref.name not in Stage.values:
+            known = ", ".join(Stage.values)
+            raise BusinessFileError(ref.line, f"bad stage {ref.name!r} in goal_stages (one of {known})")
+        stages.append(ref.name)
+    return stages
+
+
+def _parse_member(item: ItemMap, region: str) -> MemberRow:
+    m = item.read(
+        required=("username", "role"),
+        optional=(
+            "name",
+            "email",
+            "phone",
+            "service_lines",
+            "service_areas",
+            "weight",
+            "max_open_leads",
+            "hours",
+            "timezone",
+        ),
+    )
+    username = m.text("username")
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError as exc:
+        raise m.error("username", f"bad username {username!r} (letters, digits and @.+-_ only)") from exc
+    email = ""
+    if m.has("email"):
+        email = email_normalize(m.text("email"))
+        try:
+            validate_email(email)
+        except ValidationError as exc:
+            raise m.error("email", f"bad email {email!r} in team member") from exc
+    fields = {
+        "role": m.choice("role", Role.values, "role"),
+        "display_name": m.text("name"),
+        "email": email,
+        "phone": m.phone("phone", region) if m.has("phone") else "",
+        "timezone": m.zone("timezone") if m.has("timezone") else "",
+        "weight": m.integer("weight", _model_default(TeamMember, "weight")),
+        "max_open_leads": m.integer("max_open_leads", None),
+        "hours": _parse_hours(m),
+    }
+    return MemberRow(
+        line=m.line,
+        key=username,
+        fields=fields,
+        email=email,
+        service_lines=m.texts("service_lines"),
+        service_areas=m.texts("service_areas"),
+    )
+
+
+def _parse_hours(member: Map, key: str = "hours") -> dict[str, str]:
+    if not member.has(key):
+        return {}
+    m = Map(member.raw(key), member.line_of(key), key, optional=DAYS)
+    hours = {}
+    for day in DAYS:
+        if m.has(day):
+            m.time_range(day)
+            hours[day] = m.text(day)
+    return hours
+
+
+def _parse_availability(value: Any, line: int) -> AvailabilityRule:
+    m = Map(
+        value, line, "availability rule", required=("members", "days", "slots"), optional=("capacity", "service_lines")
+    )
+    days = []
+    for ref in m.texts("days", non_empty=True):
+        if ref.name not in DAYS:
+            raise BusinessFileError(ref.line, f"bad day {ref.name!r} in availability rule (one of {', '.join(DAYS)})")
+        days.append(ref.name)
+    slots = [time_range(ref.name, ref.line, "slot in availability rule") for ref in m.texts("slots", non_empty=True)]
+    capacity = m.integer("capacity", 1, minimum=1)
+    assert capacity is not None
+    return AvailabilityRule(
+        line=m.line,
+        members=m.texts("members", non_empty=True),
+        days=days,
+        slots=slots,
+        capacity=capacity,
+        service_lines=m.texts("service_lines"),
+    )
+
+
+def _model_default(model: type[models.Model], name: str) -> Any:
+    model_field = model._meta.get_field(name)
+    assert isinstance(model_field, models.Field)
+    return model_field.to_python(model_field.get_default())
