@@ -9,16 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agents.followup.no_reply import no_reply_start
-from agents.followup.sequences import (
+from agents.followup.sequences.engine import (
     STEP_TIMER,
-    Step,
     enrollment_resume_after_hold,
     enrollment_start,
     enrollments_stop,
-    sequence_preview,
-    step_due,
     step_run,
 )
+from agents.followup.sequences.preview import sequence_preview
+from agents.followup.sequences.steps import Step, step_due
 from crm.models import Enrollment, Lead, Message, Receipt, Sequence, Stage, Task, Timer
 from crm.services import lead_sync
 from crm.services.records import contact_create, lead_open
@@ -298,7 +297,7 @@ def test_a_path_of_lower_priority_waits_behind_the_running_one(lead: Lead) -> No
 
 
 def test_a_released_hold_resumes_the_path_at_the_step_it_reached(lead: Lead) -> None:
-    from agents.followup.sequences import hold_released_step, hold_set_step
+    from agents.followup.sequences.engine import hold_released_step, hold_set_step
 
     first = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
     run_at(T1)
