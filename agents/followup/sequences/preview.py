@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from agents.followup.sequences.steps import Step, sequence_steps, step_due, step_owner, step_render
-from agents.outbound.gate import COUNTED_STATUSES, gate_check, recipient_point
+from agents.outbound.gate import CAP_WINDOW, daily_cap_reached, gate_check, recipient_point
 from crm.models import Enrollment, Lead, Message, Sequence
 from crm.registry import Registry
 
@@ -115,12 +115,11 @@ def _preview_gate(
     verdict = gate_check(message, automated=True, compliance_reply=False, now=due)
     status, reason = verdict.status, verdict.reason
     if status == M.QUEUED:
-        day_ago = due - timedelta(hours=24)
-        on_record = Message.objects.filter(
-            contact=lead.contact, direction="out", status__in=COUNTED_STATUSES, created_at__gte=day_ago
-        ).count()
-        projected = sum(1 for at, _channel in projection.sends if at >= day_ago)
-        if on_record + projected >= lead.business.max_texts_per_day:
+        # The gate counted what is on record; what the earlier previewed steps
+        # would have sent by then counts too, under the gate's own cap rule.
+        assert verdict.sent_today is not None  # an automated send queues only past the cap check
+        projected = sum(1 for at, _channel in projection.sends if at >= due - CAP_WINDOW)
+        if daily_cap_reached(lead.business, sent=verdict.sent_today, projected=projected):
             status, reason = M.BLOCKED, "daily_cap"
     if status == M.QUEUED and settings.SEND_MODE != "live":
         status = M.DRY_RUN

@@ -390,6 +390,28 @@ def test_the_preview_says_when_the_gate_would_block(lead: Lead, playbook: dict[s
     assert preview[3].verdict == "skipped" and "text" in preview[3].reason
 
 
+def test_the_preview_counts_its_earlier_sends_against_the_daily_cap(
+    lead: Lead, business, playbook: dict[str, Sequence]
+) -> None:
+    business.max_texts_per_day = 1
+    business.save()
+    sequence = playbook["no_reply"]
+    sequence.steps = [
+        {"after": "15m", "channel": "sms", "template": "nudge_sms"},
+        {"after": "1h", "channel": "sms", "template": "nudge_sms"},
+    ]
+    sequence.save()
+    # Nothing is on record yet: only the first step's projected text fills the cap.
+    preview = sequence_preview(lead, sequence, NOON_NY)
+    assert [(p.verdict, p.reason) for p in preview] == [("dry_run", ""), ("blocked", "daily_cap")]
+
+    enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
+    for item in preview:
+        run_at(item.due_at)
+    assert outbound(lead) == [("sms", "dry_run"), ("sms", "blocked")]
+    assert lead.messages.get(status="blocked").block_reason == "daily_cap"
+
+
 def test_a_step_without_an_approved_text_goes_to_a_person(lead: Lead, playbook: dict[str, Sequence]) -> None:
     from crm.models import MessageTemplate
 
