@@ -38,7 +38,8 @@ from agents.events import (
     inline_steps_collected,
     lead_event,
 )
-from agents.followup import estimates, replies, sequences
+from agents.followup import estimates, replies
+from agents.followup.sequences import engine as sequence_engine
 from agents.revenue import jobs as revenue_jobs
 from agents.revenue import payments as revenue_payments
 from agents.routing import steps as routing
@@ -71,8 +72,8 @@ STEPS: dict[str, Step] = {
     "refund": revenue_payments.refund_step,
     "opt_out": replies.opt_out_step,
     "complaint": replies.complaint_step,
-    "hold.set": sequences.hold_set_step,
-    "hold.released": sequences.hold_released_step,
+    "hold.set": sequence_engine.hold_set_step,
+    "hold.released": sequence_engine.hold_released_step,
 }
 if set(STEPS) != EVENTS:
     # A named event without a step would fail at run time, long after it was recorded.

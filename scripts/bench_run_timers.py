@@ -69,7 +69,7 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
     """
     from django.contrib.auth import get_user_model
 
-    from agents.followup.sequences import STEP_TIMER
+    from agents.followup.sequences.engine import STEP_TIMER
     from crm.models import (
         Business,
         ConsentEvent,
@@ -182,7 +182,7 @@ def fill(rows: int, businesses: int, channel: str) -> list[int]:
 def run(workers: int, batch: int) -> tuple[float, int, int, int]:
     from django.db import connection
 
-    from agents.followup.sequences import STEP_TIMER
+    from agents.followup.sequences.engine import STEP_TIMER
     from crm.services.timers import timers_run_due
 
     totals: Counter[str] = Counter()

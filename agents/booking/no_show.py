@@ -36,7 +36,7 @@ from agents.booking.services import (
     owner_or_manager,
 )
 from agents.events import MissingInformation, lead_event
-from agents.followup.sequences import enrollment_start
+from agents.followup.sequences.engine import enrollment_start
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render

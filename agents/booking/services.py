@@ -37,7 +37,7 @@ from agents.booking.brief import brief_email, brief_store
 from agents.booking.slots import HOLDING, BookingError, NotASlot, members_free, slot_window, when_label
 from agents.events import MissingInformation, lead_event
 from agents.fit.exceptions import booking_refusal
-from agents.followup.sequences import enrollments_stop
+from agents.followup.sequences.engine import enrollments_stop
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 
 def register() -> None:
-    from agents.followup import estimates, no_reply, sequences, voice
+    from agents.followup import estimates, no_reply, voice
+    from agents.followup.sequences import engine as sequence_engine
 
-    sequences.register()
+    sequence_engine.register()
     no_reply.register()
     estimates.register()
     voice.register()

@@ -30,7 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.events import exception_task, lead_event
-from agents.followup.sequences import TRIGGER_EXITS, enrollment_start, enrollments_stop
+from agents.followup.sequences.engine import TRIGGER_EXITS, enrollment_start, enrollments_stop
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalConflict, approval_request_open

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from agents.events import exception_task
-from agents.followup.sequences import ON_COMPLETE, enrollment_start
+from agents.followup.sequences.engine import ON_COMPLETE, enrollment_start
 from crm.models import Enrollment, Lead, Message, Stage
 from crm.services import lead_sync
 

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.events import lead_event
-from agents.followup.sequences import enrollments_stop
+from agents.followup.sequences.engine import enrollments_stop
 from crm.models import ContactPoint, Lead, Message, Stage, Task
 from crm.selectors import business_manager
 from crm.services import lead_sync

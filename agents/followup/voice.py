@@ -34,15 +34,9 @@ from agents.capture.base import MalformedPayload
 from agents.capture.processing import handler_register
 from agents.capture.providers.twilio import form_params
 from agents.consent.policy import consent_decide
-from agents.followup.sequences import (
-    CHANNEL_PREVIEWS,
-    CHANNEL_RUNNERS,
-    Step,
-    enrollments_stop,
-    message_step,
-    sent_on_path,
-    step_context,
-)
+from agents.followup.sequences.engine import enrollments_stop
+from agents.followup.sequences.preview import CHANNEL_PREVIEWS
+from agents.followup.sequences.steps import CHANNEL_RUNNERS, Step, message_step, sent_on_path, step_context
 from agents.outbound.gate import recipient_point
 from agents.playbook.templates import TemplateError, template_for_automation, template_render
 from crm.models import Call, ConsentEvent, Enrollment, InboundEvent, Lead, Message, Provider, Task, TeamMember

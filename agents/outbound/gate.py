@@ -37,7 +37,7 @@ from django.utils import timezone
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
-from crm.models import CLOSED_STAGES, Contact, ContactPoint, Enrollment, Lead, Message
+from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
 from crm.services.receipts import receipt_write
 from crm.services.rows import row_insert_once
@@ -47,6 +47,8 @@ S = Message.Status
 COUNTED_STATUSES = (S.DRY_RUN, S.QUEUED, S.SENDING, S.SENT, S.DELIVERED, S.UNKNOWN)
 POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email"}
 REGATE_TIMER = "outbound.regate"
+# The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
+CAP_WINDOW = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class Verdict:
     reason: str = ""
     deferred_until: datetime | None = None
     detail: str = ""  # said in the receipt beside the reason
+    # The daily cap's count, when the check reached it: the person's sends in
+    # the CAP_WINDOW before `now` (the sequence preview adds its projected ones).
+    sent_today: int | None = None
 
 
 def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
@@ -114,15 +119,23 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
             return Verdict(S.DEFERRED, "quiet_hours", opens)
     if automated:
         sent_today, other_path_active = _automation_counts(message, contact, now)
-        if sent_today >= contact.business.max_texts_per_day:
-            return Verdict(S.BLOCKED, "daily_cap")
+        if daily_cap_reached(contact.business, sent=sent_today):
+            return Verdict(S.BLOCKED, "daily_cap", sent_today=sent_today)
         if other_path_active:
-            return Verdict(S.BLOCKED, "other_path_active")
+            return Verdict(S.BLOCKED, "other_path_active", sent_today=sent_today)
+        return Verdict(S.QUEUED, sent_today=sent_today)
     return Verdict(S.QUEUED)
 
 
+def daily_cap_reached(business: Business, *, sent: int, projected: int = 0) -> bool:
+    """Whether the business's daily cap leaves no room for one more automated
+    send to a person: `sent` is their sends on record in the CAP_WINDOW before
+    it, `projected` those a dry run expects to have gone out in it as well."""
+    return sent + projected >= business.max_texts_per_day
+
+
 def _automation_counts(message: Message, contact: Contact, now: datetime) -> tuple[int, bool]:
-    """The daily cap's count (the person's sends in the last 24 hours, this
+    """The daily cap's count (the person's sends in the CAP_WINDOW, this
     message aside) and whether another automated path is active for them,
     read in one query: the checks stay in order, the round trips halve."""
     sent = (
@@ -130,7 +143,7 @@ def _automation_counts(message: Message, contact: Contact, now: datetime) -> tup
             contact=OuterRef("pk"),
             direction="out",
             status__in=COUNTED_STATUSES,
-            created_at__gte=now - timedelta(hours=24),
+            created_at__gte=now - CAP_WINDOW,
         )
         .exclude(pk=message.pk)
         .order_by()

@@ -275,7 +275,7 @@ class Sequence(models.Model):
     key = models.SlugField(max_length=64)
 
     class Trigger(models.TextChoices):
-        """What starts the path (and the stages it runs in: agents.followup.sequences)."""
+        """What starts the path (and the stages it runs in: agents.followup.sequences.engine)."""
 
         NO_REPLY = "no_reply", "no reply to the first response"
         NO_SHOW = "no_show", "a no-show"

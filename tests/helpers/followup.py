@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agents.followup.estimates import EXPIRY_TIMER, FOLLOW_UP_TIMER
-from agents.followup.sequences import STEP_TIMER
+from agents.followup.sequences.engine import STEP_TIMER
 from agents.outbound.gate import REGATE_TIMER
 from crm.models import Business, Lead, MessageTemplate, Role, Sequence, Source, TeamMember
 from crm.services import lead_sync

@@ -24,7 +24,7 @@ from agents.booking.services import (
     appointment_reschedule,
 )
 from agents.booking.slots import NotASlot, slots_offer
-from agents.followup.sequences import enrollment_start
+from agents.followup.sequences.engine import enrollment_start
 from agents.orchestrator import orchestrate_pending
 from crm.models import (
     Appointment,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agents.followup.sequences import STEP_TIMER, enrollment_start, enrollments_stop, step_run
+from agents.followup.sequences.engine import STEP_TIMER, enrollment_start, enrollments_stop, step_run
 from crm.models import Enrollment, Message, Receipt, Task, Timer
 from tests.helpers.followup import NOON_NY, make_lead, run_at
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
-from agents.followup.sequences import enrollment_start, enrollments_stop
+from agents.followup.sequences.engine import enrollment_start, enrollments_stop
 from crm.models import Lead, Role, TeamMember
 from tests.factories import member_create
 from tests.helpers.followup import NOON_NY, make_lead

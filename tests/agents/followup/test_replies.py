@@ -13,7 +13,7 @@ from django.test import Client
 from twilio.request_validator import RequestValidator
 
 from agents.followup.replies import reply_record
-from agents.followup.sequences import enrollment_start
+from agents.followup.sequences.engine import enrollment_start
 from agents.orchestrator import orchestrate_pending
 from crm.models import Business, Lead, Message, Receipt, Source, Stage, Task
 from tests.agents.capture.test_meta import APP_SECRET, sign

@@ -9,16 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agents.followup.no_reply import no_reply_start
-from agents.followup.sequences import (
+from agents.followup.sequences.engine import (
     STEP_TIMER,
-    Step,
     enrollment_resume_after_hold,
     enrollment_start,
     enrollments_stop,
-    sequence_preview,
-    step_due,
     step_run,
 )
+from agents.followup.sequences.preview import sequence_preview
+from agents.followup.sequences.steps import Step, step_due
 from crm.models import Enrollment, Lead, Message, Receipt, Sequence, Stage, Task, Timer
 from crm.services import lead_sync
 from crm.services.records import contact_create, lead_open
@@ -298,7 +297,7 @@ def test_a_path_of_lower_priority_waits_behind_the_running_one(lead: Lead) -> No
 
 
 def test_a_released_hold_resumes_the_path_at_the_step_it_reached(lead: Lead) -> None:
-    from agents.followup.sequences import hold_released_step, hold_set_step
+    from agents.followup.sequences.engine import hold_released_step, hold_set_step
 
     first = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
     run_at(T1)
@@ -389,6 +388,28 @@ def test_the_preview_says_when_the_gate_would_block(lead: Lead, playbook: dict[s
     assert (preview[0].verdict, preview[0].reason) == ("blocked", "revoked")
     # Without a text on the path, the call is not made: voice comes after SMS and email.
     assert preview[3].verdict == "skipped" and "text" in preview[3].reason
+
+
+def test_the_preview_counts_its_earlier_sends_against_the_daily_cap(
+    lead: Lead, business, playbook: dict[str, Sequence]
+) -> None:
+    business.max_texts_per_day = 1
+    business.save()
+    sequence = playbook["no_reply"]
+    sequence.steps = [
+        {"after": "15m", "channel": "sms", "template": "nudge_sms"},
+        {"after": "1h", "channel": "sms", "template": "nudge_sms"},
+    ]
+    sequence.save()
+    # Nothing is on record yet: only the first step's projected text fills the cap.
+    preview = sequence_preview(lead, sequence, NOON_NY)
+    assert [(p.verdict, p.reason) for p in preview] == [("dry_run", ""), ("blocked", "daily_cap")]
+
+    enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
+    for item in preview:
+        run_at(item.due_at)
+    assert outbound(lead) == [("sms", "dry_run"), ("sms", "blocked")]
+    assert lead.messages.get(status="blocked").block_reason == "daily_cap"
 
 
 def test_a_step_without_an_approved_text_goes_to_a_person(lead: Lead, playbook: dict[str, Sequence]) -> None:

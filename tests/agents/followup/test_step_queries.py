@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agents.followup.no_reply import no_reply_start
-from agents.followup.sequences import STEP_TIMER
+from agents.followup.sequences.engine import STEP_TIMER
 from crm.models import Lead, Receipt, Timer
 from crm.services.receipts import receipts_verify
 from tests.helpers.followup import NOON_NY, make_lead, run_at

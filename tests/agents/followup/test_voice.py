@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from twilio.request_validator import RequestValidator
 
-from agents.followup.sequences import enrollment_start
+from agents.followup.sequences.engine import enrollment_start
 from agents.followup.voice import voice_eligibility
 from agents.outbound.dispatch import message_dispatch
 from crm.models import Call, ConsentState, Enrollment, InboundEvent, Lead, Message, MessageTemplate, Receipt, Task

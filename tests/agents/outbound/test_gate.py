@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agents.outbound.gate import message_send
+from agents.outbound.gate import daily_cap_reached, message_send
 from approvals.models import ApprovalRequest
 from crm.models import Enrollment, Message, Receipt, Sequence, Timer
 from crm.services import lead_sync
@@ -132,6 +132,15 @@ def test_the_daily_cap_blocks_automated_texts_past_the_limit(business):
     statuses = [send(lead, key=f"k{i}").status for i in range(business.max_texts_per_day + 1)]
     assert statuses[:-1] == ["dry_run"] * business.max_texts_per_day
     assert Message.objects.get(idempotency_key=f"k{business.max_texts_per_day}").block_reason == "daily_cap"
+
+
+def test_projected_sends_count_against_the_daily_cap_as_sent_ones_do(business):
+    business.max_texts_per_day = 3
+    assert not daily_cap_reached(business, sent=2)
+    assert daily_cap_reached(business, sent=3)
+    assert not daily_cap_reached(business, sent=1, projected=1)
+    assert daily_cap_reached(business, sent=1, projected=2)
+    assert daily_cap_reached(business, sent=0, projected=3)
 
 
 def test_a_second_automated_path_is_blocked_while_one_is_active(business):

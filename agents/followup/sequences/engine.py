@@ -1,11 +1,6 @@
-"""The sequence engine: follow-up paths that run on their own clock and stop
-the moment they should.
+"""The sequence engine: a lead's place in a follow-up path, from its start to
+the moment it should stop.
 
-- A `Sequence` is a business's path for one trigger (`no_reply`, `no_show`,
-  `open_estimate`, `appointment`): steps with a delay (`after: 15m`, `2h`,
-  `1d`; measured from the step before, the first from the start; `clock:
-  business` counts only the business's open hours and days), a channel (sms,
-  email, voice, task) and an approved template or a task title.
 - An `Enrollment` is one lead's place in one path. Its next step is one
   `Timer` row (kind `sequence.step`, dedupe key `seq:<enrollment>:<step>`),
   claimed by `run_timers`. A step runs under a row lock on the enrollment and
@@ -22,8 +17,9 @@ the moment they should.
   roles that see them (`enrollments_stop`) and checked again before every
   step. Every exit writes a receipt with its reason and blocks the path's
   messages that have not gone out yet (deferred, awaiting approval, queued).
-- `sequence_preview` shows, without sending or writing anything, each step's
-  time, channel, rendered text and the gate's verdict at that time.
+
+What a step is and how it is performed is `steps`; this module decides
+whether and when it runs.
 
 Lock order, everywhere here: the lead row, then the contact row, then
 enrollment rows — the order capture and CRM Sync already take the first two.
@@ -32,50 +28,20 @@ enrollment rows — the order capture and CRM Sync already take the first two.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Subquery
-from django.urls import reverse
+from django.db.models import Subquery
 from django.utils import timezone
 
-from agents.outbound.clock import DAYS, business_minutes_after
-from agents.outbound.gate import COUNTED_STATUSES, gate_check, message_send, recipient_point
-from agents.playbook.templates import (
-    STEP_PLACEHOLDERS,
-    TemplateError,
-    placeholders_of,
-    playbook_context,
-    template_for_automation,
-    template_render,
-    text_render,
-)
-from crm.models import (
-    CLOSED_STAGES,
-    Appointment,
-    Contact,
-    Enrollment,
-    Lead,
-    Message,
-    Provider,
-    Sequence,
-    Source,
-    Stage,
-    Task,
-    Timer,
-)
+from agents.followup.sequences.steps import ACTOR, sequence_steps, step_due, step_key, step_perform
+from crm.models import CLOSED_STAGES, Contact, Enrollment, Lead, Message, Sequence, Stage, Timer
 from crm.registry import Registry
-from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import task_create, task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
 
-ACTOR = "agent:sequence_engine"
 STEP_TIMER = "sequence.step"
 E = Enrollment.Status
 M = Message.Status
@@ -106,12 +72,6 @@ TRIGGER_STAGES: dict[str, frozenset[str]] = {
 COMPLETE_AFTER = timedelta(days=1)
 # Messages of an ended path that have not gone out: blocked as `stopped`.
 UNSENT = (M.DRAFT, M.DEFERRED, M.PENDING_APPROVAL, M.QUEUED)
-# Statuses of a message that went out: the provider accepted it (or, in dry
-# run, would have been asked to). Queued, sending and unknown are not yet
-# known to have gone anywhere, and a sweep may still fail them.
-WENT_OUT = (M.DRY_RUN, M.SENT, M.DELIVERED)
-
-_UNIT_MINUTES = Sequence.STEP_DELAY_MINUTES
 
 # Role-specific hooks, registered at startup by the modules that own them.
 # An extra exit check for a trigger: returns an exit reason or "".
@@ -119,89 +79,8 @@ ExitCheck = Callable[[Enrollment, Lead, datetime], str]
 # What happens when a trigger's path completes without an exit (no_reply →
 # unresponsive).
 CompletionHook = Callable[[Enrollment, Lead, datetime], None]
-# How a channel's step is performed when the engine does not do it itself (voice).
-StepRunner = Callable[[Enrollment, Lead, "Step", datetime], str]
 TRIGGER_EXITS: Registry[ExitCheck] = Registry("sequence exit check")
 ON_COMPLETE: Registry[CompletionHook] = Registry("sequence completion hook")
-CHANNEL_RUNNERS: Registry[StepRunner] = Registry("sequence step runner")
-# How each trigger's sends are signed in receipts ("agent:<role>").
-TRIGGER_ROLES = {
-    "no_reply": "agent:no_reply_follow_up",
-    "no_show": "agent:no_show_recovery",
-    "open_estimate": "agent:open_estimate_follow_up",
-    "appointment": "agent:appointment_reminders",
-}
-
-
-class SequenceError(Exception):
-    """A sequence's steps cannot be read (a bad delay or channel)."""
-
-
-# --- steps and their clock ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    index: int
-    after: str
-    channel: str
-    template: str = ""
-    title: str = ""
-    clock: str = "absolute"  # or "business": count only open business hours and days
-
-
-def sequence_steps(sequence: Sequence) -> list[Step]:
-    steps = []
-    for index, raw in enumerate(sequence.steps or []):
-        if not isinstance(raw, dict) or Sequence.step_delay(str(raw.get("after", ""))) is None:
-            raise SequenceError(f"sequence {sequence.key}: step {index + 1} has no valid 'after' (like 15m, 2h, 1d)")
-        channel = str(raw.get("channel", ""))
-        if channel not in Sequence.StepChannel.values:
-            raise SequenceError(f"sequence {sequence.key}: step {index + 1} has an unknown channel {channel!r}")
-        steps.append(
-            Step(
-                index=index,
-                after=str(raw["after"]),
-                channel=channel,
-                template=str(raw.get("template", "")),
-                title=str(raw.get("title", "")),
-                clock=str(raw.get("clock", "absolute")),
-            )
-        )
-    return steps
-
-
-def delay_minutes(after: str) -> tuple[int, str]:
-    delay = Sequence.step_delay(after)
-    if delay is None:
-        raise SequenceError(f"bad delay {after!r} (like 15m, 2h or 1d)")
-    return delay
-
-
-def step_due(sequence: Sequence, previous: datetime, step: Step) -> datetime:
-    """When `step` is due, `previous` being the step before's due time (or the start).
-
-    Absolute delays are plain time. On the business clock minutes and hours
-    count only open business hours, and days count open business days (the
-    same local time on the Nth open day, or that day's opening if later).
-    """
-    amount, unit = delay_minutes(step.after)
-    hours = sequence.business.business_hours or {}
-    if step.clock != "business" or not hours:
-        return previous + timedelta(minutes=amount * _UNIT_MINUTES[unit])
-    zone = ZoneInfo(sequence.business.timezone)
-    if unit != "d":
-        return business_minutes_after(previous, amount * _UNIT_MINUTES[unit], hours, zone)
-    local = previous.astimezone(zone)
-    day, counted = local.date(), 0
-    for _ in range(7 * (amount + 8)):
-        if counted == amount:
-            break
-        day += timedelta(days=1)
-        counted += DAYS[day.weekday()] in hours
-    landing = datetime.combine(day, local.time(), tzinfo=zone)
-    # Zero open minutes after a closed moment is the next opening.
-    return business_minutes_after(landing, 0, hours, zone).astimezone(previous.tzinfo)
 
 
 def sequence_for(business_id: int, trigger: str) -> Sequence | None:
@@ -214,62 +93,6 @@ def sequence_for(business_id: int, trigger: str) -> Sequence | None:
     )
 
 
-# --- placeholders a step supplies -------------------------------------------------------
-
-
-def step_context(lead: Lead, needs: frozenset[str] = STEP_PLACEHOLDERS) -> dict[str, str]:
-    """The lead's placeholders plus the step ones the record can answer (of
-    those in `needs`): the business's number, a booking link, the next
-    appointment's time. One the record cannot answer is left out, so a
-    template needing it refuses to render and the step goes to a person
-    instead of guessing."""
-    context = playbook_context(lead)
-    if not needs & STEP_PLACEHOLDERS:
-        return context  # the common case: no query for what the text does not use
-    sources = list(Source.objects.filter(business_id=lead.business_id, is_active=True).order_by("pk"))
-    phone = next((str(s.config.get("phone_number", "")) for s in sources if s.provider == Provider.TWILIO), "")
-    if phone:
-        context["business_phone"] = phone
-    booking = next((str(s.config.get("booking_url", "")) for s in sources if s.config.get("booking_url")), "")
-    if not booking:
-        form = next((s for s in sources if s.provider in (Provider.HOSTED_FORM, Provider.WEBSITE)), None)
-        if form is not None:
-            booking = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("hosted-form", args=[form.key])
-    if booking:
-        context["booking_url"] = booking
-    if "appointment_time" not in needs:
-        return context
-    upcoming = (
-        Appointment.objects.filter(lead=lead, status__in=[Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED])
-        .order_by("starts_at")
-        .first()
-    )
-    if upcoming is not None:
-        local = upcoming.starts_at.astimezone(ZoneInfo(lead.business.timezone))
-        context["appointment_time"] = f"{local:%A %b} {local.day} at {local:%I:%M %p}".replace(" 0", " ")
-    return context
-
-
-@dataclass(frozen=True)
-class Rendered:
-    body: str = ""
-    subject: str = ""
-    template_key: str = ""
-    problem: str = ""  # why the step cannot be sent automatically
-
-
-def step_render(lead: Lead, step: Step) -> Rendered:
-    """The approved text a message step sends, or the reason it cannot."""
-    try:
-        template = template_for_automation(lead.business, step.template, channel=step.channel)
-        context = step_context(lead, frozenset(placeholders_of(template.body) + placeholders_of(template.subject)))
-        body = template_render(template, context)
-        subject = text_render(template.subject, context) if template.subject else ""
-    except TemplateError as exc:
-        return Rendered(problem=str(exc))
-    return Rendered(body=body, subject=subject, template_key=template.key)
-
-
 # --- locks, timers and receipts -------------------------------------------------------
 
 
@@ -277,13 +100,9 @@ def _lock_contact(contact_id: int) -> Contact:
     return Contact.objects.select_for_update().get(pk=contact_id)
 
 
-def _step_key(enrollment: Enrollment, index: int) -> str:
-    return f"seq:{enrollment.public_id}:{index}"
-
-
 def _schedule(enrollment: Enrollment, index: int, due_at: datetime) -> None:
     """The timer for step `index` (the index past the last step completes the path)."""
-    key = _step_key(enrollment, index)
+    key = step_key(enrollment, index)
     timer = timer_schedule(
         business=enrollment.business,
         lead=enrollment.lead,
@@ -306,7 +125,7 @@ def _cancel_timers(enrollment: Enrollment) -> None:
         lead_id=enrollment.lead_id,
         kind=STEP_TIMER,
         status=Timer.Status.PENDING,
-        dedupe_key__startswith=f"seq:{enrollment.public_id}:",
+        dedupe_key__startswith=f"seq:{enrollment.public_id}:",  # every step_key of the enrollment
     ).update(status=Timer.Status.CANCELED)
 
 
@@ -642,7 +461,7 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
             _resume_next(enrollment.contact_id, actor=ACTOR, now=now)
             return reason
         step = steps[index]
-        outcome = _perform(enrollment, lead, step, now)
+        outcome = step_perform(enrollment, lead, step, now)
         previous = enrollment.next_step_due_at or now
         following = index + 1
         due = step_due(enrollment.sequence, previous, steps[following]) if following < len(steps) else None
@@ -660,64 +479,6 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
         return outcome
 
 
-def _step_owner(lead: Lead) -> Any:
-    return lead.owner if lead.owner is not None and lead.owner.is_active else business_manager(lead.business_id)
-
-
-def _perform(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) -> str:
-    if step.channel == Sequence.StepChannel.TASK:
-        task = task_create(
-            lead=lead,
-            title=step.title or f"Follow up ({enrollment.sequence.key})",
-            due_at=now,
-            actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR),
-            kind="follow_up",
-            owner=_step_owner(lead),
-            reason=f"step {step.index + 1} of {enrollment.sequence.key}",
-        )
-        return f"task {task.public_id}"
-    runner = CHANNEL_RUNNERS.get(step.channel)
-    if runner is not None:
-        return runner(enrollment, lead, step, now)
-    return message_step(enrollment, lead, step, now)
-
-
-def message_step(enrollment: Enrollment, lead: Lead, step: Step, now: datetime) -> str:
-    """Send the step's approved text through the gate; when there is no
-    approved text for it, a person gets the step as a task instead."""
-    rendered = step_render(lead, step)
-    if rendered.problem:
-        task = step_to_person(enrollment, lead, step, now, rendered.problem)
-        return f"task {task.public_id}: {rendered.problem}"
-    message = message_send(
-        lead=lead,
-        channel=step.channel,
-        body=rendered.body,
-        subject=rendered.subject,
-        actor=TRIGGER_ROLES.get(enrollment.sequence.trigger, ACTOR),
-        idempotency_key=_step_key(enrollment, step.index),
-        automated=True,
-        template_key=rendered.template_key,
-        enrollment=enrollment,
-        now=now,
-        lead_locked=True,  # step_run holds the lead and contact locks and read them in this transaction
-    )
-    return f"{message.status} {message.public_id}" + (f" ({message.block_reason})" if message.block_reason else "")
-
-
-def step_to_person(enrollment: Enrollment, lead: Lead, step: Step, now: datetime, problem: str) -> Task:
-    title = f"Send the {step.channel} '{step.template}' yourself ({enrollment.sequence.key}, step {step.index + 1})"
-    return task_ensure(
-        lead=lead,
-        title=title[:300],
-        due_at=now,
-        actor=ACTOR,
-        kind="follow_up",
-        owner=_step_owner(lead),
-        reason=f"no approved text to send automatically: {problem}",
-    )
-
-
 def _step_timer(timer: Timer) -> None:
     # `claimed_at` is the `now` the run was asked to act at: running timers
     # "at" a later time (tests, catch-up) acts as of that time.
@@ -727,118 +488,6 @@ def _step_timer(timer: Timer) -> None:
         now=timer.claimed_at or timezone.now(),
         lead_id=timer.lead_id,
     )
-
-
-# --- dry-run preview -------------------------------------------------------------------------
-
-
-@dataclass
-class PreviewStep:
-    step: int
-    due_at: datetime
-    channel: str
-    body: str
-    subject: str = ""
-    template: str = ""
-    # The gate's verdict as a message status (dry_run, queued, deferred,
-    # blocked), or `task` (a person's task), or `skipped` (voice not eligible).
-    verdict: str = ""
-    reason: str = ""
-    deferred_until: datetime | None = None
-    owner: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in self.__dict__.items()}
-
-
-@dataclass
-class _Projection:
-    """What earlier previewed steps would have sent, for the later ones' checks."""
-
-    sends: list[tuple[datetime, str]] = field(default_factory=list)
-
-
-def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None) -> list[PreviewStep]:
-    """What the path would do for this lead if it started at `now`: each step's
-    due time, channel, rendered text, and the gate's verdict at that time
-    (consent, quiet hours, daily cap, one path at a time), counting what the
-    earlier steps would have sent. Reads only; sends and writes nothing."""
-    now = now or timezone.now()
-    lead = Lead.objects.select_related("business", "contact__business", "owner__user").get(pk=lead.pk)
-    sequence = Sequence.objects.select_related("business").get(pk=sequence.pk)
-    own = Enrollment.objects.filter(lead=lead, sequence=sequence, status__in=[E.ACTIVE, E.WAITING]).first()
-    projection = _Projection()
-    preview: list[PreviewStep] = []
-    due = now
-    for step in sequence_steps(sequence):
-        due = step_due(sequence, due, step)
-        owner = _step_owner(lead)
-        item = PreviewStep(
-            step=step.index + 1,
-            due_at=due,
-            channel=step.channel,
-            body=step.title,
-            template=step.template,
-            owner=owner.user.get_username() if owner else None,
-        )
-        preview.append(item)
-        if step.channel == Sequence.StepChannel.TASK:
-            item.verdict = "task"
-            continue
-        rendered = step_render(lead, step)
-        if rendered.problem:
-            item.verdict, item.reason = "task", rendered.problem
-            continue
-        item.body, item.subject = rendered.body, rendered.subject
-        if step.channel == Sequence.StepChannel.VOICE and (preview_check := CHANNEL_PREVIEWS.get("voice")):
-            skip = preview_check(lead, projection.sends, due)
-            if skip:
-                item.verdict, item.reason = "skipped", skip
-                continue
-        _preview_gate(lead, own, step, item, projection, due)
-    return preview
-
-
-# A channel's own eligibility for the preview (voice: the SMS and email paths
-# ran without a reply): given the lead, what earlier steps sent, and when.
-PreviewCheck = Callable[[Lead, list[tuple[datetime, str]], datetime], str]
-CHANNEL_PREVIEWS: Registry[PreviewCheck] = Registry("sequence preview check")
-
-
-def _preview_gate(
-    lead: Lead, own: Enrollment | None, step: Step, item: PreviewStep, projection: _Projection, due: datetime
-) -> None:
-    message = Message(
-        business=lead.business,
-        lead=lead,
-        contact=lead.contact,
-        contact_point=recipient_point(lead.contact, step.channel),
-        direction="out",
-        channel=step.channel,
-        body=item.body,
-        automated=True,
-        enrollment=own,
-    )
-    verdict = gate_check(message, automated=True, compliance_reply=False, now=due)
-    status, reason = verdict.status, verdict.reason
-    if status == M.QUEUED:
-        day_ago = due - timedelta(hours=24)
-        on_record = Message.objects.filter(
-            contact=lead.contact, direction="out", status__in=COUNTED_STATUSES, created_at__gte=day_ago
-        ).count()
-        projected = sum(1 for at, _channel in projection.sends if at >= day_ago)
-        if on_record + projected >= lead.business.max_texts_per_day:
-            status, reason = M.BLOCKED, "daily_cap"
-    if status == M.QUEUED and settings.SEND_MODE != "live":
-        status = M.DRY_RUN
-    item.verdict, item.reason, item.deferred_until = status, reason, verdict.deferred_until
-    if status in (M.DRY_RUN, M.QUEUED, M.DEFERRED):
-        projection.sends.append((due, step.channel))
-
-
-def sent_on_path(lead: Lead, channel: str) -> Q:
-    """Automated messages of this channel the provider accepted (or, in dry run, would have been handed)."""
-    return Q(lead=lead, direction="out", channel=channel, automated=True, status__in=WENT_OUT)
 
 
 # --- the orchestrator's steps for holds -----------------------------------------------------
