@@ -29,7 +29,7 @@ from approvals.services import (
     approval_approve,
     approval_reject,
 )
-from crm.api import ErrorSerializer, ReadViewSet
+from crm.api.common import ErrorSerializer, ReadViewSet
 from crm.selectors import scoped
 
 

@@ -492,35 +492,34 @@ class ReceiptAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
-def _simple(model: type[Any], *, lead_path: str | None = "lead", read_only: bool = True, **options: Any) -> None:
-    fields = [f.name for f in model._meta.fields if f.name not in ("id", "business")]
-    list_display = options.pop("list_display", [*fields[:8], "business"])
-    related = [f.name for f in model._meta.fields if f.is_relation and f.name in list_display]
-    attrs: dict[str, Any] = {
-        "lead_path": lead_path,
-        "list_display": list_display,
-        # Every relation shown in the list is joined, so a page costs the same
-        # number of queries however many rows it shows.
-        "list_select_related": related,
-        "list_filter": options.pop("list_filter", [BusinessFilter]),
-        "search_fields": options.pop("search_fields", ["public_id"]),
-        "readonly_fields": ["public_id"] if any(f.name == "public_id" for f in model._meta.fields) else [],
-        "__module__": __name__,
-        "show_full_result_count": False,
-        **options,
-    }
-    base = ReadOnlyAdmin if read_only else ScopedAdmin
-    admin.site.register(model, type(f"{model.__name__}Admin", (base,), attrs))
+class SetupAdmin(ScopedAdmin):
+    """A business's own setup (its team, service lines, templates…): edited
+    here by those who may, and about no lead."""
+
+    lead_path = None
+    list_filter = [BusinessFilter]
+    search_fields = ["public_id"]
+    readonly_fields = ["public_id"]
+    show_full_result_count = False
 
 
-_simple(
-    m.Business,
-    lead_path=None,
-    read_only=False,
-    business_field="pk",
-    list_display=["public_id", "slug", "name", "timezone", "region"],
-    list_filter=[],
-)
+class RecordAdmin(ReadOnlyAdmin):
+    """A record the services write, listed for reading. Every relation a list
+    shows is in its `list_select_related`, so a page costs the same number of
+    queries however many rows it shows."""
+
+    list_filter = [BusinessFilter]
+    search_fields = ["public_id"]
+    readonly_fields = ["public_id"]
+    # These tables only grow: no COUNT(*) of the whole table under every page.
+    show_full_result_count = False
+
+
+@admin.register(m.Business)
+class BusinessAdmin(SetupAdmin):
+    business_field = "pk"
+    list_display = ["public_id", "slug", "name", "timezone", "region"]
+    list_filter = []
 
 
 class SourceAdminForm(forms.ModelForm):
@@ -613,38 +612,74 @@ class SourceAdmin(ScopedAdmin):
         return "set" if source.page_token else "not set"
 
 
-_simple(
-    m.TeamMember,
-    lead_path=None,
-    read_only=False,
-    list_display=["public_id", "display_name", "role", "business", "is_active", "weight", "max_open_leads"],
-    list_filter=[BusinessFilter, "role", "is_active"],
-)
-_simple(m.ServiceLine, lead_path=None, read_only=False)
-_simple(m.ServiceArea, lead_path=None, read_only=False)
-_simple(m.MessageTemplate, lead_path=None, read_only=False, list_display=["key", "channel", "approved", "business"])
-# Editable: steps as JSON ([{"after": "15m", "channel": "sms", "template": "nudge_sms"}, ...]); the
-# business file (`sequences`) is the checked way to change them.
-_simple(
-    m.Sequence,
-    lead_path=None,
-    read_only=False,
-    list_display=["key", "trigger", "priority", "goal_stages", "is_active", "business"],
-    list_filter=[BusinessFilter, "trigger", "is_active"],
-)
-_simple(m.ContactPoint, lead_path="contact__leads", search_fields=["public_id", "value"])
-_simple(
-    m.ConsentEvent,
-    lead_path="contact_point__contact__leads",
-    list_display=["public_id", "contact_point", "channel", "action", "basis", "actor", "at", "business"],
-)
-_simple(
-    m.LeadTouch,
-    list_display=["public_id", "lead", "channel", "provider", "campaign_id", "ad_id", "received_at", "business"],
-)
-_simple(
-    m.Message,
-    list_display=[
+@admin.register(m.TeamMember)
+class TeamMemberAdmin(SetupAdmin):
+    list_display = ["public_id", "display_name", "role", "business", "is_active", "weight", "max_open_leads"]
+    list_select_related = ["business"]
+    list_filter = [BusinessFilter, "role", "is_active"]
+
+
+@admin.register(m.ServiceLine)
+class ServiceLineAdmin(SetupAdmin):
+    list_display = [
+        "public_id",
+        "slug",
+        "name",
+        "keywords",
+        "high_value_amount",
+        "currency",
+        "offer",
+        "offer_templates",
+        "business",
+    ]
+    list_select_related = ["business"]
+
+
+@admin.register(m.ServiceArea)
+class ServiceAreaAdmin(SetupAdmin):
+    list_display = ["public_id", "name", "postal_codes", "business"]
+    list_select_related = ["business"]
+
+
+@admin.register(m.MessageTemplate)
+class MessageTemplateAdmin(SetupAdmin):
+    list_display = ["key", "channel", "approved", "business"]
+    list_select_related = ["business"]
+
+
+@admin.register(m.Sequence)
+class SequenceAdmin(SetupAdmin):
+    # Editable: steps as JSON ([{"after": "15m", "channel": "sms", "template": "nudge_sms"}, ...]); the
+    # business file (`sequences`) is the checked way to change them.
+    list_display = ["key", "trigger", "priority", "goal_stages", "is_active", "business"]
+    list_select_related = ["business"]
+    list_filter = [BusinessFilter, "trigger", "is_active"]
+
+
+@admin.register(m.ContactPoint)
+class ContactPointAdmin(RecordAdmin):
+    lead_path = "contact__leads"
+    list_display = ["public_id", "contact", "kind", "value", "raw_value", "is_valid", "created_at", "business"]
+    list_select_related = ["contact", "business"]
+    search_fields = ["public_id", "value"]
+
+
+@admin.register(m.ConsentEvent)
+class ConsentEventAdmin(RecordAdmin):
+    lead_path = "contact_point__contact__leads"
+    list_display = ["public_id", "contact_point", "channel", "action", "basis", "actor", "at", "business"]
+    list_select_related = ["contact_point", "business"]
+
+
+@admin.register(m.LeadTouch)
+class LeadTouchAdmin(RecordAdmin):
+    list_display = ["public_id", "lead", "channel", "provider", "campaign_id", "ad_id", "received_at", "business"]
+    list_select_related = ["lead", "business"]
+
+
+@admin.register(m.Message)
+class MessageAdmin(RecordAdmin):
+    list_display = [
         "public_id",
         "lead",
         "direction",
@@ -654,13 +689,15 @@ _simple(
         "to",
         "created_at",
         "business",
-    ],
-    list_filter=[BusinessFilter, "direction", "status", "block_reason"],
-)
+    ]
+    list_select_related = ["lead", "business"]
+    list_filter = [BusinessFilter, "direction", "status", "block_reason"]
+
+
 # Call scoring's review queue: filter "review status: pending" (agents/reporting/call_scoring.py).
-_simple(
-    m.Call,
-    list_display=[
+@admin.register(m.Call)
+class CallAdmin(RecordAdmin):
+    list_display = [
         "public_id",
         "lead",
         "direction",
@@ -670,15 +707,17 @@ _simple(
         "flags",
         "started_at",
         "business",
-    ],
-    list_filter=[BusinessFilter, "review_status", "status", "direction"],
-    search_fields=["public_id", "provider_sid"],
-)
-_simple(
-    m.Task,
-    list_display=["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"],
-    list_filter=[BusinessFilter, "status", "kind"],
-)
+    ]
+    list_select_related = ["lead", "business"]
+    list_filter = [BusinessFilter, "review_status", "status", "direction"]
+    search_fields = ["public_id", "provider_sid"]
+
+
+@admin.register(m.Task)
+class TaskAdmin(RecordAdmin):
+    list_display = ["public_id", "title", "lead", "owner", "kind", "due_at", "status", "business"]
+    list_select_related = ["lead", "owner", "business"]
+    list_filter = [BusinessFilter, "status", "kind"]
 
 
 @admin.action(description="Retry the selected failed timers", permissions=["retry"])
@@ -690,18 +729,22 @@ def timers_retry(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: A
     modeladmin.message_user(request, f"{retried} timer(s) back in line for the next run.", messages.SUCCESS)
 
 
-_simple(
-    m.Timer,
-    list_display=["public_id", "kind", "lead", "due_at", "status", "attempts", "error", "business"],
-    list_filter=[BusinessFilter, "status", "kind"],
-    actions=[timers_retry],
-    has_retry_permission=lambda self, request: can_anywhere(request.user, "timer.retry"),
-)
-_simple(
-    m.Enrollment,
-    list_display=["public_id", "lead", "sequence", "status", "stop_reason", "next_step_due_at", "business"],
-    list_filter=[BusinessFilter, "status", "stop_reason"],
-)
+@admin.register(m.Timer)
+class TimerAdmin(RecordAdmin):
+    list_display = ["public_id", "kind", "lead", "due_at", "status", "attempts", "error", "business"]
+    list_select_related = ["lead", "business"]
+    list_filter = [BusinessFilter, "status", "kind"]
+    actions = [timers_retry]
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return can_anywhere(request.user, "timer.retry")
+
+
+@admin.register(m.Enrollment)
+class EnrollmentAdmin(RecordAdmin):
+    list_display = ["public_id", "lead", "sequence", "status", "stop_reason", "next_step_due_at", "business"]
+    list_select_related = ["lead", "sequence", "business"]
+    list_filter = [BusinessFilter, "status", "stop_reason"]
 
 
 @admin.register(m.Appointment)
@@ -742,13 +785,20 @@ class AppointmentAdmin(ReadOnlyAdmin):
         return format_html('<pre id="technician-brief">{}</pre>', appointment.brief or "— (no brief yet)")
 
 
-_simple(m.Estimate, list_display=["public_id", "lead", "status", "amount", "currency", "sent_at", "business"])
+@admin.register(m.Estimate)
+class EstimateAdmin(RecordAdmin):
+    list_display = ["public_id", "lead", "status", "amount", "currency", "sent_at", "business"]
+    list_select_related = ["lead", "business"]
+
+
 # Inbound events (their replay runs the processing roles) and Job, Invoice,
 # Payment and Refund (their forms call the revenue roles): leadops/admin/.
-_simple(
-    m.RejectedDelivery,
-    lead_path=None,
-    list_display=["day", "provider", "source", "count", "last_reason", "last_remote_addr", "last_at", "business"],
-    list_filter=[BusinessFilter, "provider"],
-    search_fields=["source__key"],
-)
+@admin.register(m.RejectedDelivery)
+class RejectedDeliveryAdmin(RecordAdmin):
+    lead_path = None
+    list_display = ["day", "provider", "source", "count", "last_reason", "last_remote_addr", "last_at", "business"]
+    list_select_related = ["source", "business"]
+    list_filter = [BusinessFilter, "provider"]
+    search_fields = ["source__key"]
+    # Counted per day, with no public id of its own.
+    readonly_fields = []

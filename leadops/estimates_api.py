@@ -38,9 +38,9 @@ from rest_framework.views import APIView
 from agents.booking.services import appointment_mark_held
 from agents.booking.slots import BookingError
 from agents.followup.estimates import EstimateError, estimate_accept, estimate_decline, estimate_send
-from crm.api import ErrorSerializer
-from crm.api_money import AppointmentSerializer, EstimateSerializer
-from crm.api_money import EstimateViewSet as EstimateReadViewSet
+from crm.api.common import ErrorSerializer
+from crm.api.money import AppointmentSerializer, EstimateSerializer
+from crm.api.money import EstimateViewSet as EstimateReadViewSet
 from crm.models import Appointment, Estimate
 from crm.permissions import can
 from crm.selectors import lead_list_visible, scoped

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.reporting.trace import KEYS, lead_for_trace, lead_trace
-from crm.api import ErrorSerializer
+from crm.api.common import ErrorSerializer
 from crm.selectors import lead_list_visible
 
 

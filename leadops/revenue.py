@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
-from crm.api_money import report_businesses, revenue_for
+from crm.api.revenue import report_businesses, revenue_for
 from crm.exports import SafeCsvWriter
 from crm.reports import BY_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 

@@ -44,7 +44,7 @@ urlpatterns = [
     # Before the crm API too: writing estimates and visit outcomes calls agents roles.
     path("api/v1/appointments/<str:id>/held/", AppointmentHeldView.as_view(), name="appointment-held-api"),
     path("api/v1/", include(estimate_urls)),
-    path("api/v1/", include("crm.api_urls")),
+    path("api/v1/", include("crm.api.urls")),
     path("api/v1/", include("approvals.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

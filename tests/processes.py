@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 
-from tests.agents.test_cluster import test_database_url
+from tests.helpers.database import test_database_url
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,8 @@ behind `manage.py simulate`, the webhook benchmark and their tests.
   leads the Meta notifications announce.
 - `summary_lines` reports posts by source and status, what was meant to fail,
   and every unexpected status.
-- `sign_*`: the providers' published signature algorithms.
+- Every delivery is signed by the provider module's own signer (the one its
+  verifier checks against), and Twilio's by twilio's RequestValidator.
 
 Phone numbers are valid fictional US numbers: real area codes with 555-01xx
 subscriber numbers (100 per area code, so area codes vary to reach N people).
@@ -24,9 +25,6 @@ subscriber numbers (100 per area code, so area codes vary to reach N people).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import random
 import string
@@ -48,6 +46,8 @@ from django.conf import settings
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
+from agents.capture.providers.meta import meta_signature
+from agents.capture.providers.typeform import typeform_signature
 from agents.capture.providers.website import DEFAULT_CONSENT_TEXT, HOSTED_RATE_LIMIT
 from agents.outbound.twilio_accounts import business_account
 from devtools.simulator.base import (  # noqa: F401 - re-exported: the simulator's vocabulary, for its callers
@@ -78,30 +78,6 @@ from devtools.simulator.payments import payment_jobs
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 GRAPH_DEFAULT_PORT = 8765
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
-
-
-# --- signers ---------------------------------------------------------------
-
-
-def sign_meta(body: bytes, app_secret: str) -> str:
-    """`X-Hub-Signature-256`: sha256= and the lowercase hex HMAC of the raw body."""
-    return "sha256=" + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def sign_meta_sha1(body: bytes, app_secret: str) -> str:
-    """The legacy `X-Hub-Signature` Meta still sends beside the sha256 one."""
-    return "sha1=" + hmac.new(app_secret.encode(), body, hashlib.sha1).hexdigest()
-
-
-def sign_typeform(body: bytes, secret: str) -> str:
-    """`Typeform-Signature`: sha256= and the base64 (not hex) HMAC of the raw body."""
-    return "sha256=" + base64.b64encode(hmac.new(secret.encode(), body, hashlib.sha256).digest()).decode()
-
-
-def sign_twilio(url: str, params: dict[str, str], auth_token: str) -> str:
-    """`X-Twilio-Signature` over the full URL and the decoded form parameters,
-    by Twilio's own RequestValidator."""
-    return str(RequestValidator(auth_token).compute_signature(url, params))
 
 
 # --- what the simulator knows about the business -----------------------------
@@ -722,7 +698,7 @@ class TypeformBuilder(Builder):
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "Typeform Webhooks",
-            "Typeform-Signature": sign_typeform(body, secret or source.secret),
+            "Typeform-Signature": typeform_signature(secret or source.secret, body),
         }
         return self.post(intent, f"/hooks/typeform/{source.key}/", body, headers, **kw)
 
@@ -743,8 +719,8 @@ def _meta_headers(body: bytes, secret: str) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
         "User-Agent": "facebookexternalua",
-        "X-Hub-Signature-256": sign_meta(body, secret),
-        "X-Hub-Signature": sign_meta_sha1(body, secret),
+        "X-Hub-Signature-256": meta_signature(secret, body),
+        "X-Hub-Signature": meta_signature(secret, body, "sha1"),
     }
 
 
@@ -880,7 +856,7 @@ class TwilioBuilder(Builder):
             "Content-Type": "application/x-www-form-urlencoded",
             "User-Agent": "TwilioProxy/1.1",
             "I-Twilio-Idempotency-Token": self.ids.token(36),
-            "X-Twilio-Signature": sign_twilio(url, params, token or self.ctx.twilio_auth_token),
+            "X-Twilio-Signature": RequestValidator(token or self.ctx.twilio_auth_token).compute_signature(url, params),
         }
         return self.post(intent, path, urlencode(params).encode(), headers, **kw)
 

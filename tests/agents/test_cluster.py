@@ -9,31 +9,17 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from crm.models import JobRun, Timer
 from crm.services.timers import timer_schedule
+from tests.helpers.database import test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_database_url() -> str:
-    s = connection.settings_dict
-    host = s.get("HOST") or ""
-    if host.startswith("/"):  # a Unix socket (the embedded server)
-        return f"postgres://{s['USER']}@/{s['NAME']}?host={quote(host, safe='/')}"
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
-    return f"postgres://{s['USER']}{password}@{host}{port}/{s['NAME']}"
-
-
-test_database_url.__test__ = False  # type: ignore[attr-defined]
 
 
 def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:

@@ -232,6 +232,23 @@ def test_every_record_list_opens_for_a_manager(business, manager, model):
     assert login(manager.user).get(f"/admin/crm/{model}/").status_code == 200
 
 
+def test_every_relation_a_record_list_shows_is_joined():
+    # A relation shown in a list but not joined costs a query per row.
+    from django.apps import apps
+    from django.contrib import admin
+
+    for model in apps.get_app_config("crm").get_models():
+        if not admin.site.is_registered(model):
+            continue
+        model_admin = admin.site.get_model_admin(model)
+        joined = model_admin.list_select_related
+        if isinstance(joined, bool):
+            continue
+        shown = [f.name for f in model._meta.fields if f.is_relation and f.name in model_admin.list_display]
+        missing = [name for name in shown if not any(j == name or j.startswith(f"{name}__") for j in joined)]
+        assert not missing, (model.__name__, missing)
+
+
 def test_role_groups_hold_their_permissions_after_migrating_a_fresh_database():
     # The test database was migrated from nothing, as a newcomer's is.
     from django.contrib.auth.models import Group

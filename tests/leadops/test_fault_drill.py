@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.test_cluster import test_database_url
+from tests.helpers.database import test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 # Marked so that pytest-django sets up (and migrates) the test database the

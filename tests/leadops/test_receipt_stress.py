@@ -31,9 +31,8 @@ from crm.models import Appointment, Business, Estimate, InboundEvent, Lead, Rece
 from crm.services.receipts import receipts_verify
 from crm.services.timers import timers_run_due
 from devtools.simulator.core import GraphServer, context_load, plan_build, plan_run, summary_lines, unexpected
-from tests.agents.test_simulate import HOSTED_FORM_FILE
+from tests.helpers.simulator import DEMO, HOSTED_FORM_FILE
 
-ROOT = Path(__file__).resolve().parents[2]
 META_SECRET = "stress-meta-app-secret"
 TWILIO_TOKEN = "stress-twilio-auth-token"
 CALENDLY_KEY = "stress-calendly-signing-key"
@@ -41,7 +40,7 @@ CALENDLY_KEY = "stress-calendly-signing-key"
 
 @pytest.fixture
 def acme(transactional_db: None, live_server, settings, tmp_path: Path) -> Iterator[tuple[Business, GraphServer, str]]:
-    call_command("load_business", str(ROOT / "demo" / "acme-hvac.yaml"), stdout=StringIO())
+    call_command("load_business", str(DEMO), stdout=StringIO())
     extra = tmp_path / "hosted.yaml"
     extra.write_text(HOSTED_FORM_FILE)
     call_command("load_business", str(extra), stdout=StringIO())

@@ -27,7 +27,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -195,11 +195,18 @@ def source_for_account(provider: str, account_id: str) -> Source | None:
 # ---------------------------------------------------------------- the views
 
 
+def meta_signature(secret: str, body: bytes, algorithm: Literal["sha256", "sha1"] = "sha256") -> str:
+    """The `X-Hub-Signature-256` value Meta sends for these bytes:
+    `sha256=<hex HMAC-SHA256(app secret, raw body)>`. With `sha1`, the legacy
+    `X-Hub-Signature` Meta still sends beside it (never trusted here)."""
+    return f"{algorithm}=" + hmac.new(secret.encode(), body, algorithm).hexdigest()
+
+
 def signature_valid(body: bytes, header: str, secret: str) -> bool:
-    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256(app secret, raw body)>`."""
+    """Whether `header` is the `X-Hub-Signature-256` of `body` under `secret`."""
     if not secret or not header.startswith(SIGNATURE_PREFIX):
         return False
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    expected = meta_signature(secret, body).removeprefix(SIGNATURE_PREFIX)
     given = header.removeprefix(SIGNATURE_PREFIX).strip().lower()
     return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
 

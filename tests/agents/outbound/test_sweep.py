@@ -27,8 +27,8 @@ from agents.reporting.pipeline_qa import pipeline_qa_run
 from crm.models import Business, ExceptionItem, Message, Receipt, Role
 from crm.services.consent import consent_record
 from scripts.fake_twilio import FakeTwilio
-from tests.agents.test_cluster import test_database_url
 from tests.factories import lead_create, member_create
+from tests.helpers.database import test_database_url
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED_SID, SHARED_TOKEN, SERVICE = "AC" + "0" * 32, "operator-shared-token", "MG" + "0" * 32

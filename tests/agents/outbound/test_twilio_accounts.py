@@ -357,11 +357,3 @@ def test_the_business_file_refuses_a_twilio_account_it_cannot_use(db, source, re
     with pytest.raises(BusinessFileError) as refused:
         business_file_parse(text, path="x.yaml")
     assert reason in str(refused.value)
-
-
-def test_the_simulator_signs_a_businesss_twilio_hooks_with_that_businesss_own_token(acme, bravo, twilio):
-    from devtools.simulator.core import context_load
-
-    assert (context_load("bravo").twilio_account_sid, context_load("bravo").twilio_auth_token) == (B_SID, B_TOKEN)
-    shared = load("corner", "Corner Plumbing", '{key: corner-line, provider: twilio, phone_number: "+13125550300"}')
-    assert context_load(shared.slug).twilio_auth_token == SHARED_TOKEN

@@ -24,11 +24,10 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from agents.audit import lead_audit
-from agents.capture.processing import event_process
 from agents.followup.estimates import FOLLOW_UP_TIMER
 from agents.orchestrator import orchestrate_pending
 from approvals.models import ApprovalRequest
-from crm.models import Appointment, Business, Enrollment, Estimate, InboundEvent, Lead, Receipt, Stage, Timer
+from crm.models import Appointment, Business, Enrollment, Estimate, Lead, Receipt, Stage, Timer
 from crm.services.timers import timers_run_due
 from devtools.simulator.bookings import BOOKING_PHASE
 from devtools.simulator.core import (
@@ -53,9 +52,10 @@ from devtools.simulator.estimates import (
     VISIT,
     VISIT_PHASE,
 )
-from tests.agents.test_cluster import test_database_url
+from tests.helpers.database import test_database_url
+from tests.helpers.simulator import DEMO, process_received
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 14, 15, 0, tzinfo=UTC)
 KEY = "sim-calendly-signing-key"
 ONLY = ["website", "google_ads", "typeform", "calendly", "estimates"]
@@ -94,14 +94,9 @@ def test_estimates_are_planned_only_with_a_token_and_change_no_other_delivery():
 
 @pytest.fixture
 def acme(transactional_db, live_server, settings) -> Business:
-    call_command("load_business", str(ROOT / "demo" / "acme-hvac.yaml"), stdout=StringIO())
+    call_command("load_business", str(DEMO), stdout=StringIO())
     settings.CALENDLY_SIGNING_KEY = KEY
     return Business.objects.get(slug="acme-hvac")
-
-
-def process_received() -> Counter[str]:
-    ids = InboundEvent.objects.filter(status="received").order_by("received_at", "pk").values_list("pk", flat=True)
-    return Counter(event_process(pk) for pk in list(ids))
 
 
 def test_simulated_estimates_take_held_visits_to_a_decision_through_the_api(acme, live_server):

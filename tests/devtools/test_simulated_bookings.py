@@ -8,15 +8,13 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
-from agents.capture.processing import event_process
 from agents.capture.providers.calendly import signature_problem
 from agents.orchestrator import orchestrate_pending
-from crm.models import Appointment, Business, ExceptionItem, InboundEvent, Lead, Stage, Task
+from crm.models import Appointment, Business, ExceptionItem, Lead, Stage, Task
 from devtools.simulator.bookings import BOOKING, BOOKING_PHASE, CANCELLATION, NO_SHOW, OUTCOME_PHASE, UNMATCHED
 from devtools.simulator.core import (
     BAD_SIGNATURE,
@@ -29,8 +27,8 @@ from devtools.simulator.core import (
     summary_lines,
     unexpected,
 )
+from tests.helpers.simulator import DEMO, process_received
 
-ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 3, 14, 15, 0, tzinfo=UTC)
 KEY = "sim-calendly-signing-key"
 
@@ -79,14 +77,9 @@ def test_adding_bookings_changes_no_other_delivery_of_a_seed():
 
 @pytest.fixture
 def acme(transactional_db, live_server, settings) -> Business:
-    call_command("load_business", str(ROOT / "demo" / "acme-hvac.yaml"), stdout=StringIO())
+    call_command("load_business", str(DEMO), stdout=StringIO())
     settings.CALENDLY_SIGNING_KEY = KEY
     return Business.objects.get(slug="acme-hvac")
-
-
-def process_received() -> Counter[str]:
-    ids = InboundEvent.objects.filter(status="received").order_by("received_at", "pk").values_list("pk", flat=True)
-    return Counter(event_process(pk) for pk in list(ids))
 
 
 def test_simulated_bookings_book_cancel_and_miss_the_simulated_leads(acme, live_server):

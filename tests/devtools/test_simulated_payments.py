@@ -9,15 +9,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db.models import Sum
 
-from agents.capture.processing import event_process
 from agents.orchestrator import orchestrate_pending
-from crm.models import Business, InboundEvent, Payment, Refund
+from crm.models import Business, Payment, Refund
 from crm.reports import revenue_report
 from devtools.simulator.core import (
     BAD_SIGNATURE,
@@ -30,8 +28,8 @@ from devtools.simulator.core import (
 )
 from devtools.simulator.payments import PAYMENT, PAYMENT_PHASE, REFUND
 from tests.helpers.revenue import SECRET
+from tests.helpers.simulator import DEMO, process_received
 
-ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 3, 14, 15, 0, tzinfo=UTC)
 
 
@@ -58,14 +56,9 @@ def test_adding_payments_changes_no_other_delivery_of_a_seed():
 
 @pytest.fixture
 def acme(transactional_db, live_server, settings) -> Business:
-    call_command("load_business", str(ROOT / "demo" / "acme-hvac.yaml"), stdout=StringIO())
+    call_command("load_business", str(DEMO), stdout=StringIO())
     settings.STRIPE_WEBHOOK_SECRET = SECRET
     return Business.objects.get(slug="acme-hvac")
-
-
-def process_received() -> Counter[str]:
-    ids = InboundEvent.objects.filter(status="received").order_by("received_at", "pk").values_list("pk", flat=True)
-    return Counter(event_process(pk) for pk in list(ids))
 
 
 def test_simulated_payments_link_to_the_simulated_leads_and_the_report_reconciles(acme, live_server):
