@@ -14,8 +14,10 @@ class AgentsConfig(AppConfig):
         outbound_timers.register()
 
         from agents import decisions, orchestrator
+        from agents.capture import merges
 
         decisions.register()
+        merges.register()  # what approving or rejecting a merge_contacts request does
         orchestrator.register()
         from agents.fit import exceptions as fit_exceptions
 

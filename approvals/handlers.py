@@ -19,8 +19,14 @@ back. `on_expired` runs when a request's deadline passes with no decision
 decided, so an unanswered opt-out question or complaint must not be treated
 as dismissed. Without it an expiry resumes nothing.
 
-Two hooks run before anything is written:
+Three hooks run before anything is written:
 
+- `lock(request, payload)` first of all, inside the decision's transaction
+  but before the request row is locked, on an approval or a rejection: take
+  the locks crm.locks orders before an ApprovalRequest (a contact merge's
+  identity locks, leads and contact rows), which the handler would otherwise
+  take after it. `request` is the caller's object, not yet re-read: read what
+  the hook needs afresh. Raise `ApprovalConflict` to refuse (nothing written).
 - `check(request, payload)` before an approval or an edit: raise
   `approvals.services.ApprovalConflict` when what the request concerns has
   moved on (a draft that already left the queue), and nothing changes.
@@ -54,6 +60,7 @@ class ApprovalHandlers:
     on_expired: ApprovalHandler | None = None
     check: ApprovalHandler | None = None
     recheck: ApprovalRecheck | None = None
+    lock: ApprovalHandler | None = None
 
 
 APPROVAL_HANDLERS: Registry[ApprovalHandlers] = Registry("approval handler")
@@ -67,6 +74,7 @@ def approval_handler_register(
     on_expired: ApprovalHandler | None = None,
     check: ApprovalHandler | None = None,
     recheck: ApprovalRecheck | None = None,
+    lock: ApprovalHandler | None = None,
 ) -> None:
     """Say what a decision on a request of `kind` resumes; once per kind."""
     from approvals.models import ApprovalRequest
@@ -76,7 +84,12 @@ def approval_handler_register(
     APPROVAL_HANDLERS.register(
         kind,
         ApprovalHandlers(
-            on_approved=on_approved, on_rejected=on_rejected, on_expired=on_expired, check=check, recheck=recheck
+            on_approved=on_approved,
+            on_rejected=on_rejected,
+            on_expired=on_expired,
+            check=check,
+            recheck=recheck,
+            lock=lock,
         ),
     )
 

@@ -1,11 +1,13 @@
 """The Human Gatekeeper's write path: open a request, edit, decide, expire it.
 
-A decision is one transaction: lock the request row, refuse unless the user
-may decide it (`approval.decide` in its business, `crm.permissions`) and did
-not propose it, compare-and-set from pending, write the receipt, then call the
-handler the proposing app registered for the kind (`approvals.handlers`), so
-the waiting step resumes or is cancelled together with the decision or not at
-all. The database refuses a self-approval too (approvals migration 0001).
+A decision is one transaction: take the locks the kind's handler needs
+before the request row (its `lock` hook: a contact merge's), lock the
+request row, refuse unless the user may decide it (`approval.decide` in its
+business, `crm.permissions`) and did not propose it, compare-and-set from
+pending, write the receipt, then call the handler the proposing app
+registered for the kind (`approvals.handlers`), so the waiting step resumes
+or is cancelled together with the decision or not at all. The database
+refuses a self-approval too (approvals migration 0001).
 
 A request pins the records it concerns when it is opened (read from the
 proposer's payload, within its business); a decision may change only the
@@ -149,6 +151,42 @@ def approval_request_open(
     return request
 
 
+@transaction.atomic
+def approval_request_extend(
+    request: ApprovalRequest, *, payload: dict[str, Any], summary: str, actor: str, reason: str
+) -> ApprovalRequest:
+    """The proposing role adds to its own pending proposal what it found
+    since (a merge request gains a contact a later capture tied in, and that
+    capture as evidence), instead of proposing the same thing twice.
+
+    Locks the request row (crm.locks level 4: after any lead the caller
+    holds), refuses unless `actor` is its proposer (ApprovalForbidden: never
+    a person's proposal, never someone else's) and it is still pending
+    (ApprovalNotPending), then sets the payload and summary with an
+    `approval.extended` receipt holding both payloads. The proposer stays
+    the proposer, so the rule that nobody decides their own proposal is
+    unchanged. Pins are untouched (the trigger refuses a change of them).
+    """
+    current = _locked(request)
+    if current.proposed_by != actor or current.proposed_by_user_id is not None:
+        raise ApprovalForbidden(f"{actor} did not propose {current.public_id} and may not extend it")
+    _refuse_unless_pending(current, timezone.now())
+    before = current.payload
+    _set_from_pending(current, {"payload": payload, "summary": summary[:300]})
+    receipt_write(
+        business=current.business,
+        lead=current.lead,
+        subject=current.public_id,
+        actor=actor,
+        action="approval.extended",
+        reason=reason,
+        before={"payload": before},
+        after={"payload": payload},
+    )
+    request.refresh_from_db()
+    return current
+
+
 def approval_may_decide(request: ApprovalRequest, user: Any) -> bool:
     """Who holds `approval.decide` in the request's business (its managers and owners, operators)."""
     return can(user, "approval.decide", request.business_id)
@@ -186,6 +224,13 @@ def _refuse_unless_pending(request: ApprovalRequest, now: datetime) -> None:
         raise ApprovalNotPending(f"{request.public_id} is already {request.status}{who}")
     if request.expires_at is not None and request.expires_at <= now:
         raise ApprovalNotPending(f"{request.public_id} expired at {request.expires_at.isoformat()}")
+
+
+def _lock_first(request: ApprovalRequest) -> None:
+    """The kind's `lock` hook: locks that come before the request row in crm.locks' order."""
+    handlers = approval_handlers_for(request.kind)
+    if handlers is not None and handlers.lock is not None:
+        handlers.lock(request, request.payload)
 
 
 def _locked(request: ApprovalRequest) -> ApprovalRequest:
@@ -324,6 +369,7 @@ def approval_approve(
     (decided already, expired, or the record it concerns moved on — the
     kind's `check`); then nothing is written.
     """
+    _lock_first(request)
     current = _locked(request)
     _refuse_unless_may_decide(current, user)
     _refuse_unless_pending(current, timezone.now())
@@ -367,6 +413,7 @@ def approval_reject(request: ApprovalRequest, *, user: Any, note: str = "") -> A
     cancels the waiting step in the same transaction. Refuses as
     `approval_approve`; a request whose record moved on may still be
     rejected (that clears it from the queue)."""
+    _lock_first(request)
     current = _locked(request)
     _refuse_unless_may_decide(current, user)
     _refuse_the_proposer(current, user)

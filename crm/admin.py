@@ -294,6 +294,7 @@ class LeadAdmin(ScopedAdmin):
         "first_response_at",
         "speed_to_lead_seconds",
         "closed_at",
+        "merged_link",
         "created_at",
         "updated_at",
     )
@@ -338,6 +339,13 @@ class LeadAdmin(ScopedAdmin):
         url = reverse("admin:crm_contact_change", args=[lead.contact_id])
         return format_html('<a href="{}">{} ({})</a>', url, lead.contact.name, lead.contact.public_id)
 
+    @admin.display(description="merged into")
+    def merged_link(self, lead: m.Lead) -> str:
+        if lead.merged_into_id is None:
+            return "—"
+        url = reverse("admin:crm_lead_change", args=[lead.merged_into_id])
+        return format_html('<a href="{}">{}</a>', url, m.Lead.objects.get(pk=lead.merged_into_id).public_id)
+
     @admin.display(description="first touch")
     def first_touch(self, lead: m.Lead) -> str:
         return _touch_summary(lead.touches.order_by("received_at", "id").select_related("source").first())
@@ -375,6 +383,12 @@ class LeadAdmin(ScopedAdmin):
         extra = dict(
             extra_context or {}, show_save=False, show_save_and_continue=False, show_save_and_add_another=False
         )
+        if lead is not None and lead.merged_into_id is not None and request.method == "GET":
+            # The page stays (its history is here); the banner says where the conversation went.
+            into = m.Lead.objects.get(pk=lead.merged_into_id).public_id
+            self.message_user(
+                request, f"This lead was merged into {into}: its conversation continues there.", messages.INFO
+            )
         if lead is not None:
             extra.update(
                 timeline=lead_timeline(lead),
@@ -481,6 +495,23 @@ class ContactAdmin(ScopedAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        # A merged record's page is the person's page now, wherever it was
+        # linked from; only for a user who may see the survivor (a merged
+        # contact has no leads left, so a setter could not see it either).
+        merged = (
+            m.Contact.objects.filter(pk=object_id, merged_into__isnull=False).first()
+            if str(object_id).isdigit()
+            else None
+        )
+        keep = self.get_queryset(request).filter(pk=merged.merged_into_id).first() if merged is not None else None
+        if merged is not None and keep is not None:
+            self.message_user(request, f"Contact {merged.public_id} was merged into this one: the same person.")
+            return HttpResponseRedirect(reverse("admin:crm_contact_change", args=[keep.pk]))
+        return super().change_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(m.Receipt)

@@ -9,8 +9,11 @@ primary-key (or, for names, sorted) order.
 1. Named locks (`xact_lock`): a business file load (its own namespace, by
    slug), a call's first record (`twilio-call:<CallSid>`), the identity of a
    contact point (`identity:<business>:<point>`, sorted) and then of the
-   contact it leads to (`identity:<business>:contact:<pk>`; a named lock, not
-   the contact's row, because of level 3).
+   contacts it leads to (`identity:<business>:contact:<pk>`, `contacts_lock`,
+   every contact one capture matched in one sorted call; a named lock, not
+   the contact's row, because of level 3). A merge of contacts takes the
+   contact locks of all the contacts it joins (sorted) before anything else,
+   so a capture of either person and the merge run one after the other.
 2. Lead rows, FOR NO KEY UPDATE, by pk: writers of one lead queue behind each
    other, while rows that only reference the lead (receipts, events, tasks,
    timers) insert without waiting on it.
@@ -18,7 +21,10 @@ primary-key (or, for names, sorted) order.
    contact; forgetting a person locks their leads, then the contact).
 4. The records of a lead, in this order: an ApprovalRequest, then the record
    its decision changes (Estimate, Message, Appointment, Enrollment, Call,
-   MessageTemplate and its version); Payment before Invoice.
+   MessageTemplate and its version); Payment before Invoice. A decision whose
+   handler needs locks of levels 1-3 (a contact merge: both people's contact
+   locks, their leads, their contact rows) takes them in its kind's `lock`
+   hook before the request row (approvals.handlers).
 5. Tasks (the next action), ConsentState, setters' TeamMember rows (round
    robin, by pk).
 6. Timer rows: claimed FOR UPDATE SKIP LOCKED, so a claim never waits.
@@ -75,3 +81,16 @@ def xact_lock(name: str) -> None:
     `transaction.atomic()`: outside one it is released at once."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+def contact_lock_name(business_id: int, contact_id: int) -> str:
+    """The named lock of one contact's identity (level 1, after its points')."""
+    return f"identity:{business_id}:contact:{contact_id}"
+
+
+def contacts_lock(business_id: int, contact_ids: list[int]) -> None:
+    """The named identity locks of these contacts, in sorted name order and
+    one round trip: a capture that matched two people and a merge of them
+    take the same locks in the same order. Re-entrant: a lock the
+    transaction holds already is taken again without waiting."""
+    xact_locks(sorted({contact_lock_name(business_id, pk) for pk in contact_ids}))

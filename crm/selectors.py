@@ -10,7 +10,7 @@ see all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -19,7 +19,17 @@ from typing import Any
 from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.urls import reverse
 
-from crm.models import Appointment, ContactPoint, Job, Lead, MessageTemplate, Role, TeamMember
+from crm.models import (
+    Appointment,
+    Contact,
+    ContactPoint,
+    Job,
+    KeptApartPair,
+    Lead,
+    MessageTemplate,
+    Role,
+    TeamMember,
+)
 from crm.permissions import FULL_VIEW_ROLES, grants_for, memberships_where
 from crm.phones import email_normalize, phone_to_e164
 
@@ -150,6 +160,18 @@ def business_managers() -> QuerySet[TeamMember, tuple[int, int]]:
         .distinct("business_id")
         .values_list("business_id", "pk")
     )
+
+
+def contacts_kept_apart(contact: Contact, others: Iterable[Contact]) -> set[int]:
+    """The pks of `others` a person said are not the same person as `contact`
+    (a rejected merge: `crm.services.merge.contacts_keep_apart`)."""
+    pks = [other.pk for other in others if other.pk != contact.pk]
+    if not pks:
+        return set()
+    rows = KeptApartPair.objects.filter(business_id=contact.business_id).filter(
+        Q(contact_low=contact, contact_high_id__in=pks) | Q(contact_high=contact, contact_low_id__in=pks)
+    )
+    return {low if low != contact.pk else high for low, high in rows.values_list("contact_low_id", "contact_high_id")}
 
 
 def lead_list_visible(user: Any, permission: str = "lead.view") -> QuerySet[Lead]:

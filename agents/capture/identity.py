@@ -3,9 +3,11 @@
 One person is one Contact; one need is one open Lead. Deliveries for the same
 person may race (a form, a call and a text within seconds), so every capture
 first takes transaction-scoped advisory locks on its normalized contact
-points, in sorted order, then one on the contact it resolved to, then locks
-the contact's open leads; two captures of one person are serialized, and the
-unique constraints on contact points and open leads back that up.
+points, in sorted order, then on every contact those points lead to, then
+locks the contact's open leads; two captures of one person are serialized,
+and the unique constraints on contact points and open leads back that up.
+A merge of contacts takes the same contact locks, so a capture never acts
+on a contact that a merge has just emptied (see `_contact_for`).
 
 Which lead a touch joins depends only on the set of touches and the times
 they were made, never on the order they arrive in (see `_home`).
@@ -22,9 +24,9 @@ from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.capture.base import Capture
+from agents.capture.merges import merge_propose
 from agents.events import UNREACHABLE_TITLE, lead_event
-from approvals.services import approval_request_open
-from crm.locks import xact_locks
+from crm.locks import contacts_lock, xact_locks
 from crm.models import (
     CLOSED_STAGES,
     Business,
@@ -45,6 +47,7 @@ from crm.selectors import business_manager, rows_in_hand
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.contact_numbers import number_refusal
+from crm.services.merge import contact_root
 from crm.services.receipts import receipt_write
 from crm.services.records import lead_open, task_create, touch_add
 
@@ -120,15 +123,6 @@ def _lock(business: Business, keys: list[str]) -> None:
     xact_locks([f"identity:{business.pk}:{key}" for key in sorted(keys)])
 
 
-def _lock_contact(contact: Contact) -> None:
-    # Two captures reaching one person through different points (a phone, an
-    # email) share no point lock; this one serializes them before either
-    # decides about leads. Taken after the point locks, before any lead row,
-    # and an advisory lock rather than the row's: follow-up steps lock a lead
-    # and then its contact's row, so a row lock here would invert that order.
-    _lock(contact.business, [f"contact:{contact.pk}"])
-
-
 def service_line_match(business: Business, *texts: str) -> ServiceLine | None:
     haystack = " ".join(t for t in texts if t).lower()
     if not haystack:
@@ -155,8 +149,6 @@ def capture_apply(
         if seen is not None and seen.lead is not None and seen.contact is not None:
             return Applied(seen.contact, seen.lead, False, False, None, seen)
     contact, created_contact, others, stored, made = _contact_for(business, capture, points)
-    if not created_contact:  # one made just now is invisible to every other capture until commit
-        _lock_contact(contact)
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
     # A contact made just now has no lead yet: nothing to look up or lock.
     choice = Choice(None) if created_contact else _open_lead_for(contact, service_line, capture)
@@ -213,7 +205,7 @@ def capture_apply(
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
     refused = _consent(business, points, capture, event, stored, made)
-    _flags(lead, points, capture, others, refused)
+    _flags(lead, contact, points, capture, others, refused, event)
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
 
@@ -243,35 +235,22 @@ def _contact_for(
     # Only valid (normalized) points identify a person; an unparseable phone is
     # kept on the contact but matches nobody.
     valid = [p for p in points if p.valid]
-    match = Q()
-    for p in valid:
-        match |= Q(kind=p.kind, value=p.value)
-    existing = (
-        {
-            (cp.kind, cp.value): cp
-            for cp in ContactPoint.objects.filter(match, business=business, is_valid=True).select_related(
-                "contact__business"
-            )
-        }
-        if valid
-        else {}
-    )
-    # The phone decides who this is; then email, then social handles.
-    ranked: list[Contact] = []
-    for kind in (
-        ContactPointKind.PHONE,
-        ContactPointKind.EMAIL,
-        ContactPointKind.INSTAGRAM,
-        ContactPointKind.MESSENGER,
-    ):
-        for p in points:
-            cp = existing.get((p.kind, p.value))
-            if p.kind == kind and cp is not None:
-                contact = cp.contact
-                while contact.merged_into_id:
-                    contact = Contact.objects.get(pk=contact.merged_into_id)
-                if contact not in ranked:
-                    ranked.append(contact)
+    existing, ranked = _matched(business, points, valid)
+    if ranked:
+        # Two captures reaching one person through different points (a phone,
+        # an email) share no point lock; the contact locks serialize them
+        # before either decides about leads, and a capture that matched two
+        # people with a merge of them. Advisory rather than the rows': follow-up
+        # steps lock a lead and then its contact's row, so a row lock here
+        # would invert that order.
+        contacts_lock(business.pk, [c.pk for c in ranked])
+        if Contact.objects.filter(pk__in=[c.pk for c in ranked], merged_into__isnull=False).exists():
+            # A merge committed while this capture waited: the points moved to
+            # the contact it kept. Read again and lock that one too (a second
+            # call, so PostgreSQL's deadlock check, not the order, covers the
+            # rare capture that holds it and waits for one of these).
+            existing, ranked = _matched(business, points, valid)
+            contacts_lock(business.pk, [c.pk for c in ranked])
     created = not ranked
     if created:
         contact = Contact.objects.create(
@@ -310,6 +289,41 @@ def _contact_for(
         # follow in this unit of work read them from here.
         rows_in_hand(contact, "points", new_points)
     return contact, created, ranked[1:], stored, {point.pk for point in new_points}
+
+
+def _matched(
+    business: Business, points: list[Point], valid: list[Point]
+) -> tuple[dict[tuple[str, str], ContactPoint], list[Contact]]:
+    """The stored rows of the valid points, and the contacts they lead to
+    (following merges), the one who decides who this is first."""
+    match = Q()
+    for p in valid:
+        match |= Q(kind=p.kind, value=p.value)
+    existing = (
+        {
+            (cp.kind, cp.value): cp
+            for cp in ContactPoint.objects.filter(match, business=business, is_valid=True).select_related(
+                "contact__business"
+            )
+        }
+        if valid
+        else {}
+    )
+    # The phone decides who this is; then email, then social handles.
+    ranked: list[Contact] = []
+    for kind in (
+        ContactPointKind.PHONE,
+        ContactPointKind.EMAIL,
+        ContactPointKind.INSTAGRAM,
+        ContactPointKind.MESSENGER,
+    ):
+        for p in points:
+            cp = existing.get((p.kind, p.value))
+            if p.kind == kind and cp is not None:
+                contact = contact_root(cp.contact)
+                if contact not in ranked:
+                    ranked.append(contact)
+    return existing, ranked
 
 
 def _fill_blanks(contact: Contact, capture: Capture) -> None:
@@ -537,7 +551,15 @@ def _consent(
     return refused
 
 
-def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Contact], refused: list[str]) -> None:
+def _flags(
+    lead: Lead,
+    contact: Contact,
+    points: list[Point],
+    capture: Capture,
+    others: list[Contact],
+    refused: list[str],
+    event: InboundEvent | None,
+) -> None:
     wanted = []
     if refused:
         wanted.append((LeadException.NUMBER_NOT_ALLOWED, "; ".join(refused)[:300]))
@@ -547,22 +569,15 @@ def _flags(lead: Lead, points: list[Point], capture: Capture, others: list[Conta
         wanted.append((LeadException.INVALID_PHONE, "a phone number that could not be parsed, kept as typed"))
     if capture.is_test:
         wanted.append((LeadException.TEST_LEAD, "the provider marked this a test lead"))
-    if others:
+    # A pair a person kept apart asks nothing and flags nothing; a pair a
+    # pending request already asks about extends that request.
+    if others and merge_propose(lead, contact, others, event=event) is not None:
         wanted.append((LeadException.MERGE_CONFLICT, "the phone and the email belong to different contacts"))
     for flag, reason in wanted:
         if flag not in lead.exceptions:
             lead_sync.lead_flag_exception(lead, flag, actor=ACTOR, reason=reason)
     if not points and not lead.tasks.filter(kind="exception", status="open").exists():
         _manager_task(lead, UNREACHABLE_TITLE)
-    if others:
-        approval_request_open(
-            business=lead.business,
-            lead=lead,
-            kind="merge_contacts",
-            summary=f"Same person? {lead.contact.public_id} and {', '.join(c.public_id for c in others)}",
-            proposed_by=ACTOR,
-            payload={"keep": lead.contact.public_id, "merge": [c.public_id for c in others]},
-        )
 
 
 def _manager_task(lead: Lead, title: str) -> None:

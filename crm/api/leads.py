@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import Http404
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import serializers, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 
 from crm.api.common import (
     AUTH_ERRORS,
@@ -230,9 +233,17 @@ class LeadViewSet(ReadViewSet[Lead]):
         return self.get_paginated_response(ReceiptSerializer(page, many=True).data)
 
 
+MERGED = OpenApiResponse(
+    description="Merged into another contact (one person): `Location` is that contact's URL. Permanent."
+)
+
+
 @extend_schema_view(
-    list=list_schema("Contacts the user may see", ContactSerializer),
-    retrieve=detail_schema("One contact with its consent ledger", ContactDetailSerializer),
+    list=list_schema("Contacts the user may see (not those merged into another)", ContactSerializer),
+    retrieve=extend_schema(
+        summary="One contact with its consent ledger",
+        responses={200: ContactDetailSerializer, 301: MERGED, 404: ErrorSerializer, **AUTH_ERRORS},
+    ),
 )
 class ContactViewSet(ReadViewSet[Contact]):
     """Contacts of the user's businesses; a setter sees the people behind their own leads."""
@@ -247,4 +258,27 @@ class ContactViewSet(ReadViewSet[Contact]):
         contacts = contact_list_visible(self.request.user).prefetch_related("points__consent_states")
         if self.action == "retrieve":
             contacts = contacts.prefetch_related("points__consent_events")
+        else:
+            # A merged contact is a former record of a person listed once, as the contact it became.
+            contacts = contacts.filter(merged_into__isnull=True)
         return contacts.order_by("-created_at", "-pk")
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # A merged contact's URL answers with where the person is now (a
+        # merge is never undone: 301), to a user who may see that contact,
+        # whether or not they could see the merged record (a setter cannot:
+        # it has no leads left); anyone else gets the 404 an unknown id gets.
+        try:
+            contact = self.get_object()
+        except Http404:
+            found = Contact.objects.filter(public_id=kwargs["id"], merged_into__isnull=False).first()
+            if found is None:
+                raise
+            contact = found
+        if contact.merged_into_id is None:
+            return Response(self.get_serializer(contact).data)
+        keep = self.get_queryset().filter(pk=contact.merged_into_id).values_list("public_id", flat=True).first()
+        if keep is None:
+            raise NotFound()
+        location = reverse("contact-detail", kwargs={"id": keep}, request=request)
+        return Response(status=status.HTTP_301_MOVED_PERMANENTLY, headers={"Location": location})

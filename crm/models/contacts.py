@@ -122,6 +122,38 @@ class ContactPoint(models.Model):
         return self.value
 
 
+class KeptApartPair(models.Model):
+    """Two contacts a person said are different people (a rejected
+    `merge_contacts` request): identity stops asking about them.
+
+    A row of its own rather than a query over rejected approval requests:
+    the unique pair is a database fact the capture path reads with one
+    indexed lookup, it outlives the request's payload (which may name more
+    than two contacts), and a merge re-points it to the surviving contact.
+    The pair is stored in primary-key order, so (a, b) and (b, a) are one row."""
+
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    contact_low = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="+")
+    contact_high = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="+")
+    decided_by = models.CharField(max_length=150)
+    # The public id of the request whose rejection recorded the pair, if any.
+    approval = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["business", "contact_low", "contact_high"], name="crm_keptapartpair_unique_pair"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(contact_low__lt=models.F("contact_high")), name="crm_keptapartpair_ordered"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.contact_low_id} apart from {self.contact_high_id}"
+
+
 class Channel(models.TextChoices):
     SMS = "sms"
     VOICE = "voice"

@@ -82,6 +82,10 @@ class Lead(models.Model):
     # Why routing could not pick an owner (the manager queue shows it).
     routing_reason = models.CharField(max_length=300, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    # Set when a contact merge made this lead one with another open lead of
+    # the same person and need: this one was closed and its conversation,
+    # touches, tasks and money records moved there; its history stays here.
+    merged_into = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

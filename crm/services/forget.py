@@ -70,6 +70,7 @@ from crm.models import (
 )
 from crm.models.receipts import ERASED, PERSONAL_KEYS
 from crm.registry import Registry
+from crm.services.merge import contact_root
 from crm.services.receipts import receipt_personal_data_erase, receipt_write
 
 ACTION = "contact.forgotten"
@@ -132,12 +133,17 @@ class ForgetResult:
 def contact_forget(contact: Contact, *, actor: str, reason: str = "") -> ForgetResult:
     """Erase a contact's personal data everywhere, keep every record and sum.
 
+    A contact merged into another stands for the person it became: the
+    surviving contact (and every record merged into it) is forgotten.
+
     Owns one transaction: the erasure and its receipt commit together or not
     at all. The person's leads and then the contact row are locked first
     (the order of crm.locks: a follow-up step locks a lead, then its
     contact), so two erasures of one person run one after the other; the
     second finds nothing left and writes no receipt (its counts are empty).
     """
+    # A record merged into another is that person now: forgetting it forgets them.
+    contact = contact_root(contact)
     with transaction.atomic():
         person = Q(contact=contact) | Q(contact__merged_into=contact)
         list(Lead.objects.select_for_update(of=("self",), no_key=True).filter(person).order_by("pk").values("pk"))

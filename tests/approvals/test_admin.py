@@ -289,7 +289,9 @@ def test_the_page_refuses_approving_your_own_proposal(business: Business, manage
 
 
 def test_a_request_without_a_draft_is_decided_without_a_text_box(business: Business, manager: TeamMember) -> None:
-    request = proposal(business, kind="merge_contacts", payload={"keep": "cont_a", "merge": ["cont_b"]})
+    keep, other = lead_create(business, phone=next(_phones)), lead_create(business, phone=next(_phones))
+    payload = {"keep": keep.contact.public_id, "merge": [other.contact.public_id]}
+    request = proposal(business, kind="merge_contacts", lead=keep, payload=payload)
     client = admin_client(manager)
 
     page = client.get(change_url(request)).content.decode()
@@ -297,7 +299,7 @@ def test_a_request_without_a_draft_is_decided_without_a_text_box(business: Busin
     client.post(decide_url(request), {"decision": "approve"})
 
     request.refresh_from_db()
-    assert (request.status, request.payload) == ("approved", {"keep": "cont_a", "merge": ["cont_b"]})
+    assert (request.status, request.payload) == ("approved", payload)
 
 
 def test_what_a_contact_wrote_is_shown_but_not_offered_for_editing(business: Business, manager: TeamMember) -> None:

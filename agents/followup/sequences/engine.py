@@ -11,6 +11,8 @@ the moment it should stop.
   The path with the better priority (lower number) runs; any other waits
   (`waiting`) — a newcomer behind it, or the running one when a better path
   arrives — and resumes at its step when the running one ends.
+- Two records of one person merged (crm.services.merge), each with a path
+  running: the better priority keeps running, the other ends (`merged`).
 - Exits shared by every path (`EXIT_REASONS`): reply, booking, won, opt-out,
   complaint, manual hold, disqualification, a stage that leaves the trigger's
   stages, plus each sequence's `goal_stages`. They are applied eagerly by the
@@ -39,6 +41,7 @@ from agents.followup.sequences.steps import ACTOR, sequence_steps, step_due, ste
 from crm.models import CLOSED_STAGES, Contact, Enrollment, Lead, Message, Sequence, Stage, Timer
 from crm.registry import Registry
 from crm.services import lead_sync
+from crm.services.merge import CONTACTS_MERGING
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_schedule
 
@@ -508,8 +511,31 @@ def _lead_closed(lead: Lead, stage: str, actor: str) -> None:
     enrollments_stop(lead=lead, reason="won" if stage == Stage.WON else "stage_left", actor=actor)
 
 
+# Why a path ended when its person was merged into another who had a better one.
+MERGED_REASON = "merged"
+
+
+def _contacts_merging(keep: Contact, merge: Contact, actor: str) -> list[str]:
+    """Two records of one person become one, each maybe with a path running:
+    one path per person, so the better priority (then the older) keeps
+    running and the other ends, with its receipt. The merge holds both
+    people's leads and contact rows; their waiting paths wait on."""
+    active = list(
+        Enrollment.objects.select_for_update(of=("self",))
+        .select_related("sequence", "business", "lead")
+        .filter(contact_id__in=[keep.pk, merge.pk], status=E.ACTIVE)
+        .order_by("sequence__priority", "created_at", "pk")
+    )
+    now = timezone.now()
+    for enrollment in active[1:]:
+        _end(enrollment, reason=MERGED_REASON, actor=actor, now=now)
+    return [enrollment.public_id for enrollment in active[1:]]
+
+
 def register() -> None:
     # A step is one transaction: it commits with its timer's done mark.
     timer_handler_register(STEP_TIMER, _step_timer, atomic=True)
     # However a lead closes (a task's outcome, a visit's, a no-show's), its paths end with it.
     lead_sync.LEAD_CLOSED.register("sequences", _lead_closed)
+    # However two records of one person merge, one path runs for them.
+    CONTACTS_MERGING.register("sequences", _contacts_merging)

@@ -45,7 +45,12 @@ def test_phone_and_email_of_two_different_contacts_are_not_merged_but_asked_abou
     assert Contact.objects.count() == 2
     assert both.lead == by_phone.lead and "merge_conflict" in both.lead.exceptions
     approval = ApprovalRequest.objects.get(kind="merge_contacts")
-    assert approval.payload == {"keep": by_phone.contact.public_id, "merge": [by_email.contact.public_id]}
+    keep, merge = by_phone.contact.public_id, by_email.contact.public_id
+    assert approval.payload == {
+        "keep": keep,
+        "merge": [merge],
+        "evidence": [{"lead": both.lead.public_id, "event": None, "contacts": [keep, merge]}],
+    }
     assert approval.status == "pending" and approval.proposed_by == "agent:identity_resolver"
     assert set(by_email.contact.points.values_list("value", flat=True)) == {"pat@x.com"}
 
