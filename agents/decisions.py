@@ -6,8 +6,9 @@ startup (approvals cannot import the roles that wait on it).
   Before an approval or an edit, the pinned message must still be waiting
   (`pending_approval`), else the decision is a conflict and nothing changes;
   an edited body is re-read by the claims guard for the next person.
-- opt_out_question: approved → the revocation is recorded in the ledger;
-  rejected → automation resumes for the person.
+- opt_out_question: approved → the revocation is recorded in the ledger
+  (texts for a number, DMs for an Instagram handle); rejected → automation
+  resumes for the person.
 - complaint: approved → the hold stays; rejected → the hold is released and
   automation resumes.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.consent.policy import consent_channel
 from agents.outbound.gate import message_gate
 from agents.playbook.claims_guard import claims_scan
 from approvals.handlers import approval_handler_register
@@ -98,7 +100,7 @@ def opt_out_confirmed(request: ApprovalRequest, payload: dict[str, Any]) -> None
     if point is not None:
         consent_record(
             contact_point=point,
-            channel="sms",
+            channel=consent_channel(point),
             granted=False,
             basis="free_text_confirmed",
             actor=_decider(request),

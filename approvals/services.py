@@ -85,10 +85,13 @@ def _pins(business: Business, lead: Lead | None, payload: dict[str, Any]) -> dic
         estimates = Estimate.objects.filter(public_id=str(payload["estimate"]))
         named.append(("estimate", "estimate", estimates, None if lead is None else Q(lead=lead)))
     if payload.get("point"):
-        # Not only valid numbers: a sender kept as typed can still ask to stop.
-        points = ContactPoint.objects.filter(kind=ContactPointKind.PHONE, value=str(payload["point"]))
+        # Not only valid numbers: a sender kept as typed can still ask to stop
+        # (and so can an Instagram handle, by DM).
+        points = ContactPoint.objects.filter(
+            kind__in=(ContactPointKind.PHONE, ContactPointKind.INSTAGRAM), value=str(payload["point"])
+        )
         of_contact = None if lead is None else Q(contact_id=lead.contact_id)
-        named.append(("contact_point", "phone number", points, of_contact))
+        named.append(("contact_point", "phone number or Instagram handle", points, of_contact))
     pins: dict[str, Any] = {}
     for field, noun, candidates, of_lead in named:
         value = payload["point" if field == "contact_point" else field]

@@ -570,7 +570,8 @@ class SourceAdminForm(forms.ModelForm):
         strip=True,
         max_length=1000,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Meta sources: the page access token. Leave empty to keep the current one.",
+        help_text="Meta sources: the page access token; Instagram sources: the access token DM replies are sent "
+        "with. Leave empty to keep the current one.",
     )
     clear_page_token = forms.BooleanField(required=False, label="Remove the page token")
 

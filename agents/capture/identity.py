@@ -501,6 +501,9 @@ def _inbound_message(
         from_number=sender.value if sender else "",
         to=str(capture.touch.get("to", ""))[:254],
         provider_sid=capture.message_sid or None,
+        # A DM keeps Meta's time of it (never ahead of ours): the 24-hour
+        # window to answer it runs from then, however late we process it.
+        created_at=min(capture.occurred_at, timezone.now()) if capture.channel == "dm" else timezone.now(),
     )
     receipt_write(
         business=lead.business,

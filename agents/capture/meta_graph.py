@@ -1,4 +1,6 @@
-"""Graph API client: read one Lead Ads lead by its leadgen id.
+"""Graph API client: read one Lead Ads lead by its leadgen id; the helpers
+(timeouts, backoff, redaction, Meta's error shape) the Instagram Send API
+client shares (agents/outbound/instagram.py).
 
 A leadgen webhook carries only ids, so processing fetches the lead. Network
 trouble (timeouts, dropped connections, 5xx) is retried with exponential
@@ -15,6 +17,7 @@ task cluster's 60 s timeout.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from typing import Any
@@ -31,6 +34,8 @@ READ_TIMEOUT = 10.0
 ATTEMPTS = 3
 RETRY_DELAY = 0.5
 USER_AGENT = "LeadOps/1 (+lead capture)"
+# Message.provider_sid holds 255 characters; Instagram message ids run past 100.
+SID_MAX = 255
 # Worth another try: the request may not have reached Meta, or Meta hiccuped.
 TRANSIENT = (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
@@ -42,6 +47,19 @@ class GraphError(Exception):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(redact(message))
         self.status = status
+
+
+def message_sid(mid: str) -> str:
+    """A Meta message id (an inbound DM's mid, the Send API's message_id, an
+    echo's mid) as Message.provider_sid: the id when it fits, else a stable
+    digest of it, so the same id always finds the same row."""
+    return mid if len(mid) <= SID_MAX else "ig:" + hashlib.sha256(mid.encode()).hexdigest()
+
+
+def graph_timeout() -> tuple[float, float]:
+    """(connect, read) seconds for a Graph request: META_GRAPH_TIMEOUT, else the defaults."""
+    connect, read = getattr(settings, "META_GRAPH_TIMEOUT", None) or (CONNECT_TIMEOUT, READ_TIMEOUT)
+    return float(connect), float(read)
 
 
 def backoff_delays(attempts: int, first_delay: float) -> list[float]:
@@ -70,7 +88,7 @@ def redact(text: str, token: str = "") -> str:
     return text
 
 
-def _graph_error_text(response: requests.Response) -> str:
+def graph_error_text(response: requests.Response) -> str:
     try:
         error = response.json().get("error", {})
     except (ValueError, AttributeError):
@@ -97,7 +115,7 @@ def lead_fetch(
     Raises GraphError on a 4xx at once, or after `attempts` transient
     failures. Makes no database writes; safe to call again."""
     base = (base_url or settings.META_GRAPH_URL).rstrip("/")
-    connect, read = timeout or getattr(settings, "META_GRAPH_TIMEOUT", None) or (CONNECT_TIMEOUT, READ_TIMEOUT)
+    connect, read = timeout or graph_timeout()
     attempts = attempts or int(getattr(settings, "META_GRAPH_ATTEMPTS", ATTEMPTS))
     delay = retry_delay if retry_delay is not None else float(getattr(settings, "META_GRAPH_RETRY_DELAY", RETRY_DELAY))
     url = f"{base}/{quote(str(leadgen_id), safe='')}"
@@ -121,10 +139,10 @@ def lead_fetch(
                 last = redact(f"{type(exc).__name__}: {exc}", access_token)
                 continue
             if response.status_code >= 500:
-                last = f"HTTP {response.status_code}: {redact(_graph_error_text(response), access_token)}"
+                last = f"HTTP {response.status_code}: {redact(graph_error_text(response), access_token)}"
                 continue
             if response.status_code >= 400:
-                detail = redact(_graph_error_text(response), access_token)
+                detail = redact(graph_error_text(response), access_token)
                 raise GraphError(
                     f"Graph API refused lead {leadgen_id}: HTTP {response.status_code}: {detail}",
                     status=response.status_code,

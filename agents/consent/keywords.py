@@ -12,6 +12,10 @@ and complaints (Twilio's keyword rules).
   person to confirm the opt-out (approval kind `opt_out_question`).
 - A complaint ("this is harassment", "reporting you") puts the lead on hold,
   flags it `complaint` and opens a `complaint` approval.
+
+Instagram DMs are read the same way, for their own channel: STOP or START
+by DM revokes or restores Instagram DMs in the ledger, and nothing is sent
+back (confirmations and HELP are an SMS carrier rule; a DM owes none).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from crm.models import Contact, ContactPoint, Lead, Message
+from agents.consent.policy import consent_channel
+from crm.models import Contact, ContactPoint, ContactPointKind, Lead, Message
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
@@ -85,13 +90,20 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
     point = message.contact_point
     contact = lead.contact
     evidence = {"text": message.body[:500], "message": message.public_id, "opt_out_type": opt_out_type}
+    by_dm = point is not None and point.kind == ContactPointKind.INSTAGRAM
     if reading.kind in ("opt_out", "opt_in") and point is not None:
         _record_once(
-            point, granted=reading.kind == "opt_in", keyword=reading.keyword, evidence=evidence, message=message
+            point,
+            channel=consent_channel(point),
+            granted=reading.kind == "opt_in",
+            keyword=reading.keyword,
+            evidence=evidence,
+            message=message,
         )
     if reading.kind in ("opt_out", "opt_in", "help"):
-        if opt_out_type:
-            # Twilio's Advanced Opt-Out already answered: mirror, never reply twice.
+        if opt_out_type or by_dm:
+            # Twilio's Advanced Opt-Out already answered: mirror, never reply
+            # twice. A DM: nothing is owed back (and HELP means nothing there).
             return reading
         message_send(
             lead=lead,
@@ -130,13 +142,13 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
 
 
 def _record_once(
-    point: ContactPoint, *, granted: bool, keyword: str, evidence: dict[str, str], message: Message
+    point: ContactPoint, *, channel: str, granted: bool, keyword: str, evidence: dict[str, str], message: Message
 ) -> None:
     if point.consent_events.filter(evidence__message=message.public_id).exists():
         return  # a replay of the same text
     consent_record(
         contact_point=point,
-        channel="sms",
+        channel=channel,
         granted=granted,
         basis="keyword",
         actor=ACTOR,

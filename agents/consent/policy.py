@@ -7,6 +7,12 @@ Reads the ledger's derived state (crm ConsentState) and the conversation:
 - with no consent on record, an inbound text or call in the last day allows
   replies in that conversation (a person's or an automated reply);
 - otherwise there is no consent.
+
+Instagram DMs follow Meta's rule instead of a grant: a business may answer
+only within 24 hours of the person's last DM to it (`outside_window` after
+that, and before any DM at all). No form or manual grant opens that window,
+and Meta would refuse the send anyway; a revocation (their STOP by DM, or
+their plain words confirmed by a person) still blocks inside it.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from crm.models import Call, ConsentState, ConsentStatus, ContactPoint, Message
+from crm.models import Call, ConsentState, ConsentStatus, ContactPoint, ContactPointKind, Message
 
 CONVERSATION_WINDOW = timedelta(hours=24)
+# Meta's standard messaging window: replies only within this of the person's
+# last message to the business (the HUMAN_AGENT tag's 7 days is not used).
+MESSAGING_WINDOW = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,8 @@ def consent_decide(point: ContactPoint, channel: str, *, automated: bool, now: d
     state = ConsentState.objects.filter(contact_point=point, channel=channel).select_related("last_event").first()
     if state is not None and state.status == ConsentStatus.REVOKED:
         return ConsentDecision(False, "revoked", state.last_event.basis)
+    if channel == "instagram":
+        return _messaging_window(point, now)
     if state is not None and state.status == ConsentStatus.GRANTED:
         max_age = timedelta(days=point.contact.business.consent_max_age_days)
         if automated and now - state.last_event.at > max_age:
@@ -45,3 +56,33 @@ def consent_decide(point: ContactPoint, channel: str, *, automated: bool, now: d
     if spoke and channel in ("sms", "voice"):
         return ConsentDecision(True, "", "inbound_conversation")
     return ConsentDecision(False, "no_consent", "no consent on record")
+
+
+def consent_channel(point: ContactPoint) -> str:
+    """The ledger channel a person's own words on this point speak for (a
+    keyword, a revocation a person confirmed): texts for a phone, DMs for an
+    Instagram handle."""
+    return "instagram" if point.kind == ContactPointKind.INSTAGRAM else "sms"
+
+
+def messaging_window_closes(point: ContactPoint) -> datetime | None:
+    """When Meta's window for DMs to this Instagram handle closes (or closed):
+    24 hours after the person's last DM to the business; None before any."""
+    last = (
+        Message.objects.filter(contact_point=point, direction="in")
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return last + MESSAGING_WINDOW if last is not None else None
+
+
+def _messaging_window(point: ContactPoint, now: datetime) -> ConsentDecision:
+    closes = messaging_window_closes(point)
+    if closes is None:
+        return ConsentDecision(False, "outside_window", "the person has never sent a DM to the business")
+    if now >= closes:
+        return ConsentDecision(
+            False, "outside_window", f"Meta's 24-hour window after the person's last DM closed at {closes.isoformat()}"
+        )
+    return ConsentDecision(True, "", "messaging_window")

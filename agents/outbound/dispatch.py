@@ -22,6 +22,14 @@ spends one of the message's MAX_DISPATCH_ATTEMPTS; past them it is given up
 Every Twilio request goes through the account of the message's business
 (agents.outbound.twilio_accounts): its own when its sources carry one, else
 the operator's shared account.
+
+An Instagram DM goes through Meta's Send API (agents.outbound.instagram)
+with the token of the business's instagram source for the account it is
+sent from, under the same claim and the same outcomes: Meta's "outside the
+allowed window" → `failed` with block reason `outside_window`; a rate limit
+→ `queued` again after the same backoff; other refusals → `failed`; a
+timeout, a dropped connection or a 5xx → `unknown` (the sweep never sends a
+DM again: agents.outbound.reconcile).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from twilio.http import HttpClient
 from twilio.rest import Client
 from twilio.twiml.voice_response import VoiceResponse
 
+from agents.capture.meta_graph import message_sid
+from agents.outbound.instagram import dm_post, instagram_source_for
 from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
 from agents.queue import task_enqueue
 from crm.models import Call, ExceptionItem, Message
@@ -87,6 +97,8 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
     message = Message.objects.select_related("business", "lead", "contact_point").get(pk=message_id)
     if message.channel == "email":
         return _email(message)
+    if message.channel == "instagram":
+        return _instagram(message)
     try:
         client = twilio_client(message_account(message), http_client)
         created = _twilio_call(message, client) if message.channel == "voice" else _twilio_send(message, client)
@@ -186,7 +198,36 @@ def _rest_error(message: Message, exc: TwilioRestException) -> str:
     return _finish(message, S.FAILED, error=str(exc.code or exc.status))
 
 
-def _retry_later(message: Message, error: str) -> str:
+def _instagram(message: Message) -> str:
+    source = instagram_source_for(message.business_id, message.from_number)
+    if source is None or not source.page_token:
+        # Nothing reached Meta: the business must configure the account first.
+        return _finish(
+            message,
+            S.FAILED,
+            error="no_access_token",
+            reason=f"no active instagram source with account_id {message.from_number!r} and an access_token",
+        )
+    outcome = dm_post(access_token=source.page_token, recipient=message.to, text=message.body)
+    if outcome.status == "sent":
+        sid = message_sid(outcome.message_id)
+        message_sid_save(message, sid)
+        return _finish(message, S.SENT, sid=sid)
+    if outcome.status == "throttled":
+        return _retry_later(message, outcome.detail, code=outcome.error)
+    if outcome.status == "outside_window":
+        return _finish(
+            message,
+            S.FAILED,
+            error=outcome.error,
+            reason=f"outside_window: {outcome.detail}",
+            block_reason="outside_window",
+        )
+    status = S.UNKNOWN if outcome.status == "unknown" else S.FAILED
+    return _finish(message, status, error=outcome.error, reason=outcome.detail)
+
+
+def _retry_later(message: Message, error: str, *, code: str = "429") -> str:
     attempts = Message.objects.filter(pk=message.pk).values_list("attempts", flat=True).get()  # this claim's included
     if attempts >= Message.MAX_DISPATCH_ATTEMPTS:
         gave_up = message_give_up(
@@ -196,7 +237,9 @@ def _retry_later(message: Message, error: str) -> str:
     due = timezone.now() + RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
     with transaction.atomic():
         # Ready again only at the backoff's end: the queued sweep leaves it to the timer until then.
-        Message.objects.filter(pk=message.pk, status=S.SENDING).update(status=S.QUEUED, error_code="429", queued_at=due)
+        Message.objects.filter(pk=message.pk, status=S.SENDING).update(
+            status=S.QUEUED, error_code=code[:32], queued_at=due
+        )
         timer_schedule(
             business=message.business,
             lead=message.lead,
@@ -216,7 +259,17 @@ def _email(message: Message) -> str:
     return _finish(message, S.SENT)
 
 
-def _finish(message: Message, status: str, *, sid: str | None = None, error: str = "", block_reason: str = "") -> str:
+def _finish(
+    message: Message,
+    status: str,
+    *,
+    sid: str | None = None,
+    error: str = "",
+    block_reason: str = "",
+    reason: str = "",
+) -> str:
+    """sending → `status`, with the error code (and `reason`, the receipt's
+    longer account of it, when the code alone says too little)."""
     with transaction.atomic():
         changes: dict[str, Any] = {"status": status, "error_code": error[:32]}
         if sid:
@@ -235,7 +288,7 @@ def _finish(message: Message, status: str, *, sid: str | None = None, error: str
             subject=message.public_id,
             actor=ACTOR,
             action=f"message.{status}",
-            reason=error,
+            reason=reason or error,
             before={"status": S.SENDING},
             after={"status": status, "sid": sid},
         )

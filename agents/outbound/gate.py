@@ -9,7 +9,10 @@ Checks, in order; the first that fails decides and is recorded:
 1. hold and stop flags — the lead on hold (`hold`); automation paused for the
    person, or the lead closed (`stopped`, automated sends only);
 2. consent for the channel (`revoked`, `no_consent`: agents.consent.policy);
-3. quiet hours in the recipient's local time → deferred to the next opening;
+   for an Instagram DM, Meta's 24-hour window after the person's last DM
+   (`outside_window`) in its place;
+3. quiet hours in the recipient's local time → deferred to the next opening
+   (texts and calls);
 4. the per-contact daily cap (`daily_cap`, automated sends only);
 5. no other automated path active for the person (`other_path_active`).
 Then: waiting for a person's approval (`pending_approval`), recorded as it
@@ -36,6 +39,7 @@ from django.utils import timezone
 
 from agents.consent.policy import consent_decide
 from agents.outbound.clock import next_allowed, window_for
+from agents.outbound.instagram import instagram_account_for
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
 from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
@@ -45,7 +49,7 @@ from crm.services.timers import timer_schedule
 
 S = Message.Status
 COUNTED_STATUSES = (S.DRY_RUN, S.QUEUED, S.SENDING, S.SENT, S.DELIVERED, S.UNKNOWN)
-POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email"}
+POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email", "instagram": "instagram"}
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
 CAP_WINDOW = timedelta(hours=24)
@@ -65,18 +69,31 @@ class Verdict:
 def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
     kind = POINT_KIND.get(channel, "phone")
     points = [p for p in contact.points.all() if p.kind == kind and p.is_valid]
+    if channel == "instagram" and len(points) > 1:
+        # An Instagram-scoped id belongs to one of the business's accounts:
+        # answer the handle the person last wrote from.
+        latest = (
+            Message.objects.filter(contact_point__in=points, direction="in")
+            .order_by("-created_at", "-pk")
+            .values_list("contact_point_id", flat=True)
+            .first()
+        )
+        return next((p for p in points if p.pk == latest), None) or min(points, key=lambda p: (p.created_at, p.pk))
     return min(points, key=lambda p: (p.created_at, p.pk), default=None)
 
 
-def sender_for(contact: Contact, channel: str) -> str:
+def sender_for(contact: Contact, channel: str, *, point: ContactPoint | None = None) -> str:
     """One sending number per person: a Messaging Service keeps the sender
     sticky itself; otherwise the first number this person got a text from is
     pinned on the contact. Only the business's own: a Messaging Service or
     number named on its Twilio sources (the server's Messaging Service is the
     fallback), and a pinned number that is not (any more) one of them is
-    replaced, never used."""
+    replaced, never used. A DM goes from the Instagram account the person
+    wrote to (`point`: their handle)."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
+    if channel == "instagram":
+        return instagram_account_for(contact.business_id, point)
     every = twilio_sources(contact.business_id)
     if channel == "sms" and (service := messaging_service_for(contact.business_id, sources=every)):
         return service  # calls need a number: they take the pinned one below
@@ -112,7 +129,15 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
         point.contact = contact  # the same row, already loaded (with its business): no second read
     consent = consent_decide(point, message.channel, automated=automated, now=now)
     if not consent.allowed:
-        return Verdict(S.BLOCKED, consent.reason)
+        return Verdict(S.BLOCKED, consent.reason, detail=consent.basis if consent.reason == "outside_window" else "")
+    # Quiet hours are for texts and calls, never DMs. A DM can only answer a
+    # person who wrote to the business on Instagram within the last 24 hours
+    # (the window above): a reply in a conversation they opened, read in the
+    # app when they choose, not a phone ringing or buzzing at night. Deferring
+    # it to the morning could also carry it past the window, and Meta would
+    # then refuse what the person was waiting for; and an Instagram id says
+    # nothing of the person's time zone. Automated DMs keep the daily cap and
+    # the one-path rule below, as texts do.
     if message.channel in ("sms", "voice"):
         opens = next_allowed(now, window_for(point.value, contact.business))
         if opens is not None:
@@ -266,7 +291,7 @@ def _gate(
         verdict = Verdict(S.PENDING_APPROVAL, "")
     if verdict.status == S.QUEUED:
         assert message.contact is not None
-        message.from_number = sender_for(message.contact, message.channel)
+        message.from_number = sender_for(message.contact, message.channel, point=message.contact_point)
         if settings.SEND_MODE != "live":
             verdict = Verdict(S.DRY_RUN)
     before = message.status

@@ -14,6 +14,13 @@ out, a deploy), and an enqueue can be lost after commit. By age:
   normalization (`provider_body_key`). Found → the provider's status and id;
   not found → `queued` again; the provider unreachable → one reconcile
   attempt spent;
+- `unknown` Instagram DM: Meta has no lookup by recipient and text, and a DM
+  sent twice lands twice in the person's inbox, so it is never sent again.
+  With Meta's id saved (Meta answered, the worker stopped before finishing)
+  it went out: `sent`. Without one, each run spends a reconcile attempt
+  waiting for its echo (agents.outbound.instagram settles it `sent` when the
+  echo arrives); past the cap it is given up for a person to look at the
+  Instagram thread;
 - `queued` for longer than MESSAGE_QUEUED_STALE_SECONDS with no dispatch task
   waiting → enqueued again (a duplicate would be harmless: the claim lets one
   worker through).
@@ -176,6 +183,9 @@ def _settle(
         return
     if settings.SEND_MODE != "live":
         return  # nothing to ask: dry-run never hands anything to a provider
+    if message.channel == "instagram":
+        _settle_instagram(message, run)
+        return
     account = message_account(message)
     if account not in clients:
         clients[account] = twilio_client(account, http_client)
@@ -189,6 +199,44 @@ def _settle(
         _not_found(message, run, now=now)
     else:
         _found(message, run, record)
+
+
+def _settle_instagram(message: Message, run: Sweep) -> None:
+    if message.provider_sid:
+        # Meta answered with its id before the worker stopped: it took the DM.
+        with transaction.atomic():
+            if not Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(
+                status=S.SENT, sent_at=timezone.now()
+            ):
+                return
+            receipt_write(
+                business=message.business,
+                lead=message.lead,
+                subject=message.public_id,
+                actor=ACTOR,
+                action="message.reconciled_sent",
+                reason="Meta answered with its message id: the DM went out",
+                before={"status": S.UNKNOWN},
+                after={"status": S.SENT, "sid": message.provider_sid},
+            )
+        run.found += 1
+        return
+    spent = message.reconcile_attempts + 1
+    if spent >= Message.MAX_RECONCILE_ATTEMPTS:
+        run.gave_up += message_give_up(
+            message,
+            from_status=S.UNKNOWN,
+            reason=(
+                f"Meta's answer to this DM was lost and no echo of it arrived in {spent} sweeps; Instagram "
+                "cannot be asked, so it is not sent again: look in the Instagram thread, and send it by hand "
+                "if it is not there"
+            ),
+        )
+        return
+    Message.objects.filter(
+        pk=message.pk, status=S.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
+    ).update(reconcile_attempts=F("reconcile_attempts") + 1)
+    run.unreachable += 1
 
 
 def _window(message: Message) -> tuple[datetime, datetime | None]:

@@ -5,7 +5,8 @@ the public ids of the evidence, and the first one it cannot answer — the break
    or a stored provider delivery. A lead typed in by hand with neither has no
    attribution: the money it makes cannot be traced to what paid for it.
 2. may_contact — can a channel contact it? `agents.consent.policy.consent_decide`
-   for a person's send, on every valid phone (sms, voice) and email.
+   for a person's send, on every valid phone (sms, voice), email and
+   Instagram handle (a DM within Meta's 24-hour window).
 3. next_action_owner — who owns the next action? An open lead needs an owner
    and a next action with a due time; a closed lead needs none.
 4. stop_rule — what stops the sequence? Nothing running, or a path that ended
@@ -48,7 +49,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from agents.consent.policy import CONVERSATION_WINDOW, consent_decide
+from agents.consent.policy import CONVERSATION_WINDOW, MESSAGING_WINDOW, consent_decide
 from agents.reporting.sql import without_jit
 from crm.models import (
     CLOSED_STAGES,
@@ -82,7 +83,7 @@ RUNNING = (Enrollment.Status.ACTIVE, Enrollment.Status.WAITING)
 # Reminders run while the lead is booked and talking to us; every other path
 # stops on a reply.
 REPLY_DOES_NOT_STOP = ("appointment",)
-CHANNELS_BY_KIND = {"phone": ("sms", "voice"), "email": ("email",)}
+CHANNELS_BY_KIND = {"phone": ("sms", "voice"), "email": ("email",), "instagram": ("instagram",)}
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _source(lead: Lead) -> Answer:
 def _may_contact(lead: Lead, now: datetime) -> Answer:
     points = [p for p in lead.contact.points.all() if p.is_valid and p.kind in CHANNELS_BY_KIND]
     if not points:
-        return _ask("may_contact", "no valid phone or email on record", False)
+        return _ask("may_contact", "no valid phone, email or Instagram handle on record", False)
     states = {
         (s.contact_point_id, s.channel): s.last_event.public_id
         for s in ConsentState.objects.filter(contact_point__in=points).select_related("last_event")
@@ -163,7 +164,7 @@ def _may_contact(lead: Lead, now: datetime) -> Answer:
             verdict = "yes" if decision.allowed else f"no ({decision.reason})"
             parts.append(f"{channel} to {point.value}: {verdict}, {decision.basis}")
             evidence.append(states.get((point.pk, channel), ""))
-            if decision.basis == "inbound_conversation":
+            if decision.basis in ("inbound_conversation", "messaging_window"):
                 evidence.append(spoke or "")
     return _ask("may_contact", "; ".join(parts), allowed, dict.fromkeys(evidence))
 
@@ -426,13 +427,26 @@ def _checks(now: datetime) -> dict[str, Any]:
         output_field=DecimalField(max_digits=12, decimal_places=2),
     )
     completed_job = Exists(Job.objects.filter(lead_id=OuterRef("pk"), status=Job.Status.COMPLETED))
+    # consent_decide: a DM from the handle within Meta's window, and no
+    # revocation of DMs, allows an Instagram reply.
+    dm_window = Exists(
+        valid_points.filter(kind="instagram")
+        .filter(
+            Exists(
+                Message.objects.filter(
+                    contact_point_id=OuterRef("pk"), direction="in", created_at__gt=now - MESSAGING_WINDOW
+                )
+            )
+        )
+        .filter(~state("instagram", ConsentStatus.REVOKED))
+    )
     return {
         "source": Exists(
             LeadTouch.objects.filter(lead_id=OuterRef("pk")).filter(
                 Q(source__isnull=False) | Q(inbound_event__isnull=False)
             )
         ),
-        "may_contact": granted | conversation,
+        "may_contact": granted | conversation | dm_window,
         "next_action_owner": Q(stage__in=CLOSED_STAGES)
         | (Q(owner__isnull=False) & ~Q(next_action="") & Q(next_action_due_at__isnull=False)),
         "stop_rule": ~Exists(should_stop),

@@ -51,9 +51,9 @@ class ConsentValueField(serializers.ChoiceField):
 
 
 class ConsentValueFieldExtension(OpenApiSerializerFieldExtension):
-    """One `ConsentStatusEnum` component for the three channels, instead of
-    three same-valued enums named after the fields (which the schema
-    generator warns about)."""
+    """One `ConsentStatusEnum` component for every channel, instead of
+    same-valued enums named after the fields (which the schema generator
+    warns about)."""
 
     target_class = ConsentValueField
 
@@ -68,6 +68,9 @@ class ConsentSerializer(serializers.Serializer):
     sms = ConsentValueField()
     voice = ConsentValueField()
     email = ConsentValueField()
+    # Revoked when the person said stop by DM; never granted by a form (Meta's
+    # 24-hour window, not a grant, lets a DM go out).
+    instagram = ConsentValueField()
 
 
 class ConsentEventSerializer(serializers.ModelSerializer):

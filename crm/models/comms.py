@@ -33,6 +33,7 @@ BLOCK_REASONS = [
     "other_path_active",
     "rejected",
     "number_not_allowed",
+    "outside_window",
 ]
 # Provider hand-offs per message: every claim (queued → sending) spends a
 # dispatch attempt, every reconciliation that cannot settle the outcome a
@@ -72,6 +73,9 @@ class Message(models.Model):
         # The recipient's number is outside the business's countries or of a type
         # that must not be texted or called (premium-rate, landline for SMS…).
         NUMBER_NOT_ALLOWED = "number_not_allowed"
+        # An Instagram DM more than 24 hours after the person's last DM to the
+        # business: Meta's messaging window is closed, and Meta refuses it too.
+        OUTSIDE_WINDOW = "outside_window"
 
     MAX_DISPATCH_ATTEMPTS = MAX_DISPATCH_ATTEMPTS
     MAX_RECONCILE_ATTEMPTS = MAX_RECONCILE_ATTEMPTS

@@ -30,7 +30,8 @@ class Source(models.Model):
     provider = models.CharField(max_length=16, choices=Provider.choices)
     # Encrypted at rest and never shown: the webhook's shared secret or signing key.
     secret = EncryptedTextField(blank=True)
-    # Meta sources: the page access token the Graph API reads leads with (encrypted, never shown).
+    # Meta sources: the page access token the Graph API reads leads with; Instagram
+    # sources: the token DM replies are sent with (encrypted, never shown).
     page_token = EncryptedTextField(blank=True)
     # Provider settings, no secrets: page_id, account_id, phone_number, forward_to…
     config = models.JSONField(default=dict, blank=True)
@@ -158,6 +159,10 @@ class Channel(models.TextChoices):
     SMS = "sms"
     VOICE = "voice"
     EMAIL = "email"
+    # Instagram DMs: sending needs no grant (Meta's 24-hour window decides);
+    # the ledger holds the person's own STOP and its confirmed plain-word
+    # revocations, which block DMs like any revocation.
+    INSTAGRAM = "instagram"
 
 
 class ConsentStatus(models.TextChoices):
@@ -176,7 +181,7 @@ class ConsentEvent(models.Model):
     public_id = PublicIdField(prefix="cev")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     contact_point = models.ForeignKey(ContactPoint, on_delete=models.PROTECT, related_name="consent_events")
-    channel = models.CharField(max_length=8, choices=Channel.choices)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
     action = models.CharField(max_length=8, choices=Action.choices)
     # form_disclosure, inbound_conversation, missed_call, keyword, free_text, provider_error, manual…
     basis = models.CharField(max_length=32)
@@ -208,7 +213,7 @@ class ConsentState(models.Model):
     ledger and rewritten in the same transaction as each ConsentEvent."""
 
     contact_point = models.ForeignKey(ContactPoint, on_delete=models.CASCADE, related_name="consent_states")
-    channel = models.CharField(max_length=8, choices=Channel.choices)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
     status = models.CharField(max_length=8, choices=ConsentStatus.choices, default=ConsentStatus.UNKNOWN)
     last_event = models.ForeignKey(ConsentEvent, on_delete=models.PROTECT, related_name="+")
     updated_at = models.DateTimeField()

@@ -162,7 +162,7 @@ def test_lead_detail_has_exactly_the_contract_fields(business: Business, setter:
     assert contact["name"] == "Pat Doe"
     assert contact["phones"] == ["+12125550147"]
     assert contact["emails"] == ["pat@example.com"]
-    assert contact["consent"] == {"sms": "unknown", "voice": "unknown", "email": "unknown"}
+    assert contact["consent"] == {"sms": "unknown", "voice": "unknown", "email": "unknown", "instagram": "unknown"}
     [touch] = body["touches"]
     assert set(touch) == TOUCH_FIELDS
     assert touch["channel"] == "form" and touch["provider"] == "manual" and touch["utm"] == {}
@@ -194,7 +194,12 @@ def test_consent_per_channel_is_revoked_if_any_point_revoked_else_granted_if_any
 
     body = get(client_for(manager), f"/api/v1/leads/{lead.public_id}/")
 
-    assert body["contact"]["consent"] == {"sms": "revoked", "voice": "granted", "email": "granted"}
+    assert body["contact"]["consent"] == {
+        "sms": "revoked",
+        "voice": "granted",
+        "email": "granted",
+        "instagram": "unknown",
+    }
     assert body["contact"]["phones"] == ["+12125550147", "+12125550148"]
 
 
@@ -427,7 +432,7 @@ def test_contact_detail_is_the_contact_plus_its_consent_ledger_in_order(business
     body = get(client_for(setter), f"/api/v1/contacts/{lead.contact.public_id}/")
 
     assert set(body) == CONTACT_FIELDS | {"consent_events"}
-    assert body["consent"] == {"sms": "revoked", "voice": "unknown", "email": "unknown"}
+    assert body["consent"] == {"sms": "revoked", "voice": "unknown", "email": "unknown", "instagram": "unknown"}
     assert [e["id"] for e in body["consent_events"]] == [granted.public_id, revoked.public_id]
     first = body["consent_events"][0]
     assert set(first) == {"id", "channel", "action", "basis", "evidence", "actor", "at"}
@@ -641,7 +646,8 @@ def test_the_schema_validates_without_warnings_and_documents_the_read_api(tmp_pa
     components = schema["components"]["schemas"]
     assert set(components["Lead"]["properties"]) == LEAD_FIELDS
     assert set(components["Contact"]["properties"]) == CONTACT_FIELDS
-    assert set(components["Consent"]["properties"]) == {"sms", "voice", "email"}
+    assert set(components["Consent"]["properties"]) == {"sms", "voice", "email", "instagram"}
+    assert components["BlockReasonEnum"]["enum"][-1] == "outside_window"  # an added value, none renamed
     assert set(components["LeadTouch"]["properties"]) == TOUCH_FIELDS
     assert components["ConsentStatusEnum"]["enum"] == ["granted", "revoked", "unknown"]
 

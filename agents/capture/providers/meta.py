@@ -9,6 +9,12 @@ unique (provider, leadgen_id or message mid), so Meta's redeliveries are
 duplicates — holding the whole verbatim body, since the signature covers only
 the whole; its handler re-parses the body and picks its own item.
 
+Instagram also sends echoes of the DMs the business's account sent
+(`is_echo`, stored like DMs: by mid) and `messaging_seen` sightings
+(`read.mid`, stored by a digest of account, reader and mid): an echo
+settles one of our sends whose answer was lost, a sighting proves delivery
+(agents.outbound.instagram).
+
 The page or Instagram account names the source (config `page_id` or
 `account_id`). An item for one we do not know is stored without a business
 and fails in processing with that reason; configure the source and replay.
@@ -40,7 +46,7 @@ from django.views.decorators.http import require_http_methods
 from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.intake import Accepted, event_accept, rejection_count
-from agents.capture.meta_graph import lead_fetch
+from agents.capture.meta_graph import lead_fetch, message_sid
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import (
     WebhookError,
@@ -51,17 +57,19 @@ from agents.capture.webhooks import (
     reject,
     remote_addr,
 )
+from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_log
+from agents.outbound.instagram import dm_echo_apply, dm_seen_apply
 from crm.models import InboundEvent, Provider, Source
 
 LEADGEN = "leadgen"
 DM = "instagram_dm"
+# The person saw a DM (`messaging_seen`: `read.mid`): delivery proof for ours.
+SEEN = "instagram_seen"
 # A whole body rather than one item: one that cannot be read (stored failed),
-# or one with nothing for us (read receipts, other page fields).
+# or one with nothing for us (reactions, other page fields).
 DELIVERY = "delivery"
 SIGNATURE_PREFIX = "sha256="
-# Message.provider_sid holds 64 characters; Instagram mids run past 100.
-SID_MAX = 255
 
 S = InboundEvent.Status
 
@@ -161,7 +169,9 @@ def _dm_items(entry: dict[str, Any], where: str, delivery: Delivery) -> None:
             continue
         message = event.get("message")
         if message is None:
-            continue  # read receipts, reactions, postbacks: not a DM to record
+            if isinstance(event.get("read"), dict):
+                _seen_item(entry, event, at, delivery)
+            continue  # reactions, postbacks: not a DM to record
         mid = _id(message.get("mid")) if isinstance(message, dict) else ""
         sender = event.get("sender")
         if not mid or not isinstance(sender, dict) or not _id(sender.get("id")):
@@ -170,6 +180,20 @@ def _dm_items(entry: dict[str, Any], where: str, delivery: Delivery) -> None:
         recipient = event.get("recipient")
         account_id = _id(entry.get("id")) or (_id(recipient.get("id")) if isinstance(recipient, dict) else "")
         delivery.items.append(Item(Provider.INSTAGRAM, DM, mid, account_id, event))
+
+
+def _seen_item(entry: dict[str, Any], event: dict[str, Any], at: str, delivery: Delivery) -> None:
+    sender, read = event.get("sender"), event["read"]
+    reader = _id(sender.get("id")) if isinstance(sender, dict) else ""
+    seen = _id(read.get("mid")) or _id(read.get("watermark"))
+    if not reader or not seen:
+        delivery.problems.append(f"{at} has no sender.id or read.mid")
+        return
+    recipient = event.get("recipient")
+    account_id = _id(entry.get("id")) or (_id(recipient.get("id")) if isinstance(recipient, dict) else "")
+    # No id of its own: the same sighting redelivered is the same event.
+    digest = hashlib.sha256(f"{account_id}:{reader}:{seen}".encode()).hexdigest()
+    delivery.items.append(Item(Provider.INSTAGRAM, SEEN, f"seen:{digest}", account_id, event))
 
 
 # Which config key names the account, per provider.
@@ -439,12 +463,6 @@ def _process_leadgen(event: InboundEvent, lead: dict[str, Any]) -> str:
     return S.PROCESSED
 
 
-def message_sid(mid: str) -> str:
-    """The mid when it fits Message.provider_sid (255), else a stable digest
-    of it (the full mid stays the event's external id and in its body)."""
-    return mid if len(mid) <= SID_MAX else "ig:" + hashlib.sha256(mid.encode()).hexdigest()
-
-
 def dm_capture(item: Item, *, received_at: datetime) -> Capture:
     message = item.data["message"]
     text = message.get("text") if isinstance(message.get("text"), str) else ""
@@ -474,18 +492,58 @@ def dm_capture(item: Item, *, received_at: datetime) -> Capture:
 def _process_dm(event: InboundEvent) -> str:
     item = _item_of(event)
     message = item.data["message"]
-    # Our own replies come back as echoes; recording them would loop.
-    if truthy(message.get("is_echo", False)) or truthy(message.get("is_deleted", False)):
+    if truthy(message.get("is_echo", False)):
+        return _process_echo(event, item)
+    if truthy(message.get("is_deleted", False)):
         return S.IGNORED
     source = _source_of(event, item)
     _source_stamp(event, source)
     applied = capture_apply(
         business=source.business, capture=dm_capture(item, received_at=event.received_at), source=source, event=event
     )
-    if applied.message is not None and not applied.created_lead:
-        # A DM on a lead we already had is a reply: automation for the person ends now.
-        reply_log(applied.message, lead=applied.lead)
+    if applied.message is not None:
+        # A STOP by DM revokes DMs; plain words that read as a revocation or a
+        # complaint pause automation and ask a person, as a text does.
+        reading = inbound_text_apply(message=applied.message, lead=applied.lead)
+        if not applied.created_lead:
+            # A DM on a lead we already had is a reply: automation for the person ends now.
+            reply_log(applied.message, lead=applied.lead, reading=reading.kind)
     return S.PROCESSED
+
+
+def _process_echo(event: InboundEvent, item: Item) -> str:
+    """Our own DMs come back as echoes: never recorded as the person's (that
+    would loop), but one of ours whose Send API answer was lost is settled
+    by its echo (agents.outbound.instagram)."""
+    source = event.source or source_for_account(item.provider, item.account_id)
+    recipient = item.data.get("recipient")
+    if source is None or not isinstance(recipient, dict):
+        return S.IGNORED
+    _source_stamp(event, source)
+    text = item.data["message"].get("text")
+    settled = dm_echo_apply(
+        business_id=source.business_id,
+        recipient=_id(recipient.get("id")),
+        mid=item.external_id,
+        text=text if isinstance(text, str) else "",
+        at=_epoch(item.data.get("timestamp"), per_second=1000),
+    )
+    return S.PROCESSED if settled else S.IGNORED
+
+
+def _process_seen(event: InboundEvent) -> str:
+    """The person saw a DM: delivery proof for ours up to it."""
+    item = _item_of(event)
+    source = _source_of(event, item)
+    _source_stamp(event, source)
+    read = item.data["read"]
+    moved = dm_seen_apply(
+        business_id=source.business_id,
+        reader=_id(item.data["sender"]["id"]),
+        mid=_id(read.get("mid")),
+        at=_epoch(item.data.get("timestamp"), per_second=1000) or _epoch(read.get("watermark"), per_second=1000),
+    )
+    return S.PROCESSED if moved else S.IGNORED
 
 
 def _process_delivery(event: InboundEvent) -> str:
@@ -508,5 +566,6 @@ def _process_delivery(event: InboundEvent) -> str:
 
 handler_register(Provider.META, LEADGEN, _process_leadgen, prepare=_fetch_leadgen)
 handler_register(Provider.INSTAGRAM, DM, _process_dm)
+handler_register(Provider.INSTAGRAM, SEEN, _process_seen)
 handler_register(Provider.META, DELIVERY, _process_delivery)
 handler_register(Provider.INSTAGRAM, DELIVERY, _process_delivery)

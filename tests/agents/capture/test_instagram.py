@@ -150,16 +150,20 @@ def test_the_dashboard_test_shape_with_changes_is_processed_too(
     assert Message.objects.get().body == "test"
 
 
-def test_a_batch_stores_one_event_per_message_and_skips_read_receipts(
+def test_a_batch_stores_one_event_per_message_and_sighting(
     ig_source: Source, django_capture_on_commit_callbacks: Any
 ) -> None:
     read_receipt = {"sender": {"id": SENDER}, "recipient": {"id": ACCOUNT_ID}, "timestamp": 1, "read": {"mid": "x"}}
+    reaction = {"sender": {"id": SENDER}, "recipient": {"id": ACCOUNT_ID}, "timestamp": 1, "reaction": {"mid": "x"}}
     other = copy.deepcopy(dm("mid.other", "Hello from someone else", sender="99887766"))
-    response = deliver(dm_body(dm("mid.a", "first"), read_receipt, other), django_capture_on_commit_callbacks)
+    response = deliver(dm_body(dm("mid.a", "first"), read_receipt, reaction, other), django_capture_on_commit_callbacks)
 
-    assert len(response.json()["events"]) == 2
-    assert sorted(InboundEvent.objects.values_list("external_id", flat=True)) == ["mid.a", "mid.other"]
-    assert run_queued_events() == ["processed", "processed"]
+    assert len(response.json()["events"]) == 3
+    kinds = sorted(InboundEvent.objects.values_list("kind", "external_id"))
+    assert kinds[:2] == [("instagram_dm", "mid.a"), ("instagram_dm", "mid.other")]
+    assert kinds[2][0] == "instagram_seen" and kinds[2][1].startswith("seen:")
+    # The sighting of a message that is not ours proves nothing: ignored.
+    assert sorted(run_queued_events()) == ["ignored", "processed", "processed"]
     assert Lead.objects.count() == 2
 
 

@@ -7,13 +7,10 @@ import copy
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.test import Client
@@ -24,6 +21,7 @@ from agents.capture.processing import event_replay
 from agents.capture.providers.meta import lead_capture, meta_signature
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
 from tests.helpers.capture import run_queued_events
+from tests.helpers.graph import GraphServer, graph_running
 
 pytestmark = pytest.mark.django_db
 
@@ -63,69 +61,10 @@ def leadgen_body(*leadgen_ids: str, page_id: str = PAGE_ID) -> bytes:
     return json.dumps({"object": "page", "entry": entries}).encode()
 
 
-class GraphServer:
-    """A real HTTP server standing in for graph.facebook.com. It answers each
-    request per `plan` (status codes, or "stall" to never answer in time),
-    then with `default`, and records every request it sees."""
-
-    def __init__(self) -> None:
-        self.leads: dict[str, dict[str, Any]] = {LEADGEN_ID: GRAPH_LEAD}
-        self.plan: list[int | str] = []
-        self.default: int | str = 200
-        self.seen: list[dict[str, Any]] = []
-        self.release = threading.Event()
-        self.lock = threading.Lock()
-        graph = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urlsplit(self.path)
-                query = parse_qs(url.query)
-                with graph.lock:
-                    graph.seen.append(
-                        {"path": url.path, "query": query, "authorization": self.headers.get("Authorization", "")}
-                    )
-                    behaviour = graph.plan.pop(0) if graph.plan else graph.default
-                    if "access_token" in query:  # a token in a URL leaks to logs: we never send one
-                        behaviour = 400
-                if behaviour == "stall":
-                    graph.release.wait(10)  # the client gave up long before
-                    return
-                lead = graph.leads.get(url.path.rsplit("/", 1)[-1])
-                status = 404 if behaviour == 200 and lead is None else int(behaviour)
-                payload = lead if status == 200 else {"error": {"message": f"Synthetic error {status}", "code": 2}}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # keep test output quiet
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v21.0"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def recover(self) -> None:
-        with self.lock:
-            self.plan, self.default = [], 200
-        self.release.set()
-
-
 @pytest.fixture
 def graph(settings: Any) -> Iterator[GraphServer]:
-    server = GraphServer()
-    server.thread.start()
-    settings.META_GRAPH_URL = server.url
-    settings.META_GRAPH_TIMEOUT = (2.0, 0.3)  # a stalled read gives up after 0.3 s
-    settings.META_GRAPH_RETRY_DELAY = 0.0
-    yield server
-    server.release.set()
-    server.httpd.shutdown()
-    server.httpd.server_close()
-    server.thread.join(5)
+    with graph_running(settings, leads={LEADGEN_ID: GRAPH_LEAD}) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from agents.reporting.trace import KEYS, lead_first_breaks, lead_trace, leak_audit
-from crm.models import Enrollment, Lead
+from crm.models import Enrollment, Lead, Source
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.records import appointment_record, job_record, refund_record
@@ -163,3 +163,31 @@ def test_the_trace_reads_a_bounded_number_of_queries(leads_by_break, django_asse
     lead = Lead.objects.select_related("business", "contact", "owner__user").get(pk=leads_by_break[None].pk)
     with django_assert_max_num_queries(20):
         lead_trace(lead)
+
+
+def test_a_dm_only_lead_may_be_answered_inside_metas_window_and_the_sql_agrees(business):
+    from agents.capture.base import Capture
+    from agents.capture.identity import capture_apply
+
+    written = timezone.now() - timedelta(hours=23)
+    capture = Capture(
+        channel="dm",
+        occurred_at=written,
+        handles=[("instagram", "1122334455")],
+        message_body="Hi, can you fix my roof?",
+        message_sid="mid.trace",
+        touch={"provider": "instagram"},
+    )
+    source = Source.objects.create(business=business, key="ig", provider="instagram", config={"account_id": "1"})
+    applied = capture_apply(business=business, capture=capture, source=source)
+    lead = applied.lead
+    now, later = timezone.now(), timezone.now() + timedelta(hours=2)
+
+    inside = lead_trace(lead, now=now)
+    assert inside.questions[1].ok and "instagram to 1122334455: yes, messaging_window" in inside.questions[1].answer
+    assert applied.message.public_id in inside.questions[1].evidence
+    outside = lead_trace(lead, now=later)
+    assert not outside.questions[1].ok and "no (outside_window)" in outside.questions[1].answer
+    assert (inside.first_break, outside.first_break) == ("next_action_owner", "may_contact")
+    for at, trace in ((now, inside), (later, outside)):
+        assert lead_first_breaks(Lead.objects.filter(pk=lead.pk), now=at)[lead.public_id] == trace.first_break

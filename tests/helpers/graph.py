@@ -1,0 +1,168 @@
+"""A real HTTP server standing in for graph.facebook.com: Lead Ads lead reads
+(`GET …/<leadgen id>`) and the Send API (`POST …/me/messages`), in Meta's
+shapes, for the capture and the outbound tests. Our Graph clients talk to it
+through `META_GRAPH_URL`; nothing of ours is replaced.
+
+Each request is answered per `plan` (one entry per request, in order), then
+per `default`:
+
+- 200: a lead read answers the lead (404 for an unknown id); a send is taken
+  and answered `{"recipient_id", "message_id"}`;
+- an HTTP status (400, 500, 503…): Meta's error shape, code 2;
+- "stall": never answers in time (a send is taken first: Meta sent it, the
+  answer is lost);
+- "hold": a send is taken, `held` is set, and the answer waits for `release`;
+- "window": Meta's refusal outside the 24-hour window (400, code 10,
+  subcode 2534022, as Instagram answers it);
+- "throttle": Meta's rate limit (400, code 613).
+
+Every request is kept in `seen`; every DM the server took in `sent`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import count
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Behaviour = int | str
+
+ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
+    "window": (
+        400,
+        {"message": "This message is sent outside of allowed window.", "type": "IGApiException", "code": 10},
+    ),
+    "throttle": (400, {"message": "Calls to this api have exceeded the rate limit.", "code": 613}),
+}
+SUBCODES = {"window": 2534022}
+
+
+class GraphServer:
+    def __init__(self, leads: dict[str, dict[str, Any]] | None = None) -> None:
+        self.leads: dict[str, dict[str, Any]] = dict(leads or {})
+        self.plan: list[Behaviour] = []
+        self.default: Behaviour = 200
+        self.seen: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self._ids = count(1)
+        graph = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                query = parse_qs(url.query)
+                behaviour = graph._next({"method": "GET", "path": url.path, "query": query, **self._auth()})
+                if "access_token" in query:  # a token in a URL leaks to logs: we never send one
+                    behaviour = 400
+                if behaviour == "stall":
+                    graph.release.wait(10)  # the client gave up long before
+                    return
+                lead = graph.leads.get(url.path.rsplit("/", 1)[-1])
+                if behaviour == 200 and lead is None:
+                    behaviour = 404
+                self._answer(200, lead) if behaviour == 200 else self._error(behaviour)
+
+            def do_POST(self) -> None:
+                url = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"null")
+                except ValueError:
+                    body = None
+                request = {"method": "POST", "path": url.path, "query": parse_qs(url.query), "json": body}
+                behaviour = graph._next({**request, **self._auth()})
+                if not url.path.endswith("/messages") or not isinstance(body, dict):
+                    self._error(400)
+                    return
+                if behaviour in (200, "stall", "hold"):
+                    taken = graph._take(body)
+                    if behaviour == "stall":
+                        graph.release.wait(10)
+                        return
+                    if behaviour == "hold":
+                        graph.held.set()
+                        graph.release.wait(30)
+                    self._answer(200, {"recipient_id": taken["recipient"], "message_id": taken["message_id"]})
+                    return
+                self._error(behaviour)
+
+            def _auth(self) -> dict[str, str]:
+                return {"authorization": self.headers.get("Authorization", "")}
+
+            def _answer(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, behaviour: Behaviour) -> None:
+                if isinstance(behaviour, str):
+                    status, error = ERRORS[behaviour]
+                    error = {**error, **({"error_subcode": SUBCODES[behaviour]} if behaviour in SUBCODES else {})}
+                else:
+                    status, error = behaviour, {"message": f"Synthetic error {behaviour}", "code": 2}
+                self._answer(status, {"error": {**error, "fbtrace_id": "AbCdEfGh"}})
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # keep test output quiet
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v21.0"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def _next(self, request: dict[str, Any]) -> Behaviour:
+        with self.lock:
+            self.seen.append(request)
+            return self.plan.pop(0) if self.plan else self.default
+
+    def _take(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            recipient = body.get("recipient") or {}
+            message = body.get("message") or {}
+            taken = {
+                # Long, like Instagram's own ids.
+                "message_id": f"aWdfZAG1faXRlbToxOklHTWVzc2FnZAUlEOjE3ODQxNDAwMDAwMDAwMDAxOj{next(self._ids):040d}",
+                "recipient": str(recipient.get("id", "")),
+                "text": message.get("text", ""),
+                "messaging_type": body.get("messaging_type"),
+            }
+            self.sent.append(taken)
+            return taken
+
+    def posts(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r for r in self.seen if r["method"] == "POST"]
+
+    def recover(self) -> None:
+        with self.lock:
+            self.plan, self.default = [], 200
+        self.release.set()
+
+
+@contextmanager
+def graph_running(settings: Any, leads: dict[str, dict[str, Any]] | None = None) -> Iterator[GraphServer]:
+    """A started server, with META_GRAPH_URL pointing at it and the Graph
+    timeouts shrunk (a stalled read gives up after 0.3 s)."""
+    server = GraphServer(leads)
+    server.thread.start()
+    settings.META_GRAPH_URL = server.url
+    settings.META_GRAPH_TIMEOUT = (2.0, 0.3)
+    settings.META_GRAPH_RETRY_DELAY = 0.0
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.httpd.shutdown()
+        server.httpd.server_close()
+        server.thread.join(5)
