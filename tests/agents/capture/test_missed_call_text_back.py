@@ -6,25 +6,30 @@ back, that counts their calls. Driven through the real, signed webhooks."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.capture.missed_call import call_status_record, status_update_from
+from agents.capture.missed_call import call_status_record, status_update_from, text_back_key, text_back_window_start
 from agents.capture.processing import event_process
+from agents.orchestrator import orchestrate_pending
 from crm.models import Business, Call, InboundEvent, Lead, Message, MessageTemplate, Receipt, Task
 from crm.services.business_file import business_file_parse, business_spec_apply
+from tests.factories import lead_create
 from tests.helpers.capture import run_queued_events
 from tests.helpers.twilio import (
     CALLER,
     LINE,
     SMS,
     STATUS,
+    VOICE,
     call_comes_in,
     call_missed,
     caller_leg_ended,
@@ -64,12 +69,15 @@ def open_tasks(lead: Lead) -> list[Task]:
     return list(lead.tasks.filter(status="open").order_by("pk"))
 
 
-def later(event_kind: str, hours: float) -> None:
-    """Move the stored, not yet processed `event_kind` delivery `hours` into
-    the future, as if the person called that much later (the call's time is
-    its first event's arrival)."""
-    event = InboundEvent.objects.filter(kind=event_kind, status="received").get()
-    InboundEvent.objects.filter(pk=event.pk).update(received_at=event.received_at + timedelta(hours=hours))
+def call_later(django_capture_on_commit_callbacks, *, sid: str, at: datetime) -> None:
+    """A call that rings out at `at` (in the future): its first delivery is
+    stored and moved to `at` before it is processed, as the call's time is
+    its first event's arrival."""
+    deliver(django_capture_on_commit_callbacks, VOICE, incoming(sid=sid))
+    InboundEvent.objects.filter(kind="voice", status="received").update(received_at=at)
+    assert run_queued_events() == ["processed"]
+    deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer", CallSid=sid))
+    assert run_queued_events() == ["processed"]
 
 
 def test_three_missed_calls_within_an_hour_send_one_text_and_keep_one_call_back_naming_the_three_calls(
@@ -115,17 +123,64 @@ def test_a_missed_call_after_the_window_sends_a_second_text_and_adds_to_the_open
     text_back_on, twilio_source, setter, manager, django_capture_on_commit_callbacks
 ):
     call_missed(django_capture_on_commit_callbacks, sid=sid(1))
-    deliver(django_capture_on_commit_callbacks, "/hooks/twilio/voice/", incoming(sid=sid(2)))
-    later("voice", 25)
-    assert run_queued_events() == ["processed"]
-    deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer", CallSid=sid(2)))
-    assert run_queued_events() == ["processed"]
+    call_later(django_capture_on_commit_callbacks, sid=sid(2), at=timezone.now() + timedelta(hours=25))
 
     first, second = automated_texts()
     assert first.status in GOING and second.status in GOING
     assert first.idempotency_key != second.idempotency_key
     (task,) = open_tasks(Lead.objects.get())
     assert "called 2 times" in task.title
+
+
+def test_two_calls_either_side_of_a_fixed_windows_end_still_get_one_text(
+    text_back_on, twilio_source, setter, manager, django_capture_on_commit_callbacks
+):
+    # The idempotency key names the fixed 24-hour window a call falls in;
+    # the window a caller gets one text in is rolling. A second after the
+    # first call's fixed window ends is still well within a day of it.
+    now = timezone.now()
+    if now - text_back_window_start(text_back_on, now) < timedelta(seconds=5):
+        time.sleep(5)  # else "a second after its end" would be a whole day after the first call
+    call_missed(django_capture_on_commit_callbacks, sid=sid(1))
+    first_call = Call.objects.get()
+    window_end = text_back_window_start(text_back_on, first_call.started_at) + timedelta(hours=24)
+    call_later(django_capture_on_commit_callbacks, sid=sid(2), at=window_end + timedelta(seconds=1))
+
+    second_call = Call.objects.get(provider_sid=sid(2))
+    assert second_call.started_at - first_call.started_at < timedelta(hours=24)
+    assert first_call.contact is not None
+    assert text_back_key(text_back_on, first_call.contact, first_call.started_at) != text_back_key(
+        text_back_on, first_call.contact, second_call.started_at
+    )
+    (text,) = automated_texts()
+    assert text.idempotency_key == text_back_key(text_back_on, first_call.contact, first_call.started_at)
+    receipt = Receipt.objects.get(action="call.missed", subject=second_call.public_id)
+    assert receipt.after["text_back"].startswith(f"not sent: {text.public_id}")
+
+
+def test_every_call_in_one_fixed_window_names_the_same_key(business):
+    contact = lead_create(business).contact
+    start = text_back_window_start(business, timezone.now())
+    keys = {text_back_key(business, contact, start + timedelta(hours=h)) for h in (0, 1, 12, 23.99)}
+    assert len(keys) == 1 and start.tzinfo is not None and start.timestamp() % (24 * 3600) == 0
+    assert text_back_key(business, contact, start + timedelta(hours=24)) not in keys
+
+
+def test_a_call_to_a_line_nobody_answers_gives_the_call_back_to_the_owner_routing_chose(
+    text_back_on, twilio_source, setter, manager, django_capture_on_commit_callbacks
+):
+    # Without a forwarding number the call is missed as it opens the lead,
+    # before the new lead's step has given it an owner.
+    twilio_source.config = {"phone_number": LINE}
+    twilio_source.save(update_fields=["config"])
+    call_comes_in(django_capture_on_commit_callbacks, incoming(sid=sid(1)))
+    orchestrate_pending()
+
+    lead = Lead.objects.get()
+    (task,) = open_tasks(lead)
+    assert lead.owner == setter and task.owner == setter
+    assert task.kind == "next_action" and lead.next_action == task.title
+    assert len(automated_texts()) == 1
 
 
 def test_a_caller_who_texted_stop_gets_no_text_but_the_call_back_task(
@@ -218,11 +273,7 @@ def test_a_two_hour_window_from_the_business_file_texts_again_three_hours_later(
     business_spec_apply(business_file_parse(business_file(", missed_call_text_back_window_hours: 2")))
     call_missed(django_capture_on_commit_callbacks, sid=sid(1))
     call_missed(django_capture_on_commit_callbacks, sid=sid(2))  # within two hours: no second text
-    deliver(django_capture_on_commit_callbacks, "/hooks/twilio/voice/", incoming(sid=sid(3)))
-    later("voice", 3)
-    assert run_queued_events() == ["processed"]
-    deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer", CallSid=sid(3)))
-    assert run_queued_events() == ["processed"]
+    call_later(django_capture_on_commit_callbacks, sid=sid(3), at=timezone.now() + timedelta(hours=3))
 
     assert len(automated_texts(actor=TEXT_BACK_ACTOR)) == 2
     (task,) = Lead.objects.get().tasks.filter(status="open", kind="next_action")
@@ -257,7 +308,7 @@ def test_racing_status_callbacks_of_three_calls_from_one_caller_send_one_text(
     statuses = list(InboundEvent.objects.filter(kind="voice_status").values_list("pk", flat=True))
 
     # Every worker tries every status callback: redeliveries race as well.
-    outcomes = race([lambda pk=pk: event_process(pk) for pk in statuses for _ in range(2)])
+    outcomes = race([partial(event_process, pk) for pk in statuses for _ in range(2)])
     assert sorted(o for o in outcomes if o != "skipped") == ["processed"] * 3
 
     lead = Lead.objects.get()
@@ -276,10 +327,10 @@ def test_racing_missed_calls_to_a_line_nobody_answers_send_one_text(
     twilio_source.save(update_fields=["config"])
     call_missed(django_capture_on_commit_callbacks, sid=sid(1))  # the person and their lead exist
     for n in (2, 3, 4):
-        deliver(django_capture_on_commit_callbacks, "/hooks/twilio/voice/", incoming(sid=sid(n)))
+        deliver(django_capture_on_commit_callbacks, VOICE, incoming(sid=sid(n)))
     voices = list(InboundEvent.objects.filter(kind="voice", status="received").values_list("pk", flat=True))
 
-    outcomes = race([lambda pk=pk: event_process(pk) for pk in voices])
+    outcomes = race([partial(event_process, pk) for pk in voices])
     assert outcomes == ["processed"] * 3
 
     assert len(automated_texts(actor=TEXT_BACK_ACTOR)) == 1
