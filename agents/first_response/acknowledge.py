@@ -5,6 +5,12 @@ gate (a person's task instead when the gate or the assistant says no), the
 first human contact as the lead's next action, and a notice to whoever owns
 the lead (or the manager) by email and Slack. The lead records when it was
 acknowledged; `first_response_at` stays for the first time a person reaches it.
+
+A lead that arrived as a phone call gets no acknowledgement: the step runs
+while the call still rings through to the business, so a person either
+answers it, or the missed-call detector's call back and its one bounded
+text-back (agents.capture.missed_call) are the response. An acknowledgement
+as well would be a second text about one call.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
 from agents.routing.next_action import next_action_ensure
 from crm.models import Appointment, Lead, Message, Stage
-from crm.selectors import business_manager
+from crm.selectors import business_manager, rows_held
 from crm.services.lead_sync import lead_for_update, lead_is_current, lead_mark_acknowledged
 from crm.services.records import task_create
 
@@ -55,6 +61,8 @@ def lead_first_response(
         # The lead moved on (a reply, a booking) before this step ran — the
         # queue can lag a fast person: an acknowledgement now would talk over them.
         outcome = f"not sent: the lead is already {lead.stage}"
+    elif _arrived_by_call(lead):
+        outcome = "not sent: the lead called (answered, or the missed-call text-back answers it)"
     elif (draft := draft_acknowledgement(lead)).needs_person:
         task_create(
             lead=lead,
@@ -96,3 +104,13 @@ def lead_first_response(
     text = f"New lead {lead.public_id}: {name} — first contact due by {due:%H:%M} UTC. Acknowledgement: {outcome}."
     member_notify(owner, "New lead", text)
     return outcome
+
+
+def _arrived_by_call(lead: Lead) -> bool:
+    # The touches the unit of work holds (a new lead's one, made with it), else its first.
+    touches = rows_held(lead, "touches")
+    if touches is not None:
+        first = min(touches, key=lambda t: (t.received_at, t.pk), default=None)
+    else:
+        first = lead.touches.order_by("received_at", "id").first()
+    return first is not None and first.channel == "call"

@@ -48,6 +48,49 @@ def next_action_set(
     return _next_action_create(lead, title, due_at, actor=actor, reason=reason, owner=owner)
 
 
+@transaction.atomic
+def next_action_update(
+    task: Task, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None = None
+) -> Task:
+    """Change the lead's open next action in place: what it asks, by when,
+    and (given `owner`) who does it. The same task, so what is linked to it
+    stays (the missed calls a call back counts); a `task.updated` receipt
+    with before and after, and the lead's copy of it. For a next action that
+    grows rather than ends: a person calling again before anyone called back.
+    Raises NextActionError unless `task` is an open next action. Joins the
+    caller's transaction; locks the lead, then the task.
+    """
+    if task.lead_id is None:
+        raise NextActionError(f"{task.public_id} is about no lead")
+    lead = lead_sync.lead_for_update(task.lead_id)
+    task = Task.objects.select_for_update(of=("self",)).select_related("owner__user").get(pk=task.pk)
+    if task.kind != Task.Kind.NEXT_ACTION or task.status != Task.Status.OPEN:
+        raise NextActionError(f"{task.public_id} is not the lead's open next action")
+    title, owner = title[:300], owner or task.owner
+    if (task.title, task.due_at, task.owner_id) == (title, due_at, owner.pk if owner else None):
+        return task
+    before = {"title": task.title, "due_at": task.due_at, "owner": _username(task.owner)}
+    Task.objects.filter(pk=task.pk).update(title=title, due_at=due_at, owner=owner)
+    task.title, task.due_at, task.owner = title, due_at, owner
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=task.public_id,
+        actor=actor,
+        action="task.updated",
+        reason=reason,
+        before=before,
+        after={"title": title, "due_at": due_at, "owner": _username(owner)},
+    )
+    if (lead.next_action, lead.next_action_due_at) != (title, due_at):
+        lead_sync.lead_set_next_action(lead, title, due_at, actor=actor, reason=reason)
+    return task
+
+
+def _username(member: TeamMember | None) -> str | None:
+    return member.user.get_username() if member else None
+
+
 def _next_action_create(
     lead: Lead, title: str, due_at: datetime, *, actor: str, reason: str, owner: TeamMember | None
 ) -> Task:

@@ -11,11 +11,11 @@ from django.utils import timezone
 from agents.events import UNREACHABLE_TITLE, MissingInformation
 from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
 from agents.routing.assign import lead_route
-from agents.routing.next_action import next_action_ensure
+from agents.routing.next_action import next_action_ensure, next_action_update
 from agents.routing.sla import sla_check, sla_deadline, sla_minutes, sla_start
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
-from crm.models import Lead
+from crm.models import Lead, Task
 from crm.services import lead_sync
 
 ACTOR = "agent:orchestrator"
@@ -132,19 +132,31 @@ def qualification_answered_step(lead: Lead, data: dict[str, Any]) -> str:
 
 
 def missed_call_step(lead: Lead, data: dict[str, Any]) -> str:
-    """A missed call: the call-back task exists (missed-call detector); make sure someone owns it."""
+    """A missed call: the call back is already the lead's next action (the
+    missed-call detector made it); make sure the lead has an owner and that
+    the owner is the one calling back, and give the lead a next action
+    should the detector have had none to give."""
     if not lead.is_open or lead.is_test:
         return "closed"
     fit = lead_fit(lead)
     rule = _route(lead, fit, "missed call")
     _reread(lead)
-    next_action_ensure(
-        lead,
-        f"Call back {lead.contact.name or 'the caller'}",
-        timezone.now() + timedelta(minutes=lead.business.first_response_minutes),
-        actor=ACTOR,
-        reason="missed call",
-    )
+    current = lead.tasks.filter(kind=Task.Kind.NEXT_ACTION, status=Task.Status.OPEN).first()
+    if current is None:
+        next_action_ensure(
+            lead,
+            f"Call back {lead.contact.name or 'the caller'}",
+            timezone.now() + timedelta(minutes=lead.business.first_response_minutes),
+            actor=ACTOR,
+            reason="missed call",
+        )
+        return rule
+    owner = lead.owner if lead.owner is not None and lead.owner.is_active else None
+    if owner is not None and current.owner_id != owner.pk and current.missed_calls.exists():
+        # A call nobody could answer is missed as it opens the lead, before
+        # routing gave the lead its owner: the call back went to the manager.
+        next_action_update(current, current.title, current.due_at, owner=owner, actor=ACTOR, reason="missed call")
+        return f"{rule}, call back handed to {owner.user.get_username()}"
     return rule
 
 

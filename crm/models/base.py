@@ -38,8 +38,10 @@ class Business(models.Model):
     quiet_hours_by_state = models.JSONField(default=dict, blank=True)
     # Consent older than this is no permission for automated follow-up.
     consent_max_age_days = models.PositiveIntegerField(default=365)
-    # A missed call may get one automated text-back only where the business says so.
+    # A missed call may get one automated text-back only where the business says so,
+    # and a caller at most one in this many hours, however often they call.
     missed_call_text_back = models.BooleanField(default=False)
+    missed_call_text_back_window_hours = models.PositiveIntegerField(default=24)
     # Routing and SLA. Business hours as {"mon": "08:00-18:00", ...};
     # empty means the SLA clock runs round the clock.
     business_hours = models.JSONField(default=dict, blank=True)
@@ -73,6 +75,10 @@ class Business(models.Model):
             models.CheckConstraint(condition=models.Q(brief_hour__lte=23), name="crm_business_brief_hour_valid"),
             models.CheckConstraint(
                 condition=models.Q(raw_retention_days__gte=1), name="crm_business_raw_retention_days_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(missed_call_text_back_window_hours__gte=1),
+                name="crm_business_missed_call_text_back_window_valid",
             ),
         ]
 

@@ -6,7 +6,7 @@ from django.utils import timezone
 from crm.ids import PublicIdField
 from crm.models.base import Business
 from crm.models.contacts import Contact, ContactPoint, InboundEvent
-from crm.models.leads import Lead
+from crm.models.leads import Lead, Task
 
 MESSAGE_STATUSES = [
     "received",
@@ -182,6 +182,11 @@ class Call(models.Model):
     answered_by = models.CharField(max_length=32, blank=True)
     enrollment = models.ForeignKey(
         "crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="calls"
+    )
+    # A missed inbound call: the call-back next action it was added to (a
+    # person's repeat calls share one, which counts them).
+    callback_task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, null=True, blank=True, related_name="missed_calls"
     )
     started_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

@@ -206,6 +206,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "max_texts_per_day",
             "consent_max_age_days",
             "missed_call_text_back",
+            "missed_call_text_back_window_hours",
             "sla_reassign_on_breach",
             "estimate_follow_up_days",
             "brief_hour",
@@ -226,6 +227,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "max_texts_per_day",
             "consent_max_age_days",
             "missed_call_text_back",
+            "missed_call_text_back_window_hours",
             "quiet_hours_by_state",
             "business_hours",
             "sla_reassign_on_breach",
@@ -247,6 +249,9 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
         "quiet_hours_end": defaults["quiet_hours_end"],
         "consent_max_age_days": m.integer("consent_max_age_days", defaults["consent_max_age_days"], minimum=1),
         "missed_call_text_back": m.boolean("missed_call_text_back", defaults["missed_call_text_back"]),
+        "missed_call_text_back_window_hours": m.integer(
+            "missed_call_text_back_window_hours", defaults["missed_call_text_back_window_hours"], minimum=1
+        ),
         "quiet_hours_by_state": _state_windows(m),
         "business_hours": _parse_hours(m, "business_hours"),
         "sla_reassign_on_breach": m.boolean("sla_reassign_on_breach", defaults["sla_reassign_on_breach"]),

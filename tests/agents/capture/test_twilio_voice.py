@@ -13,37 +13,42 @@ from django.test import Client
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
-from agents.capture.missed_call import MISSED_CALL_MAX_SECONDS, call_status_record, status_update_from
+from agents.capture.missed_call import (
+    MISSED_CALL_MAX_SECONDS,
+    call_status_record,
+    status_update_from,
+    text_back_key,
+)
 from agents.capture.processing import event_process, event_replay
-from crm.models import Business, Call, InboundEvent, Lead, Receipt, RejectedDelivery, Source, Task, TeamMember
+from crm.models import Call, InboundEvent, Lead, Receipt, RejectedDelivery, Source, Task, TeamMember
 from crm.services.lead_sync import lead_assign
 from tests.factories import lead_create
 from tests.helpers.capture import run_queued_events
+from tests.helpers.twilio import (
+    BASE_URL,
+    CALL_SID,
+    CALLER,
+    FORWARD_TO,
+    LINE,
+    STATUS,
+    TOKEN,
+    VOICE,
+    call_comes_in,
+    caller_leg_ended,
+    deliver,
+    dial_ended,
+    incoming,
+    post,
+)
 
 pytestmark = pytest.mark.django_db
 
 SAMPLES = Path(__file__).parent / "samples"
-BASE_URL = "https://backoffice.example.com"
-TOKEN = "twilio-test-token-0123456789"
-VOICE = "/hooks/twilio/voice/"
-STATUS = "/hooks/twilio/voice/status/"
-LINE = "+13125550100"
-FORWARD_TO = "+13125550199"
-CALLER = "+12125550147"
-CALL_SID = "CA0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture(autouse=True)
-def twilio_settings(settings):
-    settings.PUBLIC_BASE_URL = BASE_URL
-    settings.TWILIO_AUTH_TOKEN = TOKEN
-
-
-@pytest.fixture
-def twilio_source(business: Business) -> Source:
-    return Source.objects.create(
-        business=business, key="main-line", provider="twilio", config={"phone_number": LINE, "forward_to": FORWARD_TO}
-    )
+def _twilio_settings(twilio_settings):
+    """Every request here is signed with TOKEN for BASE_URL."""
 
 
 def sample(name: str) -> dict[str, str]:
@@ -51,66 +56,13 @@ def sample(name: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line)
 
 
-def post(path: str, params: dict[str, str], *, token: str = TOKEN, signature: str | None = None, **extra):
-    """POST the form body Twilio would send, signed the way Twilio signs it."""
-    if signature is None:
-        signature = RequestValidator(token).compute_signature(BASE_URL + path, params)
-    return Client().post(
-        path,
-        data=urlencode(params),
-        content_type="application/x-www-form-urlencoded",
-        HTTP_X_TWILIO_SIGNATURE=signature,
-        **extra,
-    )
-
-
-def incoming(caller: str = CALLER, to: str = LINE, sid: str = CALL_SID) -> dict[str, str]:
-    return {
-        "AccountSid": "AC00000000000000000000000000000001",
-        "ApiVersion": "2010-04-01",
-        "CallSid": sid,
-        "CallStatus": "ringing",
-        "Direction": "inbound",
-        "From": caller,
-        "Caller": caller,
-        "To": to,
-        "Called": to,
-        "CallerCity": "NEW YORK",
-    }
-
-
-def dial_ended(status: str, duration: int | None = None, **more: str) -> dict[str, str]:
-    params = {**incoming(), "CallStatus": "in-progress", "DialCallStatus": status, "DialCallSid": "CA" + "d" * 32}
-    if duration is not None:
-        params["DialCallDuration"] = str(duration)
-    return {**params, **more}
-
-
-def caller_leg_ended(status: str, duration: int, sequence: str = "3") -> dict[str, str]:
-    return {
-        **incoming(),
-        "CallStatus": status,
-        "CallDuration": str(duration),
-        "CallbackSource": "call-progress-events",
-        "SequenceNumber": sequence,
-    }
-
-
 def twiml_of(response) -> ET.Element:
     return ET.fromstring(response.content)  # noqa: S314 - our own answer, not outside input
 
 
-def deliver(django_capture_on_commit_callbacks, path: str, params: dict[str, str]):
-    with django_capture_on_commit_callbacks(execute=True):
-        response = post(path, params)
-    assert response.status_code == 200, response.content
-    return response
-
-
-def call_comes_in(django_capture_on_commit_callbacks, params: dict[str, str] | None = None):
-    response = deliver(django_capture_on_commit_callbacks, VOICE, params or incoming())
-    assert run_queued_events() == ["processed"]
-    return response
+def call_backs():
+    """The call-back tasks: next actions that missed calls were added to."""
+    return Task.objects.filter(missed_calls__isnull=False).distinct()
 
 
 def test_the_published_signature_of_the_voice_status_sample_is_reproduced():
@@ -157,7 +109,7 @@ def test_an_incoming_call_from_a_new_number_opens_a_contact_lead_touch_and_call(
     assert call.started_at == touch.received_at
     receipt = Receipt.objects.get(action="call.received")
     assert (receipt.subject, receipt.lead, receipt.after["sid"]) == (call.public_id, lead, CALL_SID)
-    assert not Task.objects.filter(kind="call_back").exists()
+    assert not call_backs().exists()
 
 
 def test_a_call_from_a_known_number_is_a_touch_on_the_open_lead(
@@ -233,7 +185,7 @@ def test_a_signed_call_without_a_call_sid_is_stored_failed_and_answered_400(twil
     assert event.status == "failed" and event.error == "malformed payload: no CallSid"
 
 
-def test_a_no_answer_makes_one_call_back_task_for_the_lead_owner_however_often_it_is_reported(
+def test_a_no_answer_makes_the_call_back_the_lead_owners_next_action_however_often_it_is_reported(
     business, twilio_source, setter, manager, django_capture_on_commit_callbacks
 ):
     lead = lead_create(business, phone=CALLER)
@@ -250,9 +202,11 @@ def test_a_no_answer_makes_one_call_back_task_for_the_lead_owner_however_often_i
         call_status_record(Call.objects.get(), status_update_from(dial_ended("no-answer")), at=timezone.now()) is None
     )
 
-    task = Task.objects.get(kind="call_back")
-    assert (task.lead, task.owner, task.status) == (lead, setter, "open")
-    assert task.title == f"Call back {CALLER} (missed call)"
+    task = call_backs().get()
+    assert (task.lead, task.owner, task.status, task.kind) == (lead, setter, "open", "next_action")
+    assert task.title.startswith(f"Call back Pat Doe ({CALLER}) (missed call at ")
+    lead.refresh_from_db()
+    assert lead.next_action == task.title
     missed = Receipt.objects.get(action="call.missed")
     assert missed.after["task"] == task.public_id and missed.after["owner"] == setter.user.username
     call = Call.objects.get()
@@ -273,7 +227,7 @@ def test_a_missed_call_on_a_lead_whose_owner_left_goes_to_the_first_active_manag
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("busy"))
     run_queued_events()
 
-    task = Task.objects.get(kind="call_back")
+    task = call_backs().get()
     assert task.owner == manager and task.lead == Lead.objects.get()
 
 
@@ -283,7 +237,7 @@ def test_a_completed_forty_second_call_is_not_missed(twilio_source, manager, dja
     deliver(django_capture_on_commit_callbacks, STATUS, caller_leg_ended("completed", 46))
     assert run_queued_events() == ["processed", "processed"]
 
-    assert not Task.objects.filter(kind="call_back").exists()
+    assert not call_backs().exists()
     assert not Receipt.objects.filter(action="call.missed").exists()
     call = Call.objects.get()
     assert (call.status, call.duration_seconds) == ("completed", 40)
@@ -300,7 +254,7 @@ def test_a_completed_two_second_call_is_missed(twilio_source, manager, django_ca
     run_queued_events()
 
     assert MISSED_CALL_MAX_SECONDS > 2
-    task = Task.objects.get(kind="call_back")
+    task = call_backs().get()
     assert task.owner == manager
     assert "under 5 s" in Receipt.objects.get(action="call.missed").reason
 
@@ -325,7 +279,7 @@ def test_how_a_forward_ends_decides_whether_the_call_was_missed(
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended(status, duration, **extra))
     run_queued_events()
 
-    assert Task.objects.filter(kind="call_back").exists() is missed
+    assert call_backs().exists() is missed
     assert Call.objects.get().recording_url == recording
 
 
@@ -343,13 +297,13 @@ def test_a_call_without_a_forwarding_number_gets_a_message_and_is_recorded_misse
     deliver(django_capture_on_commit_callbacks, STATUS, caller_leg_ended("completed", 9))
     run_queued_events()
 
-    task = Task.objects.get(kind="call_back")
+    task = call_backs().get()
     assert task.owner == manager
     assert Receipt.objects.get(action="call.missed").reason == "no forwarding number: nobody could answer"
     assert (Call.objects.get().status, Call.objects.get().duration_seconds) == ("completed", 9)
 
 
-def test_a_second_missed_call_from_the_same_person_keeps_one_open_call_back_task(
+def test_a_second_missed_call_from_the_same_person_is_added_to_the_open_call_back(
     twilio_source, manager, django_capture_on_commit_callbacks
 ):
     for sid in ("CA" + "1" * 32, "CA" + "2" * 32):
@@ -357,9 +311,10 @@ def test_a_second_missed_call_from_the_same_person_keeps_one_open_call_back_task
         deliver(django_capture_on_commit_callbacks, STATUS, {**dial_ended("no-answer"), "CallSid": sid})
         run_queued_events()
 
-    task = Task.objects.get(kind="call_back")
+    task = call_backs().get()
     receipts = Receipt.objects.filter(action="call.missed")
     assert receipts.count() == 2 and {r.after["task"] for r in receipts} == {task.public_id}
+    assert "called 2 times" in task.title and task.status == "open"
 
 
 def test_a_status_processed_before_its_call_still_records_one_call_and_one_miss(
@@ -375,7 +330,7 @@ def test_a_status_processed_before_its_call_still_records_one_call_and_one_miss(
     call = Call.objects.get()
     assert call.status == "no-answer" and call.lead == Lead.objects.get()
     assert call.lead.touches.count() == 1
-    assert Task.objects.filter(kind="call_back").count() == 1
+    assert call_backs().count() == 1
 
 
 def test_a_call_to_an_unknown_number_is_kept_and_fails_until_the_number_is_configured(
@@ -420,13 +375,12 @@ def test_an_inactive_lead_owner_hands_the_call_back_to_the_manager(
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer"))
     run_queued_events()
 
-    assert Task.objects.get(kind="call_back").owner == manager
+    assert call_backs().get().owner == manager
 
 
 def test_an_operator_replays_failed_events_from_the_admin(business, manager, django_capture_on_commit_callbacks):
     # An event for a number no business has configured belongs to no tenant
     # yet: only operators (superusers) see it, never another business's staff.
-    from django.test import Client
     from django.urls import reverse
 
     from tests.factories import UserFactory
@@ -451,7 +405,7 @@ def test_an_operator_replays_failed_events_from_the_admin(business, manager, dja
     assert Lead.objects.count() == 1 and Call.objects.count() == 1
 
 
-def test_a_business_that_opts_in_sends_one_text_back_per_missed_call(
+def test_a_business_that_opts_in_texts_a_missed_caller_back_once_keyed_by_caller_and_window(
     business, twilio_source, manager, django_capture_on_commit_callbacks
 ):
     from crm.models import Message, MessageTemplate
@@ -470,7 +424,10 @@ def test_a_business_that_opts_in_sends_one_text_back_per_missed_call(
     deliver(django_capture_on_commit_callbacks, STATUS, caller_leg_ended("completed", 27))
     run_queued_events()
     (text_back,) = Message.objects.filter(direction="out")
-    assert text_back.idempotency_key == f"missed-call-text:{Call.objects.get().public_id}"
+    call = Call.objects.select_related("contact").get()
+    assert call.contact is not None
+    assert text_back.idempotency_key == text_back_key(business, call.contact, call.started_at)
+    assert text_back.idempotency_key.startswith(f"missed-call-text:{business.public_id}:{call.contact.public_id}:")
     assert text_back.body == f"Sorry we missed your call to {business.name}. Reply STOP to opt out."
     # The call is the conversation that allows the reply; the hour decides now or at opening time.
     assert text_back.status in ("dry_run", "deferred") and text_back.block_reason == ""
@@ -484,5 +441,5 @@ def test_without_the_opt_in_a_missed_call_sends_no_text(
     call_comes_in(django_capture_on_commit_callbacks)
     deliver(django_capture_on_commit_callbacks, STATUS, dial_ended("no-answer"))
     run_queued_events()
-    assert Task.objects.filter(kind="call_back").count() == 1
+    assert call_backs().count() == 1
     assert not Message.objects.filter(direction="out").exists()
