@@ -152,6 +152,11 @@ def capture_apply(
     service_line = service_line_match(business, capture.service_hint, capture.request_text)
     # A contact made just now has no lead yet: nothing to look up or lock.
     choice = Choice(None) if created_contact else _open_lead_for(contact, service_line, capture)
+    if not created_contact:
+        # After the person's open leads are locked, never before: a follow-up
+        # step or a booking holds a lead and then locks its contact (the order
+        # of crm.locks), so writing the contact first deadlocked with them.
+        _fill_blanks(contact, capture)
     existing_lead, reply = choice.lead, choice.reply
     touch_fields = {
         "channel": capture.channel,
@@ -268,8 +273,7 @@ def _contact_for(
             after={"name": contact.name, "points": [p.value for p in points]},
         )
     else:
-        contact = ranked[0]
-        _fill_blanks(contact, capture)
+        contact = ranked[0]  # what it lacks is filled in once its leads are locked (capture_apply)
     kept_invalid = set() if created else set(contact.points.filter(is_valid=False).values_list("value", flat=True))
     stored = dict(existing)
     new_points = ContactPoint.objects.bulk_create(
