@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from crm.models import Contact, ContactPoint, Lead, Message
 from crm.services import lead_sync
 from crm.services.consent import consent_record
+from crm.services.conversations import conversation_settle
 from crm.services.receipts import receipt_write
 
 OPT_OUT = {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
@@ -90,6 +91,9 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
             point, granted=reading.kind == "opt_in", keyword=reading.keyword, evidence=evidence, message=message
         )
     if reading.kind in ("opt_out", "opt_in", "help"):
+        # A keyword is answered by the compliance reply (ours or Twilio's):
+        # it waits for no person in the inbox.
+        conversation_settle(lead, actor=ACTOR, reason=f"{reading.keyword}: a keyword", at=message.created_at)
         if opt_out_type:
             # Twilio's Advanced Opt-Out already answered: mirror, never reply twice.
             return reading
