@@ -44,6 +44,9 @@ from crm.selectors import lead_search_q, lead_visibility_q, scope_for
 # A first-response deadline this close counts as due now.
 SLA_SOON = timedelta(minutes=30)
 PAGE_SIZE = 50
+# Counting every conversation of a large business costs as much as the page
+# itself: the count stops here.
+COUNT_CAP = 10_000
 # Before any read mark: every message in is unread.
 NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
@@ -122,21 +125,32 @@ def _bucket(now: datetime) -> Case:
 
 
 def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, region: str = "US") -> InboxPage:
-    """One page of the inbox with what each row shows."""
+    """One page of the inbox with what each row shows.
+
+    Two steps, so that only the page's rows are ever joined to what they
+    show: first the page's lead ids in the inbox's order (the lead and its
+    conversation only: narrow rows, sorted top-N), then those leads with
+    their contact, owner, last message, first touch and the user's unread
+    count. The count stops at `COUNT_CAP`: past it, the page says "more than"."""
+    page = max(page, 1)
     leads = inbox_leads(user, query, now=now, region=region)
-    total = leads.count()
-    start = (max(page, 1) - 1) * PAGE_SIZE
-    rows = list(
-        leads.select_related("contact", "owner__user", "conversation__last_message", "business")
-        .annotate(read_at=Coalesce(_read_mark(user), Value(NEVER)))
+    total = leads.order_by()[: COUNT_CAP + 1].count()
+    start = (page - 1) * PAGE_SIZE
+    ids = list(leads.values_list("pk", flat=True)[start : start + PAGE_SIZE])
+    found = (
+        Lead.objects.filter(pk__in=ids)
+        .select_related("contact", "owner__user", "conversation__last_message", "business")
+        .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .annotate(
             unread=_unread(),
             first_channel=Subquery(_first_touch().values("channel")[:1]),
             first_provider=Subquery(_first_touch().values("provider")[:1]),
             first_source=Subquery(_first_touch().values("source__key")[:1]),
-        )[start : start + PAGE_SIZE]
+        )
+        .in_bulk()
     )
-    return InboxPage(rows=rows, total=total, page=max(page, 1), page_size=PAGE_SIZE)
+    rows = [found[pk] for pk in ids if pk in found]
+    return InboxPage(rows=rows, total=min(total, COUNT_CAP), more=total > COUNT_CAP, page=page, page_size=PAGE_SIZE)
 
 
 def _waiting_key() -> Case:
@@ -172,7 +186,8 @@ def _unread() -> Coalesce:
 @dataclass(frozen=True)
 class InboxPage:
     rows: list[Lead]
-    total: int
+    total: int  # at most COUNT_CAP
+    more: bool  # more than COUNT_CAP
     page: int
     page_size: int
 

@@ -222,9 +222,9 @@ def test_an_inbox_page_is_a_fixed_number_of_queries(business, setter, django_ass
         lead = _lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}")
         _in(lead, f"question {i}")
     user = type(setter.user).objects.get(pk=setter.user.pk)  # memberships not read yet
-    # The memberships (once a request), the count, and the page: rows with
-    # their last message, first touch and unread count in one statement.
-    with django_assert_num_queries(3):
+    # The memberships (once a request), the count, the page's ids in order,
+    # and those rows with their last message, first touch and unread count.
+    with django_assert_num_queries(4):
         page = inbox_page(user, InboxQuery(), now=timezone.now())
         assert len(page.rows) == 12
         assert all(row.conversation.last_message.body for row in page.rows)
