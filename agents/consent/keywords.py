@@ -27,6 +27,7 @@ from agents.consent.policy import consent_channel
 from crm.models import Contact, ContactPoint, ContactPointKind, Lead, Message
 from crm.services import lead_sync
 from crm.services.consent import consent_record
+from crm.services.conversations import conversation_settle
 from crm.services.receipts import receipt_write
 
 OPT_OUT = {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
@@ -101,6 +102,9 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
             message=message,
         )
     if reading.kind in ("opt_out", "opt_in", "help"):
+        # A keyword is answered by the compliance reply (ours or Twilio's),
+        # or needs none (a DM): it waits for no person in the inbox.
+        conversation_settle(lead, actor=ACTOR, reason=f"{reading.keyword}: a keyword", at=message.created_at)
         if opt_out_type or by_dm:
             # Twilio's Advanced Opt-Out already answered: mirror, never reply
             # twice. A DM: nothing is owed back (and HELP means nothing there).

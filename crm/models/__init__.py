@@ -1,5 +1,14 @@
 from crm.models.base import DAYS, Business, Role
-from crm.models.comms import BLOCK_REASONS, MESSAGE_STATUSES, Call, Message
+from crm.models.comms import (
+    ANSWERING_STATUSES,
+    BLOCK_REASONS,
+    MESSAGE_STATUSES,
+    Call,
+    Conversation,
+    ConversationRead,
+    Message,
+    Note,
+)
 from crm.models.contacts import (
     Channel,
     ConsentEvent,
@@ -34,6 +43,7 @@ from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Ref
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 
 __all__ = [
+    "ANSWERING_STATUSES",
     "BLOCK_REASONS",
     "CLOSED_STAGES",
     "DAYS",
@@ -49,6 +59,8 @@ __all__ = [
     "Contact",
     "ContactPoint",
     "ContactPointKind",
+    "Conversation",
+    "ConversationRead",
     "Enrollment",
     "Estimate",
     "ExceptionItem",
@@ -63,6 +75,7 @@ __all__ = [
     "Message",
     "MessageTemplate",
     "MessageTemplateVersion",
+    "Note",
     "Payment",
     "Provider",
     "Receipt",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -193,6 +194,93 @@ class Call(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+# What a person's send does to the conversation: one that goes out (or waits
+# only for the clock or a manager's approval) answers what the person wrote;
+# a blocked or rejected one does not. The trigger's SQL spells the same list
+# (crm.db_triggers.CONVERSATION_FUNCTION; a test holds the two equal).
+ANSWERING_STATUSES = ("queued", "sending", "sent", "delivered", "dry_run", "deferred", "pending_approval", "unknown")
+
+
+class Conversation(models.Model):
+    """One lead's conversation at a glance, for the setters' inbox: the last
+    message, the last one in, and since when the person has been waiting for
+    a person's answer.
+
+    Kept by a database trigger on crm_message (crm.db_triggers), not by the
+    code that writes messages: every message, however it is written, moves
+    it in the same statement, so it cannot disagree with the messages and
+    costs the sends no round trip. Concurrent messages of one lead meet in
+    one upsert (the newest wins by time). Services change only what no
+    message says: a conversation settled without a reply (`crm.services.
+    conversations`).
+    """
+
+    lead = models.OneToOneField(Lead, on_delete=models.CASCADE, primary_key=True, related_name="conversation")
+    business = models.ForeignKey(Business, on_delete=models.CASCADE, related_name="+")
+    # No database constraint: the trigger keeps it, and rebuilds it when a
+    # message moves to another lead (a merge).
+    last_message = models.ForeignKey(
+        Message, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
+    )
+    last_message_at = models.DateTimeField()
+    last_channel = models.CharField(max_length=16)
+    last_inbound_at = models.DateTimeField(null=True)
+    # The first message in that no person has answered yet; None when
+    # nothing waits on us.
+    awaiting_since = models.DateTimeField(null=True)
+    # Until when the conversation was settled without a reply (a STOP, a
+    # person's "done"): what came in before then waits on no one.
+    settled_at = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [
+            # The inbox's first bucket: who has waited longest for a person.
+            models.Index(
+                fields=["business", "awaiting_since"],
+                condition=models.Q(awaiting_since__isnull=False),
+                name="crm_conversation_awaiting_idx",
+            ),
+            models.Index(fields=["business", "last_message_at"], name="crm_conversation_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"conversation of lead {self.lead_id}"
+
+
+class ConversationRead(models.Model):
+    """How far one user has read one lead's conversation: their unread count
+    is the inbound messages after `read_at`. Per user, so a manager looking
+    in leaves the owner's unread count as it was."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.CASCADE, related_name="+")
+    read_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "lead"], name="crm_conversationread_unique_user_lead")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} read lead {self.lead_id} to {self.read_at:%Y-%m-%d %H:%M}"
+
+
+class Note(models.Model):
+    """A person's note on a lead, shown in its conversation; never sent."""
+
+    public_id = PublicIdField(prefix="note")
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="notes")
+    author = models.CharField(max_length=150)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["lead", "created_at"], name="crm_note_lead_idx")]
 
     def __str__(self) -> str:
         return self.public_id

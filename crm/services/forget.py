@@ -62,6 +62,7 @@ from crm.models import (
     Lead,
     LeadTouch,
     Message,
+    Note,
     Payment,
     Receipt,
     Refund,
@@ -354,6 +355,11 @@ def _erase_comms(f: Forgetting) -> None:
             },
         )
     f.count("crm_call", n)
+    n = 0
+    for note in Note.objects.filter(lead_id__in=f.lead_ids):
+        f.subjects.add(note.public_id)
+        n += _changed(note, {"body": ERASED})
+    f.count("crm_note", n)
 
 
 def _erase_revenue(f: Forgetting) -> None:

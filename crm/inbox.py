@@ -1,0 +1,216 @@
+"""Reads for the setters' inbox: the conversations a user may see, one row
+per lead, ordered by what needs a person first.
+
+The order, by bucket:
+0. the person wrote and no person has answered (longest waiting first);
+1. the first-response SLA is breached or due within `SLA_SOON` and nobody
+   has reached the lead yet (earliest deadline first);
+2. the next action is overdue (most overdue first);
+3. everything else, most recent activity first.
+
+A page is a fixed number of queries however many leads and messages there
+are: the page's rows (with each row's last message, first touch and the
+user's unread count, computed for the page's rows only) and its count.
+Visibility is `crm.selectors`' (a setter sees their own leads; owners and
+managers their business's), under `message.view`: the conversation is the
+sales side's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+
+from crm.models import CLOSED_STAGES, ConversationRead, Lead, LeadException, LeadTouch, Message, Role, Stage
+from crm.permissions import grants_for
+from crm.selectors import lead_search_q, lead_visibility_q, scope_for
+
+# A first-response deadline this close counts as due now.
+SLA_SOON = timedelta(minutes=30)
+PAGE_SIZE = 50
+# Counting every conversation of a large business costs as much as the page
+# itself: the count stops here.
+COUNT_CAP = 10_000
+# Before any read mark: every message in is unread.
+NEVER = datetime(1970, 1, 1, tzinfo=UTC)
+OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
+
+WHO_CHOICES = ("mine", "unassigned", "team")
+
+
+@dataclass(frozen=True)
+class InboxQuery:
+    """What the user asked for; every field optional."""
+
+    who: str = ""  # mine, unassigned, team ("" = mine for a setter, team for a leader)
+    needs_reply: bool = False
+    channel: str = ""
+    stage: str = ""  # a stage, "open" (default) or "all"
+    source: str = ""  # a provider (google_ads, meta, website…) or a source key
+    q: str = ""
+
+
+def who_default(user: Any) -> str:
+    """A setter starts with their own conversations; a leader with the team's."""
+    grants = grants_for(user)
+    if grants.everything or any(m.role in (Role.OWNER, Role.MANAGER) for m in grants.memberships):
+        return "team"
+    return "mine"
+
+
+def inbox_leads(user: Any, query: InboxQuery, *, now: datetime, region: str = "US") -> QuerySet[Lead]:
+    """The leads of the user's inbox, filtered and in the inbox's order,
+    annotated with `bucket` and `unread` (the user's unread messages in)."""
+    scope = scope_for(user, "message.view")
+    leads = Lead.objects.filter(lead_visibility_q(scope))
+    who = query.who or who_default(user)
+    if who == "mine":
+        leads = leads.filter(owner_id__in=scope_for(user).member_ids)
+    elif who == "unassigned":
+        leads = leads.filter(Q(owner__isnull=True) | Q(exceptions__contains=[LeadException.NO_ELIGIBLE_OWNER]))
+    if query.needs_reply:
+        leads = leads.filter(conversation__awaiting_since__isnull=False)
+    if query.channel:
+        leads = leads.filter(conversation__last_channel=query.channel)
+    if query.stage == "all":
+        pass
+    elif query.stage:
+        leads = leads.filter(stage=query.stage)
+    else:
+        # Open leads, and a closed one whose person wrote back and waits.
+        leads = leads.filter(~Q(stage__in=CLOSED_STAGES) | Q(conversation__awaiting_since__isnull=False))
+    if query.source:
+        touched = LeadTouch.objects.filter(Q(provider=query.source) | Q(source__key=query.source))
+        leads = leads.filter(pk__in=touched.values("lead_id"))
+    if query.q.strip():
+        leads = leads.filter(lead_search_q(query.q, region))
+    return leads.annotate(bucket=_bucket(now), waiting_key=_waiting_key()).order_by(
+        "bucket",
+        F("waiting_key").asc(nulls_last=True),
+        Coalesce("conversation__last_message_at", "created_at").desc(),
+        "-pk",
+    )
+
+
+def _bucket(now: datetime) -> Case:
+    return Case(
+        When(conversation__awaiting_since__isnull=False, then=Value(0)),
+        When(
+            first_response_at__isnull=True,
+            sla_due_at__isnull=False,
+            sla_due_at__lt=now + SLA_SOON,
+            stage__in=OPEN_STAGES,
+            then=Value(1),
+        ),
+        When(next_action_due_at__lt=now, stage__in=OPEN_STAGES, then=Value(2)),
+        default=Value(3),
+        output_field=IntegerField(),
+    )
+
+
+def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, region: str = "US") -> InboxPage:
+    """One page of the inbox with what each row shows.
+
+    Two steps, so that only the page's rows are ever joined to what they
+    show: first the page's lead ids in the inbox's order (the lead and its
+    conversation only: narrow rows, sorted top-N), then those leads with
+    their contact, owner, last message, first touch and the user's unread
+    count. The count stops at `COUNT_CAP`: past it, the page says "more than"."""
+    page = max(page, 1)
+    leads = inbox_leads(user, query, now=now, region=region)
+    total = leads.order_by()[: COUNT_CAP + 1].count()
+    start = (page - 1) * PAGE_SIZE
+    ids = list(leads.values_list("pk", flat=True)[start : start + PAGE_SIZE])
+    found = (
+        Lead.objects.filter(pk__in=ids)
+        .select_related("contact", "owner__user", "conversation__last_message", "business")
+        .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
+        .annotate(
+            unread=_unread(),
+            first_channel=Subquery(_first_touch().values("channel")[:1]),
+            first_provider=Subquery(_first_touch().values("provider")[:1]),
+            first_source=Subquery(_first_touch().values("source__key")[:1]),
+        )
+        .in_bulk()
+    )
+    rows = [found[pk] for pk in ids if pk in found]
+    return InboxPage(rows=rows, total=min(total, COUNT_CAP), more=total > COUNT_CAP, page=page, page_size=PAGE_SIZE)
+
+
+def _waiting_key() -> Case:
+    return Case(
+        When(bucket=0, then=F("conversation__awaiting_since")),
+        When(bucket=1, then=F("sla_due_at")),
+        When(bucket=2, then=F("next_action_due_at")),
+        output_field=DateTimeField(),
+    )
+
+
+def _first_touch() -> QuerySet[LeadTouch]:
+    return LeadTouch.objects.filter(lead=OuterRef("pk")).order_by("received_at", "pk")
+
+
+def _read_mark(user: Any) -> Subquery:
+    """How far `user` has read the lead's conversation (over Lead)."""
+    return Subquery(ConversationRead.objects.filter(user=user, lead=OuterRef("pk")).values("read_at")[:1])
+
+
+def _unread() -> Coalesce:
+    """Messages in after the lead's `read_at` annotation."""
+    unread = (
+        Message.objects.filter(lead=OuterRef("pk"), direction="in", created_at__gt=OuterRef("read_at"))
+        .order_by()
+        .values("lead")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(unread, output_field=IntegerField()), Value(0))
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    # Leads annotated with bucket, unread, first_channel, first_provider and
+    # first_source (the checker cannot follow annotations through in_bulk).
+    rows: list[Any]
+    total: int  # at most COUNT_CAP
+    more: bool  # more than COUNT_CAP
+    page: int
+    page_size: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
+
+
+def unread_conversations(user: Any) -> int:
+    """The top bar's count: the user's own conversations with a message in
+    they have not read (and, for a leader, the unassigned ones too)."""
+    grants = grants_for(user)
+    mine = Q(owner_id__in=[m.member_id for m in grants.memberships])
+    leading = [m.business_id for m in grants.memberships if m.role in (Role.OWNER, Role.MANAGER)]
+    if leading:
+        mine |= Q(business_id__in=leading, owner__isnull=True)
+    if not grants.memberships:
+        return 0
+    return (
+        Lead.objects.filter(mine, conversation__last_inbound_at__isnull=False)
+        .annotate(read_at=Coalesce(_read_mark(user), Value(NEVER)))
+        .filter(conversation__last_inbound_at__gt=F("read_at"))
+        .count()
+    )

@@ -1,0 +1,82 @@
+"""Writes to a lead's conversation that no message makes: how far a user has
+read it, a conversation settled without a reply, and a person's note.
+
+The rest of the conversation's summary (its last message, since when the
+person has waited) is kept by the database from the messages themselves
+(crm.models.Conversation).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from crm.models import Conversation, Lead, Note
+from crm.services.receipts import receipt_write
+
+
+def conversation_read(user: Any, lead: Lead, *, at: datetime | None = None) -> None:
+    """Mark `lead`'s conversation read by `user` up to `at` (now): one
+    upsert, and the mark only moves forward (two tabs, a slow request)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO crm_conversationread AS r (user_id, lead_id, read_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (user_id, lead_id) DO UPDATE SET read_at = GREATEST(r.read_at, EXCLUDED.read_at)",
+            [user.pk, lead.pk, at or timezone.now()],
+        )
+
+
+@transaction.atomic
+def conversation_settle(lead: Lead, *, actor: str, reason: str, at: datetime | None = None) -> bool:
+    """Nothing that came in up to `at` waits for a person any more (the
+    person texted STOP, or a person marked it done: "thanks, see you
+    Tuesday" needs no answer). A message in after `at` waits again. Returns
+    whether anything was waiting; a receipt records a settle that changed
+    something."""
+    at = at or timezone.now()
+    waiting = (
+        Conversation.objects.select_for_update(no_key=True)
+        .filter(lead=lead)
+        .values_list("awaiting_since", flat=True)
+        .first()
+    )
+    Conversation.objects.filter(lead=lead).update(settled_at=Greatest(F("settled_at"), Value(at)))
+    if waiting is None or waiting > at:
+        return False
+    Conversation.objects.filter(lead=lead, awaiting_since__lte=at).update(awaiting_since=None)
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=lead.public_id,
+        actor=actor,
+        action="conversation.settled",
+        reason=reason,
+        before={"awaiting_since": waiting},
+        after={"awaiting_since": None},
+    )
+    return True
+
+
+@transaction.atomic
+def note_add(lead: Lead, *, author: str, body: str, at: datetime | None = None) -> Note:
+    """A person's note on the lead's conversation, with its receipt."""
+    body = body.strip()
+    if not body:
+        raise ValueError("a note needs some text")
+    note = Note(business=lead.business, lead=lead, author=author, body=body, created_at=at or timezone.now())
+    note.full_clean()
+    note.save()
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=note.public_id,
+        actor=author,
+        action="note.added",
+        after={"note": body},
+    )
+    return note

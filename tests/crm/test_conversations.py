@@ -1,0 +1,230 @@
+"""A lead's conversation at a glance (crm.models.Conversation), kept by the
+database from the messages, and the inbox read over it (crm.inbox)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from agents.consent.keywords import inbound_text_apply
+from agents.followup.replies import reply_record
+from agents.outbound.gate import message_send
+from crm.db_triggers import CONVERSATION_FUNCTION
+from crm.inbox import InboxQuery, inbox_page, unread_conversations
+from crm.models import ANSWERING_STATUSES, Business, Conversation, Lead, Message, Note, Role, TeamMember
+from crm.services import lead_sync
+from crm.services.conversations import conversation_read, conversation_settle, note_add
+from tests.factories import lead_create, member_create
+from tests.helpers.followup import consent_all
+
+pytestmark = pytest.mark.django_db
+
+
+def _lead(business: Business, owner: TeamMember | None = None, phone: str = "+12125550147", **kw: object) -> Lead:
+    lead = lead_create(business, phone=phone, **kw)  # type: ignore[arg-type]
+    if owner is not None:
+        lead_sync.lead_assign(lead, owner, actor="test", reason="test owner")
+    consent_all(lead)
+    return lead
+
+
+def _in(lead: Lead, body: str = "Can you come Tuesday?", at: object = None) -> Message:
+    return reply_record(lead, channel="sms", body=body, actor="test", now=at)  # type: ignore[arg-type]
+
+
+def _reply(lead: Lead, actor: str, body: str = "Yes, Tuesday at 9 works.", automated: bool = False) -> Message:
+    return message_send(
+        lead=lead,
+        channel="sms",
+        body=body,
+        actor=actor,
+        idempotency_key=f"t:{lead.pk}:{actor}:{body}:{timezone.now().timestamp()}",
+        automated=automated,
+    )
+
+
+def test_the_triggers_list_of_answering_statuses_is_the_models():
+    listed = CONVERSATION_FUNCTION.split("NEW.status IN (")[1].split(")")[0]
+    assert sorted(s.strip().strip("'") for s in listed.replace("\n", " ").split(",")) == sorted(ANSWERING_STATUSES)
+
+
+def test_a_message_in_waits_for_a_person_until_a_person_answers(business, setter):
+    lead = _lead(business, setter)
+    first = _in(lead, "Hi, is anyone there?")
+    _in(lead, "Hello?")
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since == first.created_at
+    assert convo.last_inbound_at is not None and convo.last_inbound_at > first.created_at
+
+    answer = _reply(lead, setter.user.username)
+    assert answer.status in ANSWERING_STATUSES
+    convo.refresh_from_db()
+    assert convo.awaiting_since is None
+    assert convo.last_message_id == answer.pk and convo.last_channel == "sms"
+
+
+def test_an_automated_send_or_a_roles_send_answers_nothing(business, setter):
+    lead = _lead(business, setter)
+    _in(lead)
+    _reply(lead, "agent:no_reply_follow_up", "Just checking in!", automated=True)
+    _reply(lead, "agent:consent_check", "Reply STOP to opt out.")
+    assert Conversation.objects.get(lead=lead).awaiting_since is not None
+
+
+def test_a_blocked_reply_does_not_answer_but_the_same_reply_going_out_later_does(business, setter):
+    lead = _lead(business, setter)
+    _in(lead)
+    lead_sync.lead_set_hold(lead, True, actor="test", reason="checking")
+    blocked = _reply(lead, setter.user.username)
+    assert blocked.status == Message.Status.BLOCKED
+    assert Conversation.objects.get(lead=lead).awaiting_since is not None
+
+
+def test_a_stop_keyword_settles_the_conversation_and_a_later_question_waits_again(business, setter):
+    lead = _lead(business, setter)
+    stop = _in(lead, "STOP")
+    inbound_text_apply(message=stop, lead=lead)
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since is None and convo.settled_at == stop.created_at
+
+    later = _in(lead, "Sorry, wrong button. When can you come?", at=stop.created_at + timedelta(minutes=5))
+    assert Conversation.objects.get(lead=lead).awaiting_since == later.created_at
+
+
+def test_a_person_marks_a_conversation_done_with_a_receipt(business, setter):
+    lead = _lead(business, setter)
+    _in(lead, "Thanks, see you Tuesday!")
+    assert conversation_settle(lead, actor=setter.user.username, reason="nothing to answer")
+    assert Conversation.objects.get(lead=lead).awaiting_since is None
+    assert lead.receipts.filter(action="conversation.settled", actor=setter.user.username).count() == 1
+    assert not conversation_settle(lead, actor=setter.user.username, reason="again")  # nothing left: no receipt
+    assert lead.receipts.filter(action="conversation.settled").count() == 1
+
+
+def test_a_message_moved_to_another_lead_rebuilds_both_conversations(business, setter):
+    one = _lead(business, setter)
+    other = _lead(business, setter, phone="+12125550148", first_name="Rosa")
+    moved = _in(one, "first lead's question")
+    Message.objects.filter(pk=moved.pk).update(lead=other)
+    assert not Conversation.objects.filter(lead=one).exists()
+    convo = Conversation.objects.get(lead=other)
+    assert convo.last_message_id == moved.pk and convo.awaiting_since == moved.created_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_messages_of_one_lead_meet_in_one_conversation_row(business):
+    owner = member_create(business, Role.SETTER, username="sam")
+    lead = _lead(business, owner)
+    barrier = threading.Barrier(6)
+    base = timezone.now()
+
+    def write(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            _in(lead, f"message {i}", at=base + timedelta(seconds=i))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    convo = Conversation.objects.get(lead=lead)
+    newest = Message.objects.filter(lead=lead).latest("created_at")
+    assert convo.last_message_id == newest.pk
+    assert convo.awaiting_since == base and convo.last_inbound_at == base + timedelta(seconds=5)
+
+
+def test_read_marks_only_move_forward(business, setter):
+    lead = _lead(business, setter)
+    now = timezone.now()
+    conversation_read(setter.user, lead, at=now)
+    conversation_read(setter.user, lead, at=now - timedelta(hours=1))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT read_at FROM crm_conversationread WHERE lead_id = %s", [lead.pk])
+        assert cursor.fetchone()[0] == now
+
+
+def test_a_note_is_kept_with_its_receipt_and_an_empty_one_is_refused(business, setter):
+    lead = _lead(business, setter)
+    note = note_add(lead, author="sam", body="  Prefers mornings. ")
+    assert Note.objects.get(pk=note.pk).body == "Prefers mornings."
+    assert lead.receipts.filter(action="note.added", subject=note.public_id).exists()
+    with pytest.raises(ValueError):
+        note_add(lead, author="sam", body="   ")
+
+
+# --- the inbox -----------------------------------------------------------------
+
+
+def test_the_inbox_puts_who_waits_first_then_the_sla_then_overdue_next_actions(business, setter):
+    now = timezone.now()
+    _lead(business, setter, phone="+12125550150", first_name="Quiet")
+    overdue = _lead(business, setter, phone="+12125550151", first_name="Overdue")
+    lead_sync.lead_set_next_action(overdue, "Call back", now - timedelta(hours=2), actor="test", reason="t")
+    sla = _lead(business, setter, phone="+12125550152", first_name="Sla")
+    lead_sync.lead_set_sla(sla, now + timedelta(minutes=5), actor="test", reason="t")
+    waiting_long = _lead(business, setter, phone="+12125550153", first_name="Long")
+    _in(waiting_long, "hello?", at=now - timedelta(hours=3))
+    waiting_short = _lead(business, setter, phone="+12125550154", first_name="Short")
+    _in(waiting_short, "hi", at=now - timedelta(minutes=3))
+
+    page = inbox_page(setter.user, InboxQuery(), now=now)
+    order = [row.contact.first_name for row in page.rows]
+    assert order[:4] == ["Long", "Short", "Sla", "Overdue"]
+    assert "Quiet" in order[4:] and page.total == 5
+    by_name = {row.contact.first_name: row for row in page.rows}
+    assert by_name["Long"].unread == 1 and by_name["Long"].bucket == 0
+    assert by_name["Quiet"].first_channel == "form"
+
+
+def test_a_setter_sees_only_their_leads_and_reading_clears_their_unread_not_a_managers(business, setter):
+    manager = member_create(business, Role.MANAGER, username="mia")
+    other = member_create(business, Role.SETTER, username="otto")
+    mine = _lead(business, setter, phone="+12125550160", first_name="Mine")
+    theirs = _lead(business, other, phone="+12125550161", first_name="Theirs")
+    _in(mine)
+    _in(theirs)
+    now = timezone.now()
+
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(), now=now).rows] == [mine.pk]
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(who="team"), now=now).rows] == [mine.pk]
+    assert {r.pk for r in inbox_page(manager.user, InboxQuery(), now=now).rows} == {mine.pk, theirs.pk}
+    assert unread_conversations(setter.user) == 1
+
+    conversation_read(setter.user, mine)
+    assert unread_conversations(setter.user) == 0
+    rows = {r.pk: r for r in inbox_page(manager.user, InboxQuery(), now=now).rows}
+    assert rows[mine.pk].unread == 1  # the manager has not read it
+
+
+def test_the_inbox_filters_and_searches(business, setter):
+    now = timezone.now()
+    rosa = _lead(business, setter, phone="+13125550170", first_name="Rosa", last_name="Diaz")
+    _in(rosa)
+    ben = _lead(business, setter, phone="+13125550171", first_name="Ben")
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(needs_reply=True), now=now).rows] == [rosa.pk]
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(q="(312) 555-0171"), now=now).rows] == [ben.pk]
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(q=rosa.public_id), now=now).rows] == [rosa.pk]
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(channel="sms"), now=now).rows] == [rosa.pk]
+    lead_sync.lead_transition(ben, "lost", actor="test", reason="t")
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(), now=now).rows] == [rosa.pk]
+    assert {r.pk for r in inbox_page(setter.user, InboxQuery(stage="all"), now=now).rows} == {rosa.pk, ben.pk}
+
+
+def test_an_inbox_page_is_a_fixed_number_of_queries(business, setter, django_assert_num_queries):
+    for i in range(12):
+        lead = _lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}")
+        _in(lead, f"question {i}")
+    user = type(setter.user).objects.get(pk=setter.user.pk)  # memberships not read yet
+    # The memberships (once a request), the count, the page's ids in order,
+    # and those rows with their last message, first touch and unread count.
+    with django_assert_num_queries(4):
+        page = inbox_page(user, InboxQuery(), now=timezone.now())
+        assert len(page.rows) == 12
+        assert all(row.conversation.last_message.body for row in page.rows)
