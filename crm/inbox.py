@@ -18,6 +18,7 @@ sales side's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -171,7 +172,7 @@ def _unread() -> Coalesce:
 
 @dataclass(frozen=True)
 class InboxPage:
-    rows: list[Lead]
+    rows: Sequence[Lead]
     total: int
     page: int
     page_size: int
