@@ -66,6 +66,11 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     **_records("teammember source serviceline servicearea sequence messagetemplate availability", OWNERS, "add"),
     # -- actions
     "message.send": SALES,
+    # The setters' workspace: a conversation marked done without a reply,
+    # a note on it, a call logged by hand.
+    "conversation.settle": SALES,
+    "note.add": SALES,
+    "call.add": SALES,
     "approval.decide": LEADERS,
     "estimate.create": LEADERS,
     "estimate.send": LEADERS,

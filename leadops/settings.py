@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "approvals",
     "agents",
     "leadops",
+    "leadops.workspace",
     # Tooling around the product (the simulate client, the demo business);
     # the product's apps never import it.
     "devtools",
@@ -169,6 +170,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
     "leadops.middleware.MessageMiddleware",
+    # `request.htmx`: the workspace answers htmx's requests with fragments.
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login refused for too many failures into a 429 page.
     "axes.middleware.AxesMiddleware",

@@ -27,6 +27,8 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz/", views.healthz, name="healthz"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
+    path("app/", include("leadops.workspace.urls")),
+    # The copilot's page is the workspace's thread now; old links land there.
     path("admin/leads/<str:public_id>/copilot/", copilot.lead_copilot, name="lead-copilot"),
     path("admin/leads/<str:public_id>/booking/", booking_views.lead_booking, name="lead-booking"),
     path("admin/my/next-actions/", work.my_next_actions, name="my-next-actions"),

@@ -47,6 +47,7 @@ PRICE = "price"
 SCHEDULE = "schedule"
 GENERIC = "generic"
 EDITED = "edited"
+PICKED = "picked"  # a template a person chose from the playbook
 
 # Template keys an intent may use, in order of preference. An intent missing
 # here (emergency, warranty) always goes to a person.
@@ -179,6 +180,20 @@ def draft_acknowledgement(lead: Lead, *, drafter: Drafter | None = None) -> Draf
 def draft_reply(lead: Lead, inbound_text: str, *, drafter: Drafter | None = None) -> Draft:
     """A reply to the lead's inbound text, checked (see the module)."""
     return _checked(lead, (drafter or DEFAULT_DRAFTER).draft_reply(lead, inbound_text))
+
+
+def draft_template(lead: Lead, key: str) -> Draft:
+    """A template a person picked from the playbook, rendered for the lead
+    and checked like any drafter's proposal (see the module): approved and
+    unmodified, it goes out as it is."""
+    template = message_templates(lead.business_id).get(key)
+    if template is None:
+        return _checked(lead, Proposal("", key, PICKED, f"no template {key!r}: a person answers"))
+    try:
+        body = template_render(template, playbook_context(lead))
+    except TemplateRenderError as exc:
+        return _checked(lead, Proposal("", key, PICKED, f"{exc}: a person answers"))
+    return _checked(lead, Proposal(body, key, PICKED, f"template {key}"))
 
 
 def draft_check(body: str, *, template_key: str | None = None) -> Draft:

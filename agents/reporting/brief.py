@@ -199,7 +199,7 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
         replies,
         lambda m: (
             f"Reply from {_name(m.lead.contact, m.lead.public_id)}: “{m.body[:80]}”",
-            reverse("lead-copilot", args=[m.lead.public_id]),
+            reverse("workspace:thread", args=[m.lead.public_id]),
             m.public_id,
             m.created_at,
         ),

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from decimal import Decimal
 from typing import Any
 
@@ -116,11 +116,16 @@ def _ask(key: str, answer: str, ok: bool, evidence: Iterable[str] = ()) -> Answe
     return Answer(key, dict(QUESTIONS)[key], answer, ok, [e for e in evidence if e])
 
 
-def _when(at: datetime | None) -> str:
-    return f"{at:%Y-%m-%d %H:%M} UTC" if at else "—"
+def _when(at: datetime | None, tz: tzinfo = UTC) -> str:
+    """A time in `tz`, the zone named (the API's answers speak UTC; a page
+    passes its viewer's zone)."""
+    if at is None:
+        return "—"
+    local = at.astimezone(tz)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or tz}"
 
 
-def _source(lead: Lead) -> Answer:
+def _source(lead: Lead, tz: tzinfo) -> Answer:
     touches = list(lead.touches.select_related("source", "inbound_event").order_by("received_at", "id"))
     traced = [t for t in touches if t.source_id or t.inbound_event_id]
     if traced:
@@ -130,7 +135,7 @@ def _source(lead: Lead) -> Answer:
         more = f" (+{len(touches) - 1} later touch{'es' if len(touches) > 2 else ''})" if len(touches) > 1 else ""
         evidence = [first.public_id, first.inbound_event.public_id if first.inbound_event else ""]
         return _ask(
-            "source", f"{first.channel} via {where}{campaign} on {_when(first.received_at)}{more}", True, evidence
+            "source", f"{first.channel} via {where}{campaign} on {_when(first.received_at, tz)}{more}", True, evidence
         )
     if touches:
         return _ask(
@@ -169,7 +174,7 @@ def _may_contact(lead: Lead, now: datetime) -> Answer:
     return _ask("may_contact", "; ".join(parts), allowed, dict.fromkeys(evidence))
 
 
-def _next_action_owner(lead: Lead) -> Answer:
+def _next_action_owner(lead: Lead, tz: tzinfo) -> Answer:
     if not lead.is_open:
         closed = (
             Receipt.objects.filter(lead=lead, action="lead.stage_changed")
@@ -179,7 +184,7 @@ def _next_action_owner(lead: Lead) -> Answer:
         )
         return _ask(
             "next_action_owner",
-            f"closed as {lead.stage} on {_when(lead.closed_at)}; nothing is due",
+            f"closed as {lead.stage} on {_when(lead.closed_at, tz)}; nothing is due",
             True,
             [closed or ""],
         )
@@ -196,13 +201,13 @@ def _next_action_owner(lead: Lead) -> Answer:
         return _ask("next_action_owner", f"{owner} owns it, but no next action is set", False, [lead.owner.public_id])
     return _ask(
         "next_action_owner",
-        f"{owner}: {lead.next_action}, due {_when(lead.next_action_due_at)}",
+        f"{owner}: {lead.next_action}, due {_when(lead.next_action_due_at, tz)}",
         True,
         [lead.owner.public_id, task or ""],
     )
 
 
-def _stop_rule(lead: Lead) -> Answer:
+def _stop_rule(lead: Lead, tz: tzinfo) -> Answer:
     enrollments = list(lead.enrollments.select_related("sequence").order_by("-created_at", "-pk"))
     running = [e for e in enrollments if e.status in RUNNING]
     for enrollment in running:
@@ -228,7 +233,7 @@ def _stop_rule(lead: Lead) -> Answer:
         e = enrollments[0]
         return _ask(
             "stop_rule",
-            f"{e.sequence.key} {e.status}{': ' + e.stop_reason if e.stop_reason else ''} on {_when(e.ended_at)}",
+            f"{e.sequence.key} {e.status}{': ' + e.stop_reason if e.stop_reason else ''} on {_when(e.ended_at, tz)}",
             True,
             [e.public_id],
         )
@@ -263,11 +268,13 @@ def _should_have_stopped(lead: Lead, enrollment: Enrollment) -> tuple[str, str]:
     return "", ""
 
 
-def _appointment(lead: Lead, now: datetime) -> Answer:
+def _appointment(lead: Lead, now: datetime, tz: tzinfo) -> Answer:
     appointments = list(lead.appointments.order_by("-starts_at", "-pk"))
     held = [a for a in appointments if a.status == Appointment.Status.HELD]
     if held:
-        return _ask("appointment_happened", f"held on {_when(held[0].starts_at)}", True, [a.public_id for a in held])
+        return _ask(
+            "appointment_happened", f"held on {_when(held[0].starts_at, tz)}", True, [a.public_id for a in held]
+        )
     completed = lead.jobs.filter(status=Job.Status.COMPLETED).order_by("completed_at").first()
     if completed is not None:
         return _ask(
@@ -280,21 +287,23 @@ def _appointment(lead: Lead, now: datetime) -> Answer:
         return _ask("appointment_happened", "no appointment was booked", False)
     latest = appointments[0]
     if latest.status == Appointment.Status.NO_SHOW:
-        text = f"no-show on {_when(latest.starts_at)}"
+        text = f"no-show on {_when(latest.starts_at, tz)}"
     elif latest.status == Appointment.Status.CANCELED:
-        text = f"canceled (was for {_when(latest.starts_at)})"
+        text = f"canceled (was for {_when(latest.starts_at, tz)})"
     elif latest.ends_at > now:
-        text = f"booked for {_when(latest.starts_at)}; not happened yet"
+        text = f"booked for {_when(latest.starts_at, tz)}; not happened yet"
     else:
-        text = f"was due {_when(latest.starts_at)}; no outcome recorded"
+        text = f"was due {_when(latest.starts_at, tz)}; no outcome recorded"
     return _ask("appointment_happened", text, False, [a.public_id for a in appointments])
 
 
-def _job(lead: Lead) -> Answer:
+def _job(lead: Lead, tz: tzinfo) -> Answer:
     jobs = list(lead.jobs.order_by("-created_at", "-pk"))
     done = [j for j in jobs if j.status == Job.Status.COMPLETED]
     if done:
-        return _ask("job_completed", f"completed on {_when(done[0].completed_at)}", True, [j.public_id for j in done])
+        return _ask(
+            "job_completed", f"completed on {_when(done[0].completed_at, tz)}", True, [j.public_id for j in done]
+        )
     if jobs:
         return _ask("job_completed", f"job {jobs[0].status}; not completed", False, [j.public_id for j in jobs])
     return _ask("job_completed", "no job on record", False)
@@ -326,19 +335,20 @@ def _payment(lead: Lead) -> Answer:
     return _ask("payment_collected", "no payment on record", False)
 
 
-def lead_trace(lead: Lead, *, now: datetime | None = None) -> Trace:
-    """The seven answers for one lead. A bounded number of queries: one or two
-    per question, plus the consent checks per contact point and channel."""
+def lead_trace(lead: Lead, *, now: datetime | None = None, tz: tzinfo = UTC) -> Trace:
+    """The seven answers for one lead, times said in `tz`. A bounded number of
+    queries: one or two per question, plus the consent checks per contact
+    point and channel."""
     now = now or timezone.now()
     return Trace(
         lead=lead.public_id,
         questions=[
-            _source(lead),
+            _source(lead, tz),
             _may_contact(lead, now),
-            _next_action_owner(lead),
-            _stop_rule(lead),
-            _appointment(lead, now),
-            _job(lead),
+            _next_action_owner(lead, tz),
+            _stop_rule(lead, tz),
+            _appointment(lead, now, tz),
+            _job(lead, tz),
             _payment(lead),
         ],
     )

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agents.notify import member_notify
 from agents.routing.eligibility import Candidate, owner_candidates, setters_of
+from agents.routing.next_action import next_action_set
 from crm.models import Lead, LeadException, TeamMember
 from crm.selectors import business_manager
 from crm.services import lead_sync
@@ -124,3 +125,21 @@ def _manager_queue(lead: Lead, candidates: list[Candidate], *, reason: str) -> t
         )
     member_notify(manager, f"Lead {lead.public_id} needs an owner", f"{reason}: {queue_reason}")
     return lead.owner if lead.owner_id else manager, MANAGER_QUEUE
+
+
+@transaction.atomic
+def lead_reassign(lead: Lead, owner: TeamMember, *, actor: str, reason: str) -> Lead:
+    """A leader gives the lead to another team member (CRM Sync's assign):
+    its open next action moves with it, and a lead the manager queue held
+    leaves the queue. Raises lead_sync.LeadSyncError for an owner from
+    another business, an inactive one, or the one it has."""
+    saved = lead_sync.lead_assign(lead, owner, actor=actor, reason=reason)
+    if LeadException.NO_ELIGIBLE_OWNER in saved.exceptions:
+        lead_sync.lead_flag_exception(
+            saved, LeadException.NO_ELIGIBLE_OWNER, actor=actor, reason="a person chose the owner", present=False
+        )
+        lead_sync.lead_set_routing_reason(saved, "", actor=actor)
+    task = saved.tasks.filter(kind="next_action", status="open").first()
+    if task is not None and task.owner_id != owner.pk:
+        next_action_set(saved, task.title, task.due_at, actor=actor, reason=reason, owner=owner)
+    return saved

@@ -14,6 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from agents.routing.reached import lead_reached
 from crm.models import CLOSED_STAGES, Lead, Stage, Task, TeamMember
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
@@ -176,9 +177,7 @@ def task_complete(
         after={"status": "done", "outcome": outcome},
     )
     if reached:
-        lead_sync.lead_record_first_contact(lead, now, actor=actor, how=f"task {task.public_id}: {outcome}")
-        if lead.stage in (Stage.NEW, Stage.ASSIGNED):
-            lead_sync.lead_transition(lead, Stage.CONTACTED, actor=actor, reason=outcome)
+        lead_reached(lead, actor=actor, how=f"task {task.public_id}: {outcome}", reason=outcome, at=now)
     if terminal_stage:
         lead_sync.lead_close(lead, terminal_stage, actor=actor, reason=outcome, lost_reason=lost_reason)
         return None

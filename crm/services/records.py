@@ -19,6 +19,7 @@ from django.utils import timezone
 from crm.models import (
     Appointment,
     Business,
+    Call,
     Contact,
     ContactPoint,
     ContactPointKind,
@@ -255,6 +256,23 @@ def _record(model: Any, *, lead: Lead, actor: str, action: str, **fields: Any) -
 def appointment_record(*, lead: Lead, starts_at: datetime, ends_at: datetime, actor: str, **fields: Any) -> Appointment:
     return _record(
         Appointment, lead=lead, actor=actor, action="appointment.booked", starts_at=starts_at, ends_at=ends_at, **fields
+    )
+
+
+@transaction.atomic
+def call_record(*, lead: Lead, actor: str, direction: str, status: str, started_at: datetime, **fields: Any) -> Call:
+    """A call a person logged by hand (not one the phone system reported),
+    with its receipt naming who logged it."""
+    fields.setdefault("contact", lead.contact)
+    return _record(
+        Call,
+        lead=lead,
+        actor=actor,
+        action="call.logged",
+        direction=direction,
+        status=status,
+        started_at=started_at,
+        **fields,
     )
 
 

@@ -1,4 +1,6 @@
-"""A setter answers a lead from the copilot in a real browser."""
+"""A setter answers a lead with the copilot — now the workspace's thread —
+in a real browser, reached from the lead's page in the back office and
+from the copilot's old address."""
 
 from __future__ import annotations
 
@@ -40,19 +42,24 @@ def test_a_setter_sends_the_suggested_reply_and_a_risky_edit_waits_for_a_manager
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.goto(f"{live_server.url}/admin/crm/lead/{lead.pk}/change/")
-    page.click("#open-copilot")
-    page.wait_for_selector("#copilot")
-    assert page.inner_text("[data-channel=sms]") == "sms: granted"
+    page.click("#open-thread")
+    page.wait_for_selector("#composer")
+    assert "sms to +12125550147: yes, form_disclosure" in page.inner_text("[data-key=may_contact]")
     assert page.input_value("#id_body") == "Hi Rosa, this is Acme. We got your request. Reply STOP to opt out."
 
     page.click("#send-reply")
-    page.wait_for_selector("text=dry_run")
+    page.wait_for_selector("#send-verdict >> text=Recorded, not sent (dry run)")
     sent = Message.objects.get(direction="out")
-    assert (sent.status, sent.actor, sent.automated) == ("dry_run", "sam", False)
+    assert (sent.status, sent.actor, sent.automated, sent.template_key) == ("dry_run", "sam", False, "ack_sms")
 
     page.fill("#id_body", "We can do it for $199 tomorrow by 9am, guaranteed.")
     page.click("#send-reply")
-    page.wait_for_selector("text=pending_approval")
+    page.wait_for_selector("#send-verdict >> text=Waiting for approval")
     risky = Message.objects.filter(direction="out").order_by("-pk").first()
     assert risky.status == "pending_approval"
     assert ApprovalRequest.objects.get(kind="message_draft").payload["message"] == risky.public_id
+
+    # The copilot's old address lands on the same thread.
+    page.goto(f"{live_server.url}/admin/leads/{lead.public_id}/copilot/")
+    page.wait_for_url(f"**/app/leads/{lead.public_id}/")
+    assert page.locator(f"#conversation #{risky.public_id}").count() == 1
