@@ -168,6 +168,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
+    "leadops.middleware.ViewerTimezoneMiddleware",
     "leadops.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login refused for too many failures into a 429 page.
@@ -188,6 +189,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "leadops.context_processors.back_office",
             ],
         },
     },

@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from agents.consent.policy import CONVERSATION_WINDOW, consent_decide
 from agents.reporting.sql import without_jit
+from crm.localtime import when
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -116,7 +117,8 @@ def _ask(key: str, answer: str, ok: bool, evidence: Iterable[str] = ()) -> Answe
 
 
 def _when(at: datetime | None) -> str:
-    return f"{at:%Y-%m-%d %H:%M} UTC" if at else "—"
+    # In the active zone: the reader's on the trace page, UTC for the API.
+    return when(at)
 
 
 def _source(lead: Lead) -> Answer:
