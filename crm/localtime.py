@@ -18,8 +18,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 MINUTE = "%Y-%m-%d %H:%M"
-# A time some stored text spells in UTC (Pipeline QA's details are written in SQL so).
+# Times stored text spells: "2026-03-10 15:00 UTC" (Pipeline QA's details, some
+# receipt reasons) and ISO 8601 instants with an offset (a receipt's values).
 _UTC_IN_TEXT = re.compile(r"\b(\d{4}-\d{2}-\d{2} \d{2}:\d{2}) UTC\b")
+_ISO_IN_TEXT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})")
 
 
 def zone_or_none(name: str) -> ZoneInfo | None:
@@ -61,12 +63,15 @@ def when(at: datetime | None, fmt: str = MINUTE, zone: tzinfo | None = None) -> 
     return f"{local:{fmt}} {local.tzname()}"
 
 
-def utc_text_localized(text: str, zone: tzinfo | None = None) -> str:
-    """Stored text with its "2026-03-10 15:00 UTC" times rewritten into `zone`
-    (default the active zone): the record keeps UTC, the reader sees theirs."""
+def stored_times_localized(text: str, zone: tzinfo | None = None) -> str:
+    """Stored text with its times rewritten into `zone` (default the active
+    zone), each with the zone's abbreviation: the record keeps what it
+    wrote, the reader sees their clock."""
 
-    def local(match: re.Match[str]) -> str:
-        at = datetime.strptime(match.group(1), MINUTE).replace(tzinfo=UTC)
-        return when(at, zone=zone)
+    def utc(match: re.Match[str]) -> str:
+        return when(datetime.strptime(match.group(1), MINUTE).replace(tzinfo=UTC), zone=zone)
 
-    return _UTC_IN_TEXT.sub(local, text)
+    def iso(match: re.Match[str]) -> str:
+        return when(datetime.fromisoformat(match.group(0)), zone=zone)
+
+    return _ISO_IN_TEXT.sub(iso, _UTC_IN_TEXT.sub(utc, text))

@@ -1,14 +1,14 @@
-"""`{{ text|local_times }}`: stored text's UTC times shown in the reader's zone."""
+"""`{{ text|local_times }}`: the times in stored text, shown in the reader's zone."""
 
 from __future__ import annotations
 
 from django import template
 
-from crm.localtime import utc_text_localized
+from crm.localtime import stored_times_localized
 
 register = template.Library()
 
 
 @register.filter
 def local_times(text: str) -> str:
-    return utc_text_localized(str(text))
+    return stored_times_localized(str(text))

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.reporting.brief import brief_build, brief_text
-from crm.localtime import utc_text_localized, when
+from crm.localtime import stored_times_localized, when
 from crm.models import Business, Role, Task, TeamMember
 from crm.selectors import viewer_zone
 from crm.services.business_file import BusinessFileError, business_file_load
@@ -196,6 +196,10 @@ def test_stored_utc_text_is_shown_on_the_readers_clock():
 
     chicago = ZoneInfo("America/Chicago")
     text = "sms sending since 2026-01-15 15:30 UTC, 1 dispatch attempt(s)"
-    assert utc_text_localized(text, chicago) == "sms sending since 2026-01-15 09:30 CST, 1 dispatch attempt(s)"
+    assert stored_times_localized(text, chicago) == "sms sending since 2026-01-15 09:30 CST, 1 dispatch attempt(s)"
+    receipt = "next_action_due_at: None → 2026-01-15T15:30:00.123Z; starts_at: 2026-01-15T09:30:00-06:00"
+    assert stored_times_localized(receipt, chicago) == (
+        "next_action_due_at: None → 2026-01-15 09:30 CST; starts_at: 2026-01-15 09:30 CST"
+    )
     assert when(INSTANT, zone=ZoneInfo("America/Denver")) == "2026-01-15 08:30 MST"
     assert when(None) == "—"
