@@ -29,6 +29,7 @@ from django.utils import timezone
 from approvals.handlers import approval_handlers_for
 from approvals.kinds import PINNED_KEYS, approval_edit_serializer
 from approvals.models import ApprovalRequest
+from crm.localtime import when
 from crm.models import Business, ContactPoint, ContactPointKind, Estimate, Lead, Message
 from crm.permissions import can
 from crm.services.receipts import receipt_write
@@ -226,7 +227,7 @@ def _refuse_unless_pending(request: ApprovalRequest, now: datetime) -> None:
         who = f" by {decided_by}" if decided_by else ""
         raise ApprovalNotPending(f"{request.public_id} is already {request.status}{who}")
     if request.expires_at is not None and request.expires_at <= now:
-        raise ApprovalNotPending(f"{request.public_id} expired at {request.expires_at.isoformat()}")
+        raise ApprovalNotPending(f"{request.public_id} expired at {when(request.expires_at)}")
 
 
 def _lock_first(request: ApprovalRequest) -> None:

@@ -22,6 +22,7 @@ from django.utils.html import format_html
 
 from crm import models as m
 from crm.admin_forget import contact_forget_action
+from crm.localtime import when
 from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
@@ -203,7 +204,7 @@ class AssignForm(forms.Form):
 
 class NextActionForm(forms.Form):
     next_action = forms.CharField(max_length=300)
-    due_at = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 15:00")
+    due_at = forms.DateTimeField(help_text="Your time zone (named at the top of the page), e.g. 2026-12-01 15:00")
     reason = forms.CharField(max_length=300)
 
 
@@ -455,7 +456,7 @@ def _touch_summary(touch: m.LeadTouch | None) -> str:
         return "—"
     where = touch.source.key if touch.source else touch.provider
     campaign = f", campaign {touch.campaign_id}" if touch.campaign_id else ""
-    return f"{touch.received_at:%Y-%m-%d %H:%M} UTC · {touch.channel} via {where}{campaign}"
+    return f"{when(touch.received_at)} · {touch.channel} via {where}{campaign}"
 
 
 class ContactPointInline(admin.TabularInline):

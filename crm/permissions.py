@@ -95,6 +95,10 @@ class Membership:
     member_id: int
     business_id: int
     role: str
+    # The member's own time zone, and their business's (read here so that
+    # the viewer's zone costs no query of its own: crm.selectors.viewer_zone).
+    timezone: str = ""
+    business_timezone: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,9 @@ def grants_for(user: Any) -> Grants:
     if user.is_superuser:
         grants = Grants(everything=True, memberships=())
     else:
-        rows = TeamMember.objects.filter(user=user, is_active=True).values_list("pk", "business_id", "role")
+        rows = TeamMember.objects.filter(user=user, is_active=True).values_list(
+            "pk", "business_id", "role", "timezone", "business__timezone"
+        )
         grants = Grants(everything=False, memberships=tuple(Membership(*row) for row in rows.order_by("pk")))
     user._leadops_grants = grants
     return grants

@@ -15,10 +15,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 
+from crm.localtime import when, zone_or_none
 from crm.models import (
     Appointment,
     Contact,
@@ -61,6 +64,34 @@ def scope_for(user: Any, permission: str = "lead.view") -> Scope:
         setter_member_ids=frozenset(m.member_id for m in rows if m.role == Role.SETTER),
         technician_member_ids=frozenset(m.member_id for m in rows if m.role == Role.TECHNICIAN),
     )
+
+
+def viewer_zone(user: Any) -> ZoneInfo:
+    """The zone `user` reads times in: their own (a membership's `timezone`),
+    else the business's of their first active membership, else the server's
+    (settings.TIME_ZONE: an operator on no team, anyone signed out).
+
+    No query of its own for a team member: the memberships are the grants
+    every page reads anyway."""
+    grants = grants_for(user)
+    if grants.everything:
+        # An operator's grants skip the memberships; they may still be on a team.
+        rows = list(
+            TeamMember.objects.filter(user=user, is_active=True)
+            .order_by("pk")
+            .values_list("timezone", "business__timezone")
+        )
+    else:
+        rows = [(m.timezone, m.business_timezone) for m in grants.memberships]
+    own = next((z for z in (zone_or_none(name) for name, _ in rows) if z is not None), None)
+    zone = own or (zone_or_none(rows[0][1]) if rows else None)
+    return zone or timezone.get_default_timezone()
+
+
+def member_zone(member: TeamMember) -> ZoneInfo:
+    """The zone a notice to `member` speaks (an email, their brief): their
+    own, else their business's."""
+    return zone_or_none(member.timezone) or zone_or_none(member.business.timezone) or timezone.get_default_timezone()
 
 
 def lead_visibility_q(scope: Scope, prefix: str = "") -> Q:
@@ -270,7 +301,7 @@ def lead_timeline(lead: Lead) -> list[TimelineEntry]:
                 "task",
                 task.public_id,
                 f"task ({task.status}): {task.title}",
-                f"due {task.due_at:%Y-%m-%d %H:%M} UTC",
+                f"due {when(task.due_at)}",
             )
         )
     for a in lead.appointments.all():
@@ -280,7 +311,7 @@ def lead_timeline(lead: Lead) -> list[TimelineEntry]:
                 "appointment",
                 a.public_id,
                 f"appointment {a.status}",
-                f"{a.starts_at:%Y-%m-%d %H:%M}–{a.ends_at:%H:%M} UTC",
+                f"{timezone.localtime(a.starts_at):%Y-%m-%d %H:%M}–{when(a.ends_at, '%H:%M')}",
             )
         )
     for e in lead.estimates.all():

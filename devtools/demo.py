@@ -3,7 +3,9 @@
 It loads `demo/acme-hvac.yaml` through the business file loader, gives the
 team demo logins, and builds a realistic book of leads, one or more in every
 stage, entirely through the record and CRM Sync services, so each step has its
-receipt and the chain verifies.
+receipt and the chain verifies. Each lead has a story told by its people over
+the days it took (`PEOPLE`): texts both ways, Instagram messages, calls that
+connected, voicemails and missed calls, notes; some of it in Spanish.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from django.utils import timezone
 
 from crm.models import (
     Business,
+    Call,
     ContactPointKind,
     Estimate,
     Invoice,
@@ -30,9 +33,11 @@ from crm.models import (
     Message,
     MessageTemplate,
     Stage,
+    Task,
     TeamMember,
 )
 from crm.services.business_file import BusinessLoadResult, business_file_load
+from crm.services.consent import consent_record
 from crm.services.lead_sync import (
     lead_assign,
     lead_flag_exception,
@@ -40,6 +45,7 @@ from crm.services.lead_sync import (
     lead_set_routing_reason,
     lead_transition,
 )
+from crm.services.receipts import receipt_write
 from crm.services.records import (
     appointment_record,
     contact_create,
@@ -50,6 +56,7 @@ from crm.services.records import (
     payment_record,
     refund_record,
     task_create,
+    tasks_close,
 )
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
@@ -111,7 +118,9 @@ def _logins_ensure(business: Business) -> list[DemoLogin]:
         if not user.is_staff:
             user.is_staff = True
             changed.append("is_staff")
-        if not user.check_password(password):
+        # A fresh user's password is unusable; checking one still costs a full
+        # hash (Django evens out timing), a second a user on a slow machine.
+        if not user.has_usable_password() or not user.check_password(password):
             user.set_password(password)
             changed.append("password")
         if changed:
@@ -121,6 +130,31 @@ def _logins_ensure(business: Business) -> list[DemoLogin]:
 
 
 # --- records ------------------------------------------------------------------
+
+
+# When something happened: minutes ago (today's news), or (days from today,
+# "HH:MM") on the business's clock (history; days < 0).
+When = int | tuple[int, str]
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One thing in a lead's history, as its people wrote it.
+
+    kinds: `in` (the person texts), `dm` (the person writes on Instagram),
+    `ack` (the approved acknowledgement, automated), `out` (a team member
+    texts), `email` (a team member emails; `subject` first), `call` (a team
+    member's call that connected; `text` is the call's summary), `voicemail`
+    (one that reached voicemail), `missed` (the person called and nobody
+    answered: a call-back task), `note` (a team member's note: a task done with
+    its outcome, `title` first)."""
+
+    at: When
+    kind: str
+    text: str = ""
+    by: str = ""  # a team member's username; default the lead's setter
+    seconds: int = 0
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,12 +170,30 @@ class _Person:
     stage: str
     amount: Decimal = Decimal("0.00")  # the estimate, where there is one
     refund: Decimal = Decimal("0.00")
+    arrived: When = 60
+    story: tuple[_Line, ...] = ()
+    notes: str = ""  # what the team keeps on the contact
 
 
-# One lead per stage (two won: one with a partial refund), spread over both setters.
+def _l(at: When, kind: str, text: str = "", **more: Any) -> _Line:
+    return _Line(at, kind, text, **more)
+
+
+# One lead per stage (two won: one with a partial refund, and a second engaged
+# one), spread over both setters; people who write differently, some in Spanish.
 PEOPLE = [
     _Person(
-        "Nora", "Quinn", "+13125550121", "60614", "hvac", "site", "Furnace bangs when it starts up.", None, Stage.NEW
+        "Nora",
+        "Quinn",
+        "+13125550121",
+        "60614",
+        "hvac",
+        "site",
+        "Furnace bangs when it starts up.",
+        None,
+        Stage.NEW,
+        arrived=25,
+        story=(_l(12, "missed"),),
     ),
     _Person(
         "Omar",
@@ -153,6 +205,11 @@ PEOPLE = [
         "Water heater leaking in the basement.",
         "sam",
         Stage.ASSIGNED,
+        arrived=95,
+        story=(
+            _l(70, "missed"),
+            _l(64, "in", "Hi, I just tried calling. Water is pooling under the heater, can someone come today?"),
+        ),
     ),
     _Person(
         "Priya",
@@ -164,8 +221,47 @@ PEOPLE = [
         "Quote for a new heat pump.",
         "sara",
         Stage.CONTACTED,
+        arrived=(-1, "16:40"),
+        story=(
+            _l((-1, "16:41"), "ack"),
+            _l((-1, "17:05"), "voicemail", "Left a voicemail: asked for a good time to talk about the heat pump."),
+            _l(
+                (-1, "17:07"),
+                "out",
+                "Hi Priya, Sara from Acme Heating & Air. I just left you a voicemail about "
+                "your heat pump quote. When is a good time to talk?",
+            ),
+        ),
     ),
-    _Person("Lucas", "Meyer", "+13125550124", "60640", "hvac", "fb", "AC blows warm air.", "sam", Stage.ENGAGED),
+    _Person(
+        "Lucas",
+        "Meyer",
+        "+13125550124",
+        "60640",
+        "hvac",
+        "fb",
+        "AC blows warm air.",
+        "sam",
+        Stage.ENGAGED,
+        arrived=(-2, "11:20"),
+        story=(
+            _l((-2, "11:21"), "ack"),
+            _l((-2, "12:02"), "in", "It's a Carrier, maybe 12 years old. Blowing warm air since Saturday."),
+            _l(
+                (-2, "12:10"),
+                "out",
+                "Thanks Lucas. When the thermostat calls for cooling, is the fan on the outside unit spinning?",
+            ),
+            _l((-1, "08:15"), "in", "Fan spins but sounds weak. Also there's ice on the copper line??"),
+            _l(
+                (-1, "08:31"),
+                "out",
+                "Ice on the line usually means an airflow or refrigerant problem, worth a "
+                "visit. Are mornings good for you?",
+            ),
+            _l(150, "in", "mornings work. thursday if you can"),
+        ),
+    ),
     _Person(
         "Grace",
         "Kim",
@@ -176,17 +272,62 @@ PEOPLE = [
         "Kitchen drain keeps clogging.",
         "sara",
         Stage.QUALIFIED,
+        arrived=(-3, "09:05"),
+        story=(
+            _l((-3, "09:06"), "ack"),
+            _l((-3, "09:40"), "in", "Kitchen sink backs up every week. We've tried Drano twice."),
+            _l(
+                (-3, "10:02"), "out", "Sorry to hear that, Grace. Do you own the home, and is it only the kitchen sink?"
+            ),
+            _l(
+                (-3, "12:18"),
+                "in",
+                "We own it. Only the kitchen, but the basement floor drain gurgles when the dishwasher runs.",
+            ),
+            _l(
+                (-2, "10:30"),
+                "call",
+                "Went through the symptoms: likely a partial blockage in the main line. "
+                "She wants a camera inspection, weekday mornings.",
+                seconds=312,
+            ),
+            _l(
+                (-2, "10:36"),
+                "note",
+                "Owner-occupied two-flat; main line suspected; wants a camera inspection, mornings only.",
+                title="Qualify the drain job",
+            ),
+        ),
+        notes="Two-flat; the cleanout is in the basement behind the laundry.",
     ),
     _Person(
         "Diego",
-        "Ramirez",
+        "Ramírez",
         "+13125550126",
         "60608",
         "hvac",
         "gads-main",
         "Furnace tune-up before winter.",
-        "sam",
+        "sara",
         Stage.BOOKED,
+        arrived=(-4, "18:30"),
+        story=(
+            _l((-4, "18:31"), "ack"),
+            _l(
+                (-4, "19:02"),
+                "in",
+                "Hola, ¿hacen mantenimiento de calefacción? Quiero revisar el calentador antes del invierno.",
+            ),
+            _l(
+                (-3, "08:12"),
+                "out",
+                "¡Hola Diego! Soy Sara de Acme. Sí, claro. Tenemos visitas por la mañana "
+                "(9 a 11) o por la tarde (1 a 3). ¿Qué prefiere?",
+            ),
+            _l((-3, "08:40"), "in", "Por la mañana, por favor."),
+            _l((-3, "08:52"), "out", "Listo, Diego. Le llega un mensaje con la fecha y la hora de la visita."),
+        ),
+        notes="Prefiere español. Entrada por el callejón.",
     ),
     _Person(
         "Hannah",
@@ -196,8 +337,29 @@ PEOPLE = [
         "hvac",
         "ig",
         "Thermostat not reaching set temperature.",
-        "sara",
+        "sam",
         Stage.NO_SHOW,
+        arrived=(-5, "20:15"),
+        story=(
+            _l(
+                (-5, "20:15"),
+                "dm",
+                "Hi! Our thermostat says 68 but upstairs is freezing. Do you service Nest thermostats?",
+            ),
+            _l(
+                (-4, "08:30"),
+                "out",
+                "Hi Hannah, Sam from Acme Heating & Air. Yes, and it is often airflow rather "
+                "than the thermostat. Want a visit? Afternoons 1 to 3 are open.",
+            ),
+            _l((-4, "09:10"), "in", "Afternoon is great, thanks!"),
+            _l((-1, "13:25"), "note", "Rang twice, nobody home; left a door hanger.", by="tom", title="Visit"),
+            _l(
+                (-1, "13:40"),
+                "out",
+                "Hi Hannah, Tom stopped by at 1:00 but nobody was home. Want to pick another time?",
+            ),
+        ),
     ),
     _Person(
         "Ethan",
@@ -209,6 +371,26 @@ PEOPLE = [
         "Replace a 40-gallon water heater.",
         "sam",
         Stage.APPOINTMENT_HELD,
+        arrived=(-3, "10:10"),
+        story=(
+            _l((-3, "10:11"), "ack"),
+            _l((-3, "10:45"), "in", "It's a gas 40 gallon from 2009. Water is only lukewarm now."),
+            _l(
+                (-3, "11:00"),
+                "out",
+                "Thanks Ethan. At 15+ years replacing usually beats repairing. Tom can look "
+                "at it and give you options. Mornings or afternoons?",
+            ),
+            _l((-3, "11:20"), "in", "Mornings"),
+            _l(
+                (-1, "10:55"),
+                "note",
+                "Tank corroded at the base, relief valve weeping. Recommend a 50-gallon "
+                "replacement; estimate to follow.",
+                by="tom",
+                title="Visit",
+            ),
+        ),
     ),
     _Person(
         "Maya",
@@ -221,6 +403,33 @@ PEOPLE = [
         "sara",
         Stage.ESTIMATE_SENT,
         Decimal("8450.00"),
+        arrived=(-9, "14:00"),
+        story=(
+            _l((-9, "14:01"), "ack"),
+            _l((-9, "14:30"), "in", "Two-flat, both units need central air. Ductwork exists upstairs only."),
+            _l(
+                (-9, "15:02"),
+                "out",
+                "Got it, Maya. Tom can measure both units. Would a weekday morning work for a visit?",
+            ),
+            _l((-9, "15:10"), "in", "Yes, mornings."),
+            _l(
+                (-5, "16:01"),
+                "email",
+                "Your estimate from Acme Heating & Air\n\nHi Maya,\n\nHere is the estimate "
+                "for central air in both units, as Tom measured them. Reply with any question.\n\nSara",
+            ),
+            _l(
+                (-4, "19:22"),
+                "in",
+                "Got the estimate, thanks. Does it include the permit and hauling away the old window units?",
+            ),
+            _l(
+                (-3, "09:05"),
+                "out",
+                "It includes the permit and the haul-away. Happy to walk you through it by phone anytime.",
+            ),
+        ),
     ),
     _Person(
         "Robert",
@@ -233,10 +442,28 @@ PEOPLE = [
         "sam",
         Stage.WON,
         Decimal("12400.00"),
+        arrived=(-10, "08:50"),
+        story=(
+            _l((-10, "08:51"), "ack"),
+            _l(
+                (-10, "09:05"),
+                "call",
+                "22-year-old furnace and AC; another company found a cracked heat "
+                "exchanger. Wants both replaced together.",
+                seconds=540,
+            ),
+            _l((-4, "10:02"), "in", "Let's do it. When can your crew start?"),
+            _l(
+                (-4, "10:15"),
+                "out",
+                "Great news, Robert! Tom's crew will be there at 8 a.m.; we'll text you the day before.",
+            ),
+            _l((-3, "17:40"), "in", "Crew was great and the house is warm again. Thank you!"),
+        ),
     ),
     _Person(
         "Linda",
-        "Garcia",
+        "García",
         "+13125550131",
         "60616",
         "plumbing",
@@ -246,6 +473,21 @@ PEOPLE = [
         Stage.WON,
         Decimal("1850.00"),
         Decimal("150.00"),
+        arrived=(-11, "13:15"),
+        story=(
+            _l((-11, "13:16"), "ack"),
+            _l((-11, "13:30"), "in", "¿Cuánto cuesta cambiar la bomba de sumidero? La mía hace mucho ruido."),
+            _l(
+                (-11, "13:40"),
+                "out",
+                "Hola Linda, soy Sara de Acme. La visita es gratis y el técnico le da el "
+                "precio exacto. ¿Le queda bien una mañana de esta semana?",
+            ),
+            _l((-11, "14:05"), "in", "Sí, por la mañana. ¿Me puedo quedar con la bomba vieja? Mi hijo la recicla."),
+            _l((-11, "14:12"), "out", "¡Claro que sí! Se lo anoto al técnico."),
+            _l((-2, "12:30"), "in", "Muchas gracias, todo funciona perfecto."),
+        ),
+        notes="Habla español. Se queda con la bomba vieja (la recicla su hijo).",
     ),
     _Person(
         "Kevin",
@@ -257,6 +499,22 @@ PEOPLE = [
         "Second opinion on a cracked heat exchanger.",
         "sam",
         Stage.LOST,
+        arrived=(-7, "17:45"),
+        story=(
+            _l((-7, "17:46"), "ack"),
+            _l(
+                (-7, "18:10"),
+                "in",
+                "Another company says my heat exchanger is cracked and quoted $3,900. Can you take a look?",
+            ),
+            _l(
+                (-7, "18:25"),
+                "out",
+                "Happy to give a second opinion, Kevin. We can't quote without seeing it. "
+                "Would tomorrow afternoon work?",
+            ),
+            _l((-6, "09:30"), "in", "Thanks, but we decided to go with them. Appreciate it."),
+        ),
     ),
     _Person(
         "Tina",
@@ -268,9 +526,53 @@ PEOPLE = [
         "Bathroom remodel plumbing.",
         "sara",
         Stage.DISQUALIFIED,
+        arrived=(-5, "10:00"),
+        story=(
+            _l((-5, "10:20"), "in", "Do you cover Indianapolis? We're redoing our bathroom."),
+            _l((-5, "10:34"), "out", "Sorry Tina, we only work in the Chicago area. Good luck with the remodel!"),
+        ),
     ),
     _Person(
-        "Marcus", "Lee", "+13125550134", "60660", "hvac", "ig", "Ductless mini-split quote.", "sam", Stage.UNRESPONSIVE
+        "Marcus",
+        "Lee",
+        "+13125550134",
+        "60660",
+        "hvac",
+        "ig",
+        "Ductless mini-split quote.",
+        "sam",
+        Stage.UNRESPONSIVE,
+        arrived=(-15, "21:10"),
+        story=(
+            _l((-15, "21:10"), "dm", "how much for a mini split"),
+            _l(
+                (-14, "09:00"),
+                "out",
+                "Hi Marcus, Sam from Acme Heating & Air. Happy to help with a mini-split. How many rooms?",
+            ),
+            _l((-13, "12:00"), "voicemail", "Left a voicemail about the mini-split quote."),
+            _l((-12, "16:30"), "out", "Still interested in a mini-split quote? Reply anytime."),
+            _l((-10, "11:00"), "voicemail", "Second voicemail; no reply to two texts."),
+        ),
+    ),
+    _Person(
+        "Sofía",
+        "Torres",
+        "+13125550135",
+        "60623",
+        "hvac",
+        "ig",
+        "Minisplit para un departamento.",
+        "sara",
+        Stage.ENGAGED,
+        arrived=300,
+        story=(
+            _l(300, "dm", "¡Hola! Vi su anuncio. ¿Instalan minisplits? Mi departamento no tiene aire."),
+            _l(
+                281, "out", "¡Hola Sofía! Soy Sara de Acme. Sí, instalamos minisplits. ¿Cuántos cuartos quiere enfriar?"
+            ),
+            _l(35, "dm", "Dos cuartos y la sala. ¿Pueden venir a ver el espacio?"),
+        ),
     ),
 ]
 
@@ -356,6 +658,14 @@ TOUCHES: dict[str, dict[str, Any]] = {
 }
 
 
+# The sources whose forms carry a consent box the person ticked.
+CONSENT_SOURCES = {"site", "gads-main", "tf-quote", "fb"}
+CONSENT_TEXT = (
+    "By ticking this box you agree that Acme Heating & Air may call and text you about your request. "
+    "Reply STOP to opt out."
+)
+
+
 class _Builder:
     """Builds the demo book for one business; `now` fixes the clock once."""
 
@@ -371,12 +681,21 @@ class _Builder:
         self.templates = {t.key: t for t in MessageTemplate.objects.filter(business=business)}
         self.invoice_number = 1000
 
-    def at(self, days: int, hour: int) -> datetime:
-        """A wall-clock hour in the business's zone, `days` from today."""
+    def at(self, days: int, hour: int, minute: int = 0) -> datetime:
+        """A wall-clock time in the business's zone, `days` from today."""
         day = self.now.astimezone(self.zone).date() + timedelta(days=days)
-        return datetime(day.year, day.month, day.day, hour, tzinfo=self.zone)
+        return datetime(day.year, day.month, day.day, hour, minute, tzinfo=self.zone)
 
-    def lead(self, index: int, person: _Person) -> Lead:
+    def when(self, when: When) -> datetime:
+        if isinstance(when, int):
+            return self.now - timedelta(minutes=when)
+        days, clock = when
+        hour, minute = (int(part) for part in clock.split(":"))
+        # History only: a clock time later than now would be a future past.
+        return min(self.at(days, hour, minute), self.now - timedelta(minutes=1))
+
+    def lead(self, person: _Person) -> Lead:
+        arrived = self.when(person.arrived)
         contact = contact_create(
             business=self.business,
             actor=ACTOR,
@@ -385,6 +704,7 @@ class _Builder:
             phones=[person.phone],
             emails=[f"{person.first}.{person.last}@example.com".lower().replace("'", "")],
             postal_code=person.postal_code,
+            notes=person.notes,
         )
         source = self.sources.get(person.source)
         lead = lead_open(
@@ -394,8 +714,10 @@ class _Builder:
             request_text=person.request,
             source=source,
             touch=dict(TOUCHES.get(person.source, {"channel": "form"})),
-            received_at=self.now - timedelta(hours=2 * index + 1),
+            received_at=arrived,
         )
+        if person.source in CONSENT_SOURCES:
+            self.consent(lead, TOUCHES[person.source], arrived)
         if person.setter:
             lead_assign(lead, self.team[person.setter], actor=ACTOR, reason="demo: round-robin between the setters")
         else:
@@ -404,6 +726,8 @@ class _Builder:
             lead_set_routing_reason(lead, why, actor=ACTOR)
             lead_flag_exception(lead, LeadException.NO_ELIGIBLE_OWNER, actor=ACTOR, reason=why)
             lead_assign(lead, self.team["mia"], actor=ACTOR, reason=f"manager_queue: {why}", advance=False)
+        for n, line in enumerate(person.story):
+            self.happened(lead, person, n, line)
         for stage in PATHS[person.stage]:
             self.before_stage(lead, person, stage)
             lead_transition(lead, stage, actor=person.setter or ACTOR, reason=REASONS[stage])
@@ -416,21 +740,63 @@ class _Builder:
             task_create(lead=lead, title=action, due_at=due_at, actor=person.setter or ACTOR)
         return lead
 
+    def consent(self, lead: Lead, touch: dict[str, Any], at: datetime) -> None:
+        """The form's ticked box: calls and texts about the request."""
+        point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
+        if point is None:
+            return
+        evidence = {"text_shown": CONSENT_TEXT, "checkbox_value": "yes", "page_url": touch.get("landing_page", "")}
+        for channel in ("sms", "voice"):
+            consent_record(
+                contact_point=point,
+                channel=channel,
+                granted=True,
+                basis="form_disclosure",
+                actor=ACTOR,
+                evidence={**evidence, "at": at.isoformat()},
+                at=at,
+            )
+
+    def happened(self, lead: Lead, person: _Person, n: int, line: _Line) -> None:
+        """One line of the lead's story, at its time, by its person."""
+        at = self.when(line.at)
+        by = line.by or person.setter or "mia"
+        key = f"demo:{lead.public_id}:{n}"
+        if line.kind == "ack":
+            status = Message.Status.DRY_RUN if person.stage == Stage.CONTACTED else Message.Status.DELIVERED
+            self.message_out(lead, self.acknowledgement(lead), at, key, status=status, template_key="ack_sms")
+        elif line.kind == "out":
+            self.message_out(lead, line.text, at, key, actor=by)
+        elif line.kind == "email":
+            subject, _, body = line.text.partition("\n\n")
+            email = lead.contact.points.filter(kind=ContactPointKind.EMAIL).first()
+            self.message_out(
+                lead, body, at, key, actor=by, channel="email", subject=subject, to=email.value if email else ""
+            )
+        elif line.kind in ("in", "dm"):
+            self.message_in(lead, line.text, at, channel="sms" if line.kind == "in" else "dm")
+        elif line.kind in ("call", "voicemail"):
+            self.call_out(lead, line, at, by)
+        elif line.kind == "missed":
+            self.call_missed(lead, at)
+        elif line.kind == "note":
+            member = self.team[by]
+            task = task_create(lead=lead, title=line.title, due_at=at, actor=by, kind=Task.Kind.FOLLOW_UP, owner=member)
+            tasks_close(lead, Task.objects.filter(pk=task.pk), actor=by, outcome=line.text)
+        else:
+            raise ValueError(f"unknown story line kind {line.kind!r}")
+
     def before_stage(self, lead: Lead, person: _Person, stage: str) -> None:
         """The records that make a stage true, written just before the move."""
         actor = person.setter or ACTOR
         tech = self.team.get("tom")
-        if stage == Stage.CONTACTED:
-            self.message_out(
-                lead, "ack_sms", Message.Status.DRY_RUN if person.stage == Stage.CONTACTED else Message.Status.DELIVERED
-            )
-        elif stage == Stage.ENGAGED:
-            self.message_in(lead, "Yes please, mornings work best for me.")
-        elif stage == Stage.BOOKED:
+        if stage == Stage.BOOKED:
             if person.stage == Stage.BOOKED:
                 start, status = self.at(2, 9), "scheduled"
             elif person.stage == Stage.NO_SHOW:
                 start, status = self.at(-1, 13), "no_show"
+            elif person.stage == Stage.APPOINTMENT_HELD:
+                start, status = self.at(-1, 9), "held"
             else:
                 start, status = self.at(-6, 9), "held"
             appointment_record(
@@ -498,46 +864,125 @@ class _Builder:
                 reason="Disposal fee waived: the old pump was recycled by the customer",
             )
 
-    def message_out(self, lead: Lead, template_key: str, status: str) -> Message:
-        template = self.templates[template_key]
+    def acknowledgement(self, lead: Lead) -> str:
+        template = self.templates["ack_sms"]
         owner = lead.owner.display_name.split()[0] if lead.owner and lead.owner.display_name else "our team"
-        body = template.body.format_map(
+        return template.body.format_map(
             _Blanks(first_name=lead.contact.first_name, business=self.business.name, owner_first_name=owner)
         )
-        sent_at = self.now - timedelta(minutes=30)
+
+    def message_out(
+        self,
+        lead: Lead,
+        body: str,
+        at: datetime,
+        key: str,
+        *,
+        status: str = Message.Status.DELIVERED,
+        actor: str = ACTOR,
+        channel: str = "sms",
+        template_key: str = "",
+        subject: str = "",
+        to: str = "",
+    ) -> Message:
         point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
+        sent = status != Message.Status.DRY_RUN
         return Message.objects.create(
             business=self.business,
             lead=lead,
             contact=lead.contact,
-            contact_point=point,
+            contact_point=point if channel == "sms" else None,
             direction="out",
-            channel=template.channel,
+            channel=channel,
             status=status,
             body=body,
+            subject=subject,
             template_key=template_key,
-            from_number=self.twilio_number(),
-            to=point.value if point else "",
-            idempotency_key=f"demo:{lead.public_id}:{template_key}",
-            actor=ACTOR,
-            sent_at=sent_at if status != Message.Status.DRY_RUN else None,
-            delivered_at=sent_at + timedelta(seconds=4) if status == Message.Status.DELIVERED else None,
+            from_number=self.twilio_number() if channel == "sms" else "",
+            to=to or (point.value if point else ""),
+            idempotency_key=key,
+            actor=actor,
+            automated=bool(template_key),
+            created_at=at,
+            sent_at=at if sent else None,
+            delivered_at=at + timedelta(seconds=4) if status == Message.Status.DELIVERED else None,
         )
 
-    def message_in(self, lead: Lead, body: str) -> Message:
+    def message_in(self, lead: Lead, body: str, at: datetime, *, channel: str = "sms") -> Message:
         point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
         return Message.objects.create(
             business=self.business,
             lead=lead,
             contact=lead.contact,
-            contact_point=point,
+            contact_point=point if channel == "sms" else None,
             direction="in",
-            channel="sms",
+            channel=channel,
             status=Message.Status.RECEIVED,
             body=body,
+            from_number=(point.value if point else "") if channel == "sms" else "",
+            to=self.twilio_number() if channel == "sms" else "",
+            created_at=at,
+        )
+
+    def call_out(self, lead: Lead, line: _Line, at: datetime, by: str) -> Call:
+        point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
+        answered = line.kind == "call"
+        call = Call.objects.create(
+            business=self.business,
+            lead=lead,
+            contact=lead.contact,
+            direction="out",
+            status="completed",
+            from_number=self.twilio_number(),
+            to=point.value if point else "",
+            duration_seconds=line.seconds or (None if answered else 28),
+            answered_by="human" if answered else "machine_end_beep",
+            transcript=line.text,
+            started_at=at,
+        )
+        receipt_write(
+            business=self.business,
+            lead=lead,
+            subject=call.public_id,
+            actor=by,
+            action="call.logged",
+            after={"direction": "out", "answered_by": call.answered_by, "duration": call.duration_seconds},
+        )
+        return call
+
+    def call_missed(self, lead: Lead, at: datetime) -> Call:
+        """A call nobody answered, and the call-back task it leaves the owner
+        (the demo business texts back a missed call: here that stays unsent,
+        so loading the demo sends nothing)."""
+        point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
+        call = Call.objects.create(
+            business=self.business,
+            lead=lead,
+            contact=lead.contact,
+            direction="in",
+            status="no-answer",
             from_number=point.value if point else "",
             to=self.twilio_number(),
+            started_at=at,
         )
+        task = task_create(
+            lead=lead,
+            title=f"Call back {call.from_number or 'the caller'} (missed call)",
+            due_at=at + timedelta(minutes=self.business.first_response_minutes),
+            actor=ACTOR,
+            kind=Task.Kind.CALL_BACK,
+            reason="missed call",
+        )
+        receipt_write(
+            business=self.business,
+            lead=lead,
+            subject=call.public_id,
+            actor=ACTOR,
+            action="call.missed",
+            reason="nobody answered the main line",
+            after={"status": call.status, "from": call.from_number, "task": task.public_id},
+        )
+        return call
 
     def twilio_number(self) -> str:
         source = self.sources.get("main-line")
@@ -553,6 +998,6 @@ class _Blanks(dict[str, str]):
 
 def _records_create(business: Business) -> int:
     builder = _Builder(business)
-    for index, person in enumerate(PEOPLE):
-        builder.lead(index, person)
+    for person in PEOPLE:
+        builder.lead(person)
     return len(PEOPLE)

@@ -8,6 +8,8 @@ class LeadopsConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib import admin
 
-        admin.site.site_header = "LeadOps back office"
+        # The product's name on every page; our own pages read these too
+        # (leadops.context_processors).
+        admin.site.site_header = "LeadOps"
         admin.site.site_title = "LeadOps"
-        admin.site.index_title = "Leads, people, money and receipts"
+        admin.site.index_title = "LeadOps back office"

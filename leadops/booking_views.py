@@ -32,9 +32,9 @@ from agents.booking.services import (
     appointment_mark_held,
     appointment_next_state,
     appointment_reschedule,
-    appointment_when,
 )
-from agents.booking.slots import NotASlot, Slot, slot_key_parse, slots_offer, window_label
+from agents.booking.slots import NotASlot, Slot, slot_key_parse, slots_offer, when_label, window_label
+from crm.localtime import zone_label
 from crm.models import Appointment, Availability, Lead, Message, Stage
 from crm.permissions import can
 from crm.selectors import lead_list_visible
@@ -60,7 +60,7 @@ class CancelForm(AppointmentForm):
 class NextStateForm(forms.Form):
     state = forms.ChoiceField(choices=[(s, s.replace("_", " ")) for s in NEXT_STATES])
     reason = forms.CharField(required=False, max_length=300)
-    follow_up_at = forms.DateTimeField(required=False, help_text="local time of the business")
+    follow_up_at = forms.DateTimeField(required=False, help_text="your time zone (named on the page)")
     follow_up_title = forms.CharField(required=False, max_length=300)
 
 
@@ -110,14 +110,14 @@ def _act(request: HttpRequest, lead: Lead) -> str:
         booked = appointment_book(
             lead, availability=rule, starts_at=starts_at, actor=actor, notes=form.cleaned_data["notes"]
         )
-        return f"Booked {booked.appointment.public_id} for {appointment_when(booked.appointment)}. " + _confirmation(
+        return f"Booked {booked.appointment.public_id} for {_when(booked.appointment)}. " + _confirmation(
             booked.confirmation
         )
     if action == "reschedule":
         form = _valid(RescheduleForm(data))
         rule, starts_at = _slot(lead, form.cleaned_data["slot"])
         moved = appointment_reschedule(_appointment(lead, form), availability=rule, starts_at=starts_at, actor=actor)
-        return f"Moved to {appointment_when(moved.appointment)} ({moved.appointment.public_id}). " + _confirmation(
+        return f"Moved to {_when(moved.appointment)} ({moved.appointment.public_id}). " + _confirmation(
             moved.confirmation
         )
     if action == "cancel":
@@ -132,11 +132,8 @@ def _act(request: HttpRequest, lead: Lead) -> str:
         return f"{missed.public_id} marked a no-show: recovery has started."
     if action == "next_state":
         form = _valid(NextStateForm(data))
+        # Read in the viewer's zone (the one the page names), made aware by the form.
         follow_up_at = form.cleaned_data["follow_up_at"]
-        if follow_up_at is not None:
-            # The form's time is the business's local time, whatever the server's zone.
-            local = timezone.make_naive(follow_up_at) if timezone.is_aware(follow_up_at) else follow_up_at
-            follow_up_at = local.replace(tzinfo=ZoneInfo(lead.business.timezone))
         moved_on = appointment_next_state(
             lead,
             form.cleaned_data["state"],
@@ -149,6 +146,13 @@ def _act(request: HttpRequest, lead: Lead) -> str:
             f", next: {moved_on.next_action}" if moved_on.next_action else ""
         )
     raise BookingError(f"unknown action {action!r}")
+
+
+def _when(appointment: Appointment) -> str:
+    """When a visit is, in the viewer's zone, the zone's abbreviation after it
+    (the customer's confirmation says it in the business's zone)."""
+    zone = timezone.get_current_timezone()
+    return f"{when_label(appointment.starts_at, appointment.ends_at, zone)} {appointment.ends_at.astimezone(zone):%Z}"
 
 
 def _confirmation(message: Message | None) -> str:
@@ -187,7 +191,8 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
             messages.error(request, f"Not done ({exc.code}): {exc}")
         return redirect("lead-booking", public_id=lead.public_id)
 
-    zone = ZoneInfo(lead.business.timezone)
+    # Slots are the business's hours, shown on the viewer's clock.
+    zone = timezone.get_current_timezone()
     appointments = list(lead.appointments.select_related("assigned_to__user").order_by("-starts_at", "-pk"))
     confirmations = {
         str(m.idempotency_key).rsplit(":", 1)[1]: m
@@ -196,7 +201,7 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
     rows = [
         {
             "appointment": a,
-            "when": appointment_when(a),
+            "when": _when(a),
             "holding": a.status in HOLDING,
             "confirmation": confirmations.get(a.public_id),
         }
@@ -206,7 +211,7 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
     slots = slots_offer(lead)
     context: dict[str, Any] = {
         "lead": lead,
-        "zone": lead.business.timezone,
+        "zone": zone_label(zone),
         "rows": rows,
         "current": current,
         "days": _days(slots, zone),

@@ -108,7 +108,8 @@ def _filters(request: HttpRequest, businesses: list[Business]) -> tuple[ReportFo
         return form, None
     data = form.cleaned_data
     business = form.businesses.get(data.get("business") or "")
-    tz = ZoneInfo(business.timezone if business else "UTC")
+    # A business's report counts its own days; across businesses, the reader's.
+    tz = ZoneInfo(business.timezone) if business else timezone.get_current_timezone()
     today = timezone.now().astimezone(tz).date()
     since_day: date = data.get("since") or today - timedelta(days=DEFAULT_DAYS)
     until_day: date = data.get("until") or today + timedelta(days=1)
@@ -150,7 +151,8 @@ def brief_page(request: HttpRequest) -> HttpResponse:
         user_id=cast(int, request.user.pk), is_active=True, role__in=BRIEF_ROLES
     ).select_related("business", "user")
     now = timezone.now()
-    briefs = [brief_build(m, now=now) for m in members]
+    zone = timezone.get_current_timezone()
+    briefs = [brief_build(m, now=now, zone=zone) for m in members]
     return render(
         request,
         "leadops/reports/brief.html",
@@ -402,7 +404,7 @@ def trace_page(request: HttpRequest, public_id: str) -> HttpResponse:
     lead = lead_for_trace(lead_list_visible(request.user, "payment.view"), public_id)
     if lead is None:
         raise Http404("no such lead")
-    trace = lead_trace(lead)
+    trace = lead_trace(lead, tz=timezone.get_current_timezone())
     answers = [
         {"a": a, "links": [(e, evidence_link(e)) for e in a.evidence], "is_break": a.key == trace.first_break}
         for a in trace.questions

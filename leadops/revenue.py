@@ -11,6 +11,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from crm.api.revenue import report_businesses, revenue_for
 from crm.exports import SafeCsvWriter
+from crm.localtime import zone_name
 from crm.reports import BY_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 
 
@@ -40,8 +41,9 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         return response
     query = request.GET.copy()
     query["format"] = "csv"
+    days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
     return render(
         request,
         "leadops/revenue.html",
-        {**context, "report": report, "selected": businesses, "csv_query": query.urlencode()},
+        {**context, "report": report, "selected": businesses, "csv_query": query.urlencode(), "days_zone": days_zone},
     )

@@ -169,6 +169,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
+    "leadops.middleware.ViewerTimezoneMiddleware",
     "leadops.middleware.MessageMiddleware",
     # `request.htmx`: the workspace answers htmx's requests with fragments.
     "django_htmx.middleware.HtmxMiddleware",
@@ -191,6 +192,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "leadops.context_processors.back_office",
             ],
         },
     },

@@ -5,7 +5,6 @@ outcome (the Task Creator's rule, enforced in agents.routing.next_action)."""
 from __future__ import annotations
 
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
 from django import forms
 from django.contrib import messages
@@ -17,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from agents.routing.next_action import NextActionError, task_complete
+from crm.localtime import zone_label
 from crm.models import Task
 from crm.permissions import can
 from crm.selectors import scope_for
@@ -36,7 +36,7 @@ class CompleteForm(forms.Form):
     next_title = forms.CharField(max_length=300, required=False, label="Next action")
     next_due = forms.DateTimeField(
         required=False,
-        label="Next action due (local time)",
+        label="Next action due (your time zone)",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
     )
@@ -75,14 +75,11 @@ def task_complete_view(request: HttpRequest, public_id: str) -> HttpResponse:
         raise Http404("no such open task of yours")
     if not can(request.user, "task.complete", task.business_id):
         raise PermissionDenied("your role in this business may not complete tasks")
-    zone = ZoneInfo(task.business.timezone)
     form = CompleteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        # Read in the viewer's zone (the one the page names), made aware by the form.
         due: datetime | None = data["next_due"]
-        if due is not None:
-            # The form speaks the business's local time; storage is UTC.
-            due = due.replace(tzinfo=zone) if timezone.is_naive(due) else due
         try:
             task_complete(
                 task,
@@ -102,5 +99,5 @@ def task_complete_view(request: HttpRequest, public_id: str) -> HttpResponse:
     return render(
         request,
         "leadops/task_complete.html",
-        {"task": task, "form": form, "zone": zone, "title": f"Complete: {task.title}"},
+        {"task": task, "form": form, "zone": zone_label(), "title": f"Complete: {task.title}"},
     )

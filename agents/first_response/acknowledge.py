@@ -25,8 +25,9 @@ from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
 from agents.routing.next_action import next_action_ensure
+from crm.localtime import when, zone_or_none
 from crm.models import Appointment, Lead, Message, Stage
-from crm.selectors import business_manager, rows_held
+from crm.selectors import business_manager, member_zone, rows_held
 from crm.services.lead_sync import lead_for_update, lead_is_current, lead_mark_acknowledged
 from crm.services.records import task_create
 
@@ -101,7 +102,10 @@ def lead_first_response(
     due = due_at or now + timedelta(minutes=lead.business.first_response_minutes)
     name = lead.contact.name or "the lead"
     next_action_ensure(lead, title or f"First contact: reach {name}", due, actor=ACTOR, reason="new lead", owner=owner)
-    text = f"New lead {lead.public_id}: {name} — first contact due by {due:%H:%M} UTC. Acknowledgement: {outcome}."
+    # On the clock of whoever is told (named): a Denver setter reads Denver time.
+    zone = member_zone(owner) if owner is not None else zone_or_none(lead.business.timezone)
+    by = when(due, "%H:%M", zone)
+    text = f"New lead {lead.public_id}: {name} — first contact due by {by}. Acknowledgement: {outcome}."
     member_notify(owner, "New lead", text)
     return outcome
 

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from agents.notify import slack_escape, slack_webhook_for
 from approvals.models import ApprovalRequest
+from crm.localtime import when, zone_or_none
 from crm.models import CLOSED_STAGES, Business, InboundEvent, Lead, Timer
 from crm.services.timers import timer_handler_register, timer_schedule, timers_run_due
 
@@ -100,12 +101,14 @@ def alerts_scan(*, now: datetime | None = None) -> int:
     )
     for lead in breached:
         owner = lead.owner.user.get_username() if lead.owner else "nobody"
+        # The team reads the alert on the business's clock.
+        zone = zone_or_none(lead.business.timezone)
         add(
             lead.business,
             f"sla:{lead.public_id}",
             f":rotating_light: {esc(lead.business.name)}: first response overdue for "
             f"{esc(lead.contact.name or lead.public_id)} "
-            f"({lead.public_id}, owner {esc(owner)}) since {lead.sla_breached_at:%H:%M} UTC — "
+            f"({lead.public_id}, owner {esc(owner)}) since {when(lead.sla_breached_at, '%H:%M', zone)} — "
             f"{_link(reverse('admin:crm_lead_change', args=[lead.pk]))}",
             lead.pk,
         )

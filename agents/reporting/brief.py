@@ -27,7 +27,7 @@ at most one brief a day however often it runs; the timer runner sends it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from agents.reporting.trace import first_source_key
 from approvals.models import ApprovalRequest
+from crm.localtime import zone_label
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -53,6 +54,7 @@ from crm.models import (
     TeamMember,
     Timer,
 )
+from crm.selectors import member_zone
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register
 
@@ -97,6 +99,8 @@ class Brief:
     items: list[BriefItem] = field(default_factory=list)
     more: dict[str, tuple[int, str]] = field(default_factory=dict)
     money: list[MoneyLine] = field(default_factory=list)
+    # The zone the items' times are in, named ("America/Denver (MST)").
+    zone_label: str = "UTC"
 
     @property
     def is_empty(self) -> bool:
@@ -156,13 +160,16 @@ def _name(contact: Any, fallback: str) -> str:
     return contact.name if contact is not None and contact.name else fallback
 
 
-def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
-    """The brief for one member at `now`. A fixed number of queries."""
+def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo | None = None) -> Brief:
+    """The brief for one member at `now`, its times in `zone` (default the
+    member's: the email; the page passes its reader's). Days are the
+    business's. A fixed number of queries."""
     now = now or timezone.now()
     business = member.business
     local = _local(business, now)
+    shown = zone or member_zone(member)
     today_start, today_end = _day_bounds(local)
-    brief = Brief(member=member, business=business, local_date=local.date())
+    brief = Brief(member=member, business=business, local_date=local.date(), zone_label=zone_label(shown, at=now))
     full = member.role in FULL_VIEW
     open_leads = Lead.objects.filter(_leads_q(member)).exclude(stage__in=CLOSED_STAGES).filter(is_test=False)
 
@@ -213,7 +220,7 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
         "task",
         tasks.filter(mine).select_related("lead").order_by("due_at", "pk"),
         lambda t: (
-            f"Overdue since {_local(business, t.due_at):%a %H:%M}: {t.title}",
+            f"Overdue since {t.due_at.astimezone(shown):%a %H:%M}: {t.title}",
             _lead_link(t.lead_id) if t.lead_id else reverse("admin:crm_task_change", args=[t.pk]),
             t.public_id,
             t.due_at,
@@ -264,7 +271,7 @@ def brief_build(member: TeamMember, *, now: datetime | None = None) -> Brief:
         "appointment",
         appointments.select_related("lead__contact").order_by("starts_at", "pk"),
         lambda a: (
-            f"{_local(business, a.starts_at):%H:%M} appointment: {_name(a.lead.contact, a.lead.public_id)}"
+            f"{a.starts_at.astimezone(shown):%H:%M} appointment: {_name(a.lead.contact, a.lead.public_id)}"
             + (f" at {a.location}" if a.location else ""),
             _lead_link(a.lead_id),
             a.public_id,
@@ -342,6 +349,7 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
             lines.append(f"{n}. [{KINDS[item.kind][1]}] {item.title} — {base}{item.link}")
         for kind, (count, link) in brief.more.items():
             lines.append(f"   …and {count} more {KINDS[kind][1].lower()}" + (f": {base}{link}" if link else ""))
+        lines.append(f"Times in {brief.zone_label}.")
     for period, money in brief.money_by_period().items():
         if money:
             parts = [

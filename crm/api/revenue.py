@@ -117,7 +117,9 @@ def revenue_for(user: Any, params: dict[str, Any]) -> tuple[RevenueReport, list[
         if data.get("business"):
             raise PermissionDenied(f"no business {data['business']!r} whose revenue you may read")
         raise PermissionDenied("revenue reports are for owners and managers")
-    zone = ZoneInfo(businesses[0].timezone) if len(businesses) == 1 else ZoneInfo("UTC")
+    # One business: its days. Several: the reader's (UTC for the API, which
+    # speaks UTC; the viewer's on the revenue page).
+    zone = ZoneInfo(businesses[0].timezone) if len(businesses) == 1 else timezone.get_current_timezone()
     try:
         since = report_time(data.get("since") or "", zone)
         until = report_time(data.get("until") or "", zone, end=True)

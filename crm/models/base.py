@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.db import models
 
 from crm.ids import PublicIdField
+from crm.localtime import zone_validate
 
 CURRENCY_DEFAULT = "USD"
 # Day names as business hours and availability spell them, Monday first (date.weekday() order).
@@ -84,6 +85,11 @@ class Business(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # Not a field validator: validators are part of a field's migration
+        # state, and this check needs none.
+        zone_validate(self.timezone)
 
 
 class Money(models.Model):

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from crm.ids import PublicIdField
+from crm.localtime import zone_validate
 from crm.models.base import Business, Role
 
 
@@ -64,6 +65,8 @@ class TeamMember(models.Model):
     display_name = models.CharField(max_length=200, blank=True)
     email = models.EmailField(blank=True)
     phone = models.CharField(max_length=32, blank=True)
+    # Where this person works: the pages they read show times in it, and their
+    # working hours are in it. Empty: the business's zone.
     timezone = models.CharField(max_length=64, blank=True, help_text="Empty: the business's time zone")
     service_lines = models.ManyToManyField(ServiceLine, blank=True, related_name="members")
     service_areas = models.ManyToManyField(ServiceArea, blank=True, related_name="members")
@@ -88,6 +91,9 @@ class TeamMember(models.Model):
 
     def __str__(self) -> str:
         return self.display_name or self.user.get_username()
+
+    def clean(self) -> None:
+        zone_validate(self.timezone)
 
 
 class Availability(models.Model):

@@ -51,11 +51,12 @@ def contact_create(
     phones: Iterable[str] = (),
     emails: Iterable[str] = (),
     postal_code: str = "",
+    notes: str = "",
 ) -> Contact:
     """Create a contact with normalized contact points. A phone that cannot be
     parsed is kept as typed and marked invalid, never dropped."""
     contact = Contact.objects.create(
-        business=business, first_name=first_name, last_name=last_name, postal_code=postal_code
+        business=business, first_name=first_name, last_name=last_name, postal_code=postal_code, notes=notes
     )
     for raw in phones:
         e164 = phone_to_e164(raw, business.region)

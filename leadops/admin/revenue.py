@@ -38,7 +38,7 @@ class ManualPaymentForm(forms.Form):
     lead = forms.CharField(max_length=40, help_text="The lead's id, e.g. lead_01J…")
     amount = _money_field()
     currency = forms.CharField(max_length=3, initial="USD")
-    received_at = forms.DateTimeField(help_text="UTC, e.g. 2026-12-01 15:00")
+    received_at = forms.DateTimeField(help_text="Your time zone (named at the top of the page), e.g. 2026-12-01 15:00")
     invoice = forms.CharField(max_length=40, required=False, help_text="The invoice it pays (inv_…), if any")
     reference = forms.CharField(max_length=200, required=False, help_text="Check number, terminal receipt… (unique)")
 
@@ -49,7 +49,7 @@ class IssueInvoiceForm(forms.Form):
     amount = _money_field()
     currency = forms.CharField(max_length=3, initial="USD")
     number = forms.CharField(max_length=64, required=False)
-    due_at = forms.DateTimeField(required=False, help_text="UTC; empty: in 14 days")
+    due_at = forms.DateTimeField(required=False, help_text="Your time zone; empty: in 14 days")
 
 
 class LinkForm(forms.Form):

@@ -15,7 +15,6 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db.models import Count, Max, OuterRef, Subquery
 
@@ -48,30 +47,24 @@ RUNNING = (Enrollment.Status.ACTIVE, Enrollment.Status.WAITING)
 
 @dataclass(frozen=True)
 class Viewer:
-    """Who is looking: the zone times are shown in when nothing else chose
-    one (the team member's zone, else their business's), the region typed
-    phone numbers are read in, and whether they lead a team."""
+    """Who is looking: the region typed phone numbers are read in, and
+    whether they lead a team. (Their time zone is the request's: the
+    viewer-zone middleware activates it for every page.)"""
 
-    zone: tzinfo
     region: str
     leads_a_team: bool
 
 
 def viewer_for(user: Any) -> Viewer:
     grants = grants_for(user)
-    row = (
+    region = (
         TeamMember.objects.filter(user=user, is_active=True)
         .order_by("pk")
-        .values_list("timezone", "business__timezone", "business__region")
+        .values_list("business__region", flat=True)
         .first()
     )
-    own, business, region = row or ("", "UTC", "US")
-    try:
-        zone: tzinfo = ZoneInfo(own or business)
-    except (ZoneInfoNotFoundError, ValueError):
-        zone = ZoneInfo(business or "UTC")
     leads = grants.everything or any(m.role in (Role.OWNER, Role.MANAGER) for m in grants.memberships)
-    return Viewer(zone=zone, region=region or "US", leads_a_team=leads)
+    return Viewer(region=region or "US", leads_a_team=leads)
 
 
 # --------------------------------------------------------------- words

@@ -14,8 +14,7 @@ The live fragments are conditional: the client sends the version it shows
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from functools import wraps
@@ -23,7 +22,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -77,28 +75,15 @@ View = Callable[..., HttpResponse]
 REFUSED = (LeadSyncError, NextActionError, ValueError)
 
 
-@contextmanager
-def _viewers_zone(viewer: Viewer) -> Iterator[None]:
-    """Times in the viewer's zone, unless the request has one already (a
-    middleware that activates each viewer's zone takes precedence)."""
-    if timezone.get_current_timezone_name() != settings.TIME_ZONE:
-        yield
-        return
-    with timezone.override(viewer.zone):
-        yield
-
-
 def workspace(view: View) -> View:
     """A workspace page: a signed-in user whose role reads conversations
-    somewhere (the sales side), times in their zone. The view gets the viewer."""
+    somewhere (the sales side). The view gets the viewer."""
 
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not can_anywhere(request.user, "message.view"):
             raise PermissionDenied("the workspace is for the roles that read conversations")
-        viewer = viewer_for(request.user)
-        with _viewers_zone(viewer):
-            return view(request, viewer, *args, **kwargs)
+        return view(request, viewer_for(request.user), *args, **kwargs)
 
     signed_in = login_required(wrapped)
 

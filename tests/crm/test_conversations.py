@@ -165,7 +165,7 @@ def test_a_note_is_kept_with_its_receipt_and_an_empty_one_is_refused(business, s
 
 def test_the_inbox_puts_who_waits_first_then_the_sla_then_overdue_next_actions(business, setter):
     now = timezone.now()
-    _lead(business, setter, phone="+12125550150", first_name="Quiet")
+    quiet = _lead(business, setter, phone="+12125550150", first_name="Quiet")
     overdue = _lead(business, setter, phone="+12125550151", first_name="Overdue")
     lead_sync.lead_set_next_action(overdue, "Call back", now - timedelta(hours=2), actor="test", reason="t")
     sla = _lead(business, setter, phone="+12125550152", first_name="Sla")
