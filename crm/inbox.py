@@ -52,6 +52,9 @@ NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
 
 WHO_CHOICES = ("mine", "unassigned", "team")
+# A conversation's channel as a person names it: Instagram DMs come in as
+# `dm` and go out as `instagram`.
+CHANNEL_GROUPS = {"instagram": ("dm", "instagram"), "dm": ("dm", "instagram")}
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def inbox_leads(user: Any, query: InboxQuery, *, now: datetime, region: str = "U
     if query.needs_reply:
         leads = leads.filter(conversation__awaiting_since__isnull=False)
     if query.channel:
-        leads = leads.filter(conversation__last_channel=query.channel)
+        leads = leads.filter(conversation__last_channel__in=CHANNEL_GROUPS.get(query.channel, (query.channel,)))
     if query.stage == "all":
         pass
     elif query.stage:

@@ -30,8 +30,9 @@ from crm.models import Lead, Message
 from crm.selectors import message_templates
 
 # The channels a setter may answer on, in the order offered; each needs a
-# valid contact point of the gate's kind for it.
-REPLY_CHANNELS = ("sms", "email")
+# valid contact point of the gate's kind for it (an Instagram DM: the
+# person's handle, and the gate then holds it to Meta's 24-hour window).
+REPLY_CHANNELS = ("sms", "instagram", "email")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from agents.routing.reached import CALL_OUTCOMES
 from crm.inbox import InboxQuery
 from crm.models import Stage, TeamMember
 
-INBOX_CHANNELS = [("", "Any channel"), ("sms", "SMS"), ("dm", "Instagram DM"), ("email", "Email"), ("voice", "Voice")]
+INBOX_CHANNELS = [("", "Any channel"), ("sms", "SMS"), ("instagram", "Instagram DM"), ("email", "Email"), ("voice", "Voice")]
 INBOX_STAGES = [("", "Open"), ("all", "Any stage"), *((s.value, s.label.replace("_", " ")) for s in Stage)]
 CALL_WORDS = {
     "connected": "Talked to them",
@@ -69,7 +69,7 @@ class ReplyForm(forms.Form):
         kwargs["initial"].setdefault("form_key", uuid.uuid4().hex)
         super().__init__(*args, **kwargs)
         offered = channels if channels is not None else list(REPLY_CHANNELS)
-        labels = {"sms": "SMS", "email": "Email"}
+        labels = {"sms": "SMS", "instagram": "Instagram DM", "email": "Email"}
         self.fields["channel"].choices = [(c, labels.get(c, c)) for c in offered]  # type: ignore[attr-defined]
 
 

@@ -35,6 +35,7 @@ from crm.models import (
     Source,
     Timer,
 )
+from crm.services import lead_sync
 from crm.services.business_file import business_file_parse, business_spec_apply
 from tests.agents.capture.test_meta import APP_SECRET, post
 from tests.factories import member_create
@@ -503,3 +504,26 @@ def test_plain_words_asking_to_stop_pause_automation_and_a_confirmed_revocation_
     assert (state.channel, state.status, state.last_event.basis) == ("instagram", "revoked", "free_text_confirmed")
     assert reply(lead, key="by-hand").block_reason == "revoked"
     assert graph.seen == []
+
+
+def test_a_setter_answers_a_dm_from_the_threads_composer_and_finds_it_by_the_instagram_filter(
+    ig_source: Source, graph: GraphServer
+) -> None:
+    lead = dm_in("Do you do gutters too?")
+    setter = member_create(lead.business, Role.SETTER, username="sam")
+    lead_sync.lead_assign(lead, setter, actor="test", reason="test owner")
+    client = Client()
+    client.force_login(setter.user)
+    thread = f"/app/leads/{lead.public_id}/"
+    assert 'value="instagram"' in client.get(thread).content.decode()
+
+    form = {"body": "Yes, gutters too. Want a visit?", "channel": "instagram", "form_key": "ig-1"}
+    assert client.post(thread + "send/", form).status_code == 302
+    sent = Message.objects.get(direction="out")
+    assert (sent.channel, sent.status, sent.to) == ("instagram", "queued", SENDER)
+    message_dispatch(sent.pk)
+    assert [(m["recipient"], m["text"]) for m in graph.sent] == [(SENDER, form["body"])]
+
+    listed = client.get("/app/inbox/", {"channel": "instagram"}).content.decode()
+    assert lead.public_id in listed
+    assert lead.public_id not in client.get("/app/inbox/", {"channel": "sms"}).content.decode()
