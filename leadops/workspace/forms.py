@@ -13,7 +13,13 @@ from agents.routing.reached import CALL_OUTCOMES
 from crm.inbox import InboxQuery
 from crm.models import Stage, TeamMember
 
-INBOX_CHANNELS = [("", "Any channel"), ("sms", "SMS"), ("instagram", "Instagram DM"), ("email", "Email"), ("voice", "Voice")]
+INBOX_CHANNELS = [
+    ("", "Any channel"),
+    ("sms", "SMS"),
+    ("instagram", "Instagram DM"),
+    ("email", "Email"),
+    ("voice", "Voice"),
+]
 INBOX_STAGES = [("", "Open"), ("all", "Any stage"), *((s.value, s.label.replace("_", " ")) for s in Stage)]
 CALL_WORDS = {
     "connected": "Talked to them",

@@ -58,7 +58,7 @@ def test_the_same_composer_form_sends_once(lead: Lead, setter: TeamMember) -> No
     assert first.pk == again.pk and Message.objects.filter(direction="out").count() == 1
 
 
-def test_a_channel_other_than_sms_or_email_is_refused(lead: Lead, setter: TeamMember) -> None:
-    with pytest.raises(ValueError, match="sms or email"):
+def test_a_channel_a_setter_cannot_answer_on_is_refused(lead: Lead, setter: TeamMember) -> None:
+    with pytest.raises(ValueError, match="sms or instagram or email"):
         reply_send(lead, user=setter.user, body="Hi", form_key="f4", channel="voice")
     assert not Message.objects.filter(direction="out").exists()
