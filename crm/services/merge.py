@@ -62,6 +62,7 @@ from crm.models import (
     Lead,
     LeadTouch,
     Message,
+    Note,
     Payment,
     Receipt,
     Stage,
@@ -81,6 +82,7 @@ CHANNEL_KINDS = {
     Channel.SMS: ContactPointKind.PHONE,
     Channel.VOICE: ContactPointKind.PHONE,
     Channel.EMAIL: ContactPointKind.EMAIL,
+    Channel.INSTAGRAM: ContactPointKind.INSTAGRAM,
 }
 # Filled on the survivor from the merged contact when the survivor has none.
 FILLED_FIELDS = ("first_name", "last_name", "postal_code", "address", "notes", "sticky_from_number")
@@ -95,6 +97,7 @@ LEAD_RECORDS: tuple[tuple[str, type[Model]], ...] = (
     ("jobs", Job),
     ("invoices", Invoice),
     ("payments", Payment),
+    ("notes", Note),
 )
 # A pending timer names the record it counts down for in its payload (a
 # reminder its appointment, a follow-up its estimate, a retry its message).

@@ -22,6 +22,7 @@ from crm.models import (
     ConsentState,
     Contact,
     ContactPoint,
+    Conversation,
     Enrollment,
     Estimate,
     Invoice,
@@ -39,6 +40,7 @@ from crm.models import (
 )
 from crm.services import lead_sync
 from crm.services.consent import consent_record
+from crm.services.conversations import note_add
 from crm.services.forget import contact_forget
 from crm.services.merge import CONTACTS_MERGING, MergeError, contacts_keep_apart, contacts_merge
 from crm.services.records import (
@@ -108,6 +110,7 @@ def test_every_record_of_the_merged_contact_moves_to_the_surviving_contact(busin
         business=business, lead=twin, contact=people.merged, direction="in", status="received", body="hello"
     )
     task = task_create(lead=twin, title="Call back", due_at=now, actor="sam", kind="call_back")
+    note = note_add(twin, author="sam", body="Prefers mornings.")
     call = Call.objects.create(
         business=business, lead=twin, contact=people.merged, direction="in", status="completed", started_at=now
     )
@@ -139,8 +142,11 @@ def test_every_record_of_the_merged_contact_moves_to_the_surviving_contact(busin
     kept = people.hvac_kept
     assert (twin.stage, twin.merged_into_id, twin.contact_id) == (Stage.LOST, kept.pk, people.keep.pk)
     assert twin.lost_reason == f"merged into {kept.public_id}: the same person and need"
-    for record in (twin_touch, twin_message, task, call, appointment, estimate, job, invoice, payment):
+    for record in (twin_touch, twin_message, task, note, call, appointment, estimate, job, invoice, payment):
         assert type(record).objects.get(pk=record.pk).lead_id == kept.pk, record
+    # Its conversation is the survivor's now: the message the twin was waiting on waits there.
+    assert Conversation.objects.get(lead=kept).awaiting_since == twin_message.created_at
+    assert not Conversation.objects.filter(lead=twin).exists()
     assert Payment.objects.get(pk=payment.pk).contact_id == people.keep.pk
     assert kept.touches.count() == 2
     # The other need keeps its lead, with its history, on the surviving contact.
