@@ -45,7 +45,7 @@ from agents.revenue import payments as revenue_payments
 from agents.routing import steps as routing
 from agents.routing.next_action import next_action_ensure
 from crm.models import Lead, Timer
-from crm.services.lead_sync import lead_current, lead_refresh
+from crm.services.lead_sync import lead_current, lead_for_update, lead_refresh
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_run, timers_run_due
 
@@ -129,7 +129,12 @@ def _run_step(timer: Timer) -> None:
     event = str(timer.payload["event"])
     if timer.lead_id is None:
         raise LookupError(f"{timer.public_id}: an orchestrator event without a lead")
-    lead = Lead.objects.select_related("business", "contact", "owner__user").get(pk=timer.lead_id)
+    # The step runs under its lead's row lock, taken before anything else
+    # (and in the same statement that reads it): the step may then lock the
+    # person's contact, after the lead, as crm.locks orders them. A step
+    # that locked the contact first (ending the person's paths) and the lead
+    # second deadlocked with a booking holding the lead and waiting for the contact.
+    lead = lead_for_update(timer.lead_id)
     _step_run(lead, event, dict(timer.payload.get("data") or {}), run={"timer": timer.public_id})
 
 

@@ -63,8 +63,9 @@ def test_a_manager_approves_a_merge_and_the_thread_shows_both_histories(live_ser
     page.click("#approve-button")
     page.wait_for_selector(".messagelist .success")
 
-    merged = Contact.objects.get(merged_into__isnull=False)
-    keep = Contact.objects.get(pk=merged.merged_into_id)
+    merged = Contact.objects.select_related("merged_into").get(merged_into__isnull=False)
+    keep = merged.merged_into
+    assert keep is not None
     survivor = Lead.objects.get(contact=keep, merged_into__isnull=True)
     assert {by_phone.contact_id, by_email.contact_id} == {keep.pk, merged.pk}
 
