@@ -12,3 +12,6 @@ class CrmConfig(AppConfig):
         from crm.roles import roles_sync_on_migrate
 
         post_migrate.connect(roles_sync_on_migrate, dispatch_uid="crm.roles_sync")
+        from crm.services import webhooks
+
+        webhooks.register()  # outbound webhook deliveries: a consumer of the outbox

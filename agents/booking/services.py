@@ -42,9 +42,21 @@ from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
 from agents.routing.next_action import next_action_set
-from crm.models import Appointment, Availability, Estimate, Lead, Message, Stage, Task, TeamMember, Timer
+from crm.models import (
+    Appointment,
+    Availability,
+    Estimate,
+    EventType,
+    Lead,
+    Message,
+    Stage,
+    Task,
+    TeamMember,
+    Timer,
+)
 from crm.selectors import business_manager
 from crm.services import lead_sync
+from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import appointment_record, task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
@@ -471,6 +483,13 @@ def appointment_cancel(
     return appt
 
 
+# The outbox event of each outcome.
+OUTCOME_EVENTS: dict[str, str] = {
+    Appointment.Status.HELD: EventType.APPOINTMENT_HELD,
+    Appointment.Status.NO_SHOW: EventType.APPOINTMENT_NO_SHOW,
+}
+
+
 def appointment_outcome_record(appt: Appointment, status: str, *, actor: str, now: datetime, what: str) -> Lead:
     """Record what became of a started visit (held or no-show) on the locked
     appointment: its reminders canceled, a receipt. Returns the visit's lead."""
@@ -489,6 +508,13 @@ def appointment_outcome_record(appt: Appointment, status: str, *, actor: str, no
         action=f"appointment.{status}",
         before={"status": appt.status},
         after={"status": status},
+    )
+    event_emit(
+        business=lead.business_id,
+        lead=lead,
+        type=OUTCOME_EVENTS[status],
+        subject=appt.public_id,
+        data={"lead": lead.public_id, "appointment": appt.public_id, "starts_at": appt.starts_at, "outcome_at": now},
     )
     return lead
 

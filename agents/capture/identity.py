@@ -49,7 +49,7 @@ from crm.services.consent import consent_record
 from crm.services.contact_numbers import number_refusal
 from crm.services.merge import contact_root
 from crm.services.receipts import receipt_write
-from crm.services.records import lead_open, task_create, touch_add
+from crm.services.records import lead_open, message_received_announce, task_create, touch_add
 
 ACTOR = "agent:identity_resolver"
 # Channels where a known person writing again is a reply, not a new inquiry.
@@ -517,6 +517,7 @@ def _inbound_message(
         action="message.received",
         after={"channel": message.channel, "from": message.from_number},
     )
+    message_received_announce(message)
     return message
 
 

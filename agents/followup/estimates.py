@@ -34,9 +34,10 @@ from agents.followup.sequences.engine import TRIGGER_EXITS, enrollment_start, en
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalConflict, approval_request_open
-from crm.models import Enrollment, Estimate, Lead, Payment, Stage, Task, Timer
+from crm.models import Enrollment, Estimate, EventType, Lead, Payment, Stage, Task, Timer
 from crm.selectors import business_manager
 from crm.services import lead_sync
+from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import task_ensure
 from crm.services.timers import timer_handler_register, timer_schedule
@@ -48,6 +49,8 @@ TRIGGER = "open_estimate"
 S = Estimate.Status
 # How a decision ends the estimate's follow-up path.
 DECISION_REASONS: dict[str, str] = {S.ACCEPTED: "won", S.DECLINED: "declined", S.EXPIRED: "expired"}
+# The outbox events of a customer's decision (an expiry is no one's decision: none).
+DECISION_EVENTS: dict[str, str] = {S.ACCEPTED: EventType.ESTIMATE_ACCEPTED, S.DECLINED: EventType.ESTIMATE_DECLINED}
 
 
 class EstimateError(Exception):
@@ -135,10 +138,27 @@ def estimate_send(estimate: Estimate, *, actor: str, user: Any = None, now: date
     return _mark_sent(estimate, actor=actor, now=now, before=S.DRAFT)
 
 
+def _announce(estimate: Estimate, event_type: str, **data: Any) -> None:
+    event_emit(
+        business=estimate.business_id,
+        lead=estimate.lead,
+        type=event_type,
+        subject=estimate.public_id,
+        data={
+            "lead": estimate.lead.public_id,
+            "estimate": estimate.public_id,
+            "amount": estimate.amount,
+            "currency": estimate.currency,
+            **data,
+        },
+    )
+
+
 def _mark_sent(estimate: Estimate, *, actor: str, now: datetime, before: str) -> Estimate:
     estimate.status, estimate.sent_at = S.SENT, now
     estimate.save(update_fields=["status", "sent_at"])
     _receipt(estimate, "estimate.sent", actor=actor, before=before)
+    _announce(estimate, EventType.ESTIMATE_SENT, sent_at=now, expires_at=estimate.expires_at)
     lead_event(
         estimate.lead, "estimate.sent", key=estimate.public_id, data={"estimate": estimate.public_id}, actor=actor
     )
@@ -155,6 +175,8 @@ def _decide(estimate: Estimate, status: str, *, actor: str, reason: str, now: da
     estimate.status, estimate.decided_at = status, now
     estimate.save(update_fields=["status", "decided_at"])
     _receipt(estimate, f"estimate.{status}", actor=actor, before=S.SENT, reason=reason)
+    if status in DECISION_EVENTS:
+        _announce(estimate, DECISION_EVENTS[status], decided_at=now)
     # The follow-up stops now, not when the orchestrator gets to it.
     stop_reason = DECISION_REASONS[status]
     _stop_follow_up(estimate.lead, reason=stop_reason, actor=actor, now=now)

@@ -31,7 +31,7 @@ from crm.models import ContactPoint, Lead, Message, Stage, Task
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import task_create
+from crm.services.records import message_received_announce, task_create
 
 ACTOR = "agent:reply_logger"
 TAKE_OVER = Task.Kind.TAKE_OVER
@@ -84,6 +84,7 @@ def reply_record(
         reason="logged by a person",
         after={"channel": channel, "from": sender},
     )
+    message_received_announce(message)
     reply_log(message, lead=lead, now=now)
     return message
 

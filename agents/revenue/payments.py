@@ -39,6 +39,7 @@ from crm.models import (
     ContactPoint,
     ContactPointKind,
     Estimate,
+    EventType,
     ExceptionItem,
     InboundEvent,
     Invoice,
@@ -53,7 +54,7 @@ from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import business_manager
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
-from crm.services.records import payment_record, refund_record, tasks_close
+from crm.services.records import payment_announce, payment_record, refund_record, tasks_close
 
 ACTOR = "agent:payment_matching"
 EXCEPTION_KIND = "unmatched_payment"
@@ -206,7 +207,9 @@ def payment_receive(
             "received_at": received_at,
         },
     )
-    payment_match(payment, hints)
+    payment_match(payment, hints, initial=True)
+    # Told once it is matched or left for a person: the event carries its lead when it has one.
+    payment_announce(payment, EventType.PAYMENT_RECORDED)
     return Received(payment, created=True)
 
 
@@ -222,14 +225,16 @@ def money_check(amount: Decimal, currency: str) -> None:
 # --- matching ----------------------------------------------------------------
 
 
-def payment_match(payment: Payment, hints: PaymentHints) -> Payment:
+def payment_match(payment: Payment, hints: PaymentHints, *, initial: bool = False) -> Payment:
     """Link the payment by our ids, or by a single exact candidate; otherwise
-    keep the candidates and open an exception for a person."""
+    keep the candidates and open an exception for a person. `initial`: the
+    payment is being recorded now (its `payment.recorded` event tells the
+    match; a later match is a `payment.matched` event of its own)."""
     refs = metadata_refs(hints.metadata)
     if refs:
         link, conflict = _direct_link(payment, refs)
         if link is not None:
-            return _link(payment, link, actor=ACTOR, reason=f"metadata names {link.via}")
+            return _link(payment, link, actor=ACTOR, reason=f"metadata names {link.via}", initial=initial)
         if conflict:
             return _leave_for_a_person(payment, [], f"metadata names records that disagree: {conflict}")
     candidates = _candidates(payment, hints)
@@ -242,6 +247,7 @@ def payment_match(payment: Payment, hints: PaymentHints) -> Payment:
             Link(best.lead, best.invoice, job, via="contact, amount and time"),
             actor=ACTOR,
             reason="the one exact match by contact, amount and time",
+            initial=initial,
         )
     if len(exact) > 1:
         why = f"{len(exact)} exact matches by contact, amount and time"
@@ -434,7 +440,7 @@ def _exception_resolve(payment: Payment, actor: str) -> None:
         )
 
 
-def _link(payment: Payment, link: Link, *, actor: str, reason: str) -> Payment:
+def _link(payment: Payment, link: Link, *, actor: str, reason: str, initial: bool = False) -> Payment:
     lead, invoice, job = link.lead, link.invoice, link.job or (link.invoice.job if link.invoice else None)
     if lead.business_id != payment.business_id:
         raise PaymentError(f"{lead.public_id} is not a lead of this payment's business")
@@ -470,6 +476,8 @@ def _link(payment: Payment, link: Link, *, actor: str, reason: str) -> Payment:
         },
     )
     _exception_resolve(payment, actor)
+    if not initial:
+        payment_announce(payment, EventType.PAYMENT_MATCHED)
     for changed in {previous_invoice, invoice} - {None}:
         invoice_settle(changed, actor=actor)  # type: ignore[arg-type]
     lead_event(lead, "payment", key=payment.public_id, data={"payment": payment.public_id}, actor=actor)

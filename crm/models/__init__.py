@@ -41,8 +41,17 @@ from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
+from crm.models.webhooks import (
+    ALL_EVENTS,
+    EventType,
+    OutboxEvent,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookSubscription,
+)
 
 __all__ = [
+    "ALL_EVENTS",
     "ANSWERING_STATUSES",
     "BLOCK_REASONS",
     "CLOSED_STAGES",
@@ -63,6 +72,7 @@ __all__ = [
     "ConversationRead",
     "Enrollment",
     "Estimate",
+    "EventType",
     "ExceptionItem",
     "InboundEvent",
     "Invoice",
@@ -76,6 +86,7 @@ __all__ = [
     "MessageTemplate",
     "MessageTemplateVersion",
     "Note",
+    "OutboxEvent",
     "Payment",
     "Provider",
     "Receipt",
@@ -92,4 +103,7 @@ __all__ = [
     "Task",
     "TeamMember",
     "Timer",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookSubscription",
 ]

@@ -17,8 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from crm.locks import row_lock
-from crm.models import CLOSED_STAGES, Lead, Stage, TeamMember
+from crm.models import CLOSED_STAGES, EventType, Lead, Stage, TeamMember
 from crm.registry import Registry
+from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import tasks_cancel
 
@@ -203,6 +204,7 @@ def _save(lead: Lead, changes: dict[str, Any], *, actor: str, action: str, reaso
     if held is not None and held is not lead:  # the unit's own object stays current
         for field in (*fields, "updated_at"):
             setattr(held, field, getattr(lead, field))
+    after = _snapshot(lead, fields)
     receipt_write(
         business=lead.business,
         lead=lead,
@@ -211,9 +213,24 @@ def _save(lead: Lead, changes: dict[str, Any], *, actor: str, action: str, reaso
         action=action,
         reason=reason,
         before=before,
-        after=_snapshot(lead, fields),
+        after=after,
     )
+    _announce(lead, before, after, actor=actor)
     return lead
+
+
+def _announce(lead: Lead, before: dict[str, Any], after: dict[str, Any], *, actor: str) -> None:
+    """The outbox events of a change: the owner first (a new lead's owner
+    moves it to `assigned`), then the stage. Usernames, never names."""
+    for field, event in (("owner", EventType.LEAD_OWNER_CHANGED), ("stage", EventType.LEAD_STAGE_CHANGED)):
+        if field in after and before[field] != after[field]:
+            event_emit(
+                business=lead.business_id,
+                lead=lead,
+                type=event,
+                subject=lead.public_id,
+                data={"lead": lead.public_id, "from": before[field], "to": after[field], "actor": actor},
+            )
 
 
 @transaction.atomic

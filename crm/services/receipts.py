@@ -39,8 +39,16 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
-from crm.models import Business, Lead, Receipt, ReceiptPersonalData
+from crm.models import Business, Lead, OutboxEvent, Receipt, ReceiptPersonalData
 from crm.models.receipts import personal_paths, placeholder, placeholders_in, reason_is_personal
+from crm.services.outbox import (
+    events_batched,
+    events_cte,
+    events_insert,
+    events_surviving,
+    events_written,
+    listening_sql,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +249,8 @@ def receipts_batched() -> Iterator[None]:
     back with it); one written in a savepoint that rolls back is dropped
     with its change. Inside the block a receipt has no pk until the end, and
     a read of receipts does not see the block's: ask `receipt_written`.
-    Nested blocks are one block, written by the outermost.
+    Nested blocks are one block, written by the outermost. The block's
+    outbox events (crm.services.outbox) are written in the same INSERT.
     """
     if _BATCH.get() is not None:
         yield
@@ -249,9 +258,15 @@ def receipts_batched() -> Iterator[None]:
     batch: list[_Pending] = []
     token = _BATCH.set(batch)
     try:
-        yield
-        if batch:
-            _insert_many(_surviving(batch))
+        # The unit's outbox events ride in the same statement: a unit of work
+        # that announces what it changed costs no statement more for it.
+        with events_batched() as events:
+            yield
+            receipts, announced = _surviving(batch), events_surviving(events)
+            if receipts:
+                _insert_many(receipts, announced)
+            else:
+                events_insert(announced)
     finally:
         _BATCH.reset(token)
 
@@ -272,9 +287,10 @@ def receipt_written(*, subject: str, action: str) -> bool:
     return Receipt.objects.filter(subject=subject, action=action).exists()
 
 
-def _insert_many(pending: list[_Pending]) -> None:
+def _insert_many(pending: list[_Pending], events: list[OutboxEvent] | None = None) -> None:
     """The receipts and their personal-data rows in one statement (a
-    data-modifying CTE), in the order they were written."""
+    data-modifying CTE), in the order they were written; with `events`, the
+    unit's outbox events too (crm.services.outbox)."""
     if not pending:
         return
     meta, quote = Receipt._meta, connection.ops.quote_name
@@ -298,10 +314,19 @@ def _insert_many(pending: list[_Pending]) -> None:
         )
         for p in personal:
             params += [p.receipt.public_id, p.salt, values_field.get_db_prep_save(p.values, connection)]
-    sql += " SELECT id, public_id FROM r"
+    listening = "false"
+    if events:
+        insert, event_params = events_cte(events)
+        listening, listening_params = listening_sql(events)
+        sql += f", {insert}"
+        params += [*event_params, *listening_params]
+    sql += f" SELECT id, public_id, {listening} FROM r"  # noqa: S608 (the expression's values are parameters)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        ids = dict((public_id, pk) for pk, public_id in cursor.fetchall())
+        rows = cursor.fetchall()
+    ids = {public_id: pk for pk, public_id, _ in rows}
+    if events:
+        events_written(listening=any(row[2] for row in rows))
     for p in pending:
         p.receipt.pk = ids[p.receipt.public_id]
         p.receipt._state.adding, p.receipt._state.db = False, connection.alias

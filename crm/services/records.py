@@ -24,11 +24,13 @@ from crm.models import (
     ContactPoint,
     ContactPointKind,
     Estimate,
+    EventType,
     InboundEvent,
     Invoice,
     Job,
     Lead,
     LeadTouch,
+    Message,
     Payment,
     Refund,
     ServiceLine,
@@ -38,6 +40,7 @@ from crm.models import (
 )
 from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import rows_in_hand
+from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 
 
@@ -109,6 +112,23 @@ def lead_open(
         actor=actor,
         action="lead.created",
         after={"stage": lead.stage, "contact": contact.public_id, "source": source.key if source else None},
+    )
+    event_emit(
+        business=lead.business_id,
+        lead=lead,
+        type=EventType.LEAD_CREATED,
+        subject=lead.public_id,
+        data={
+            "lead": lead.public_id,
+            "contact": contact.public_id,
+            "stage": lead.stage,
+            "service_line": service_line.slug if service_line else None,
+            "source": source.key if source else None,
+            "provider": first.provider,
+            "channel": first.channel,
+            "campaign_id": first.campaign_id,
+            "received_at": first.received_at,
+        },
     )
     return lead
 
@@ -255,9 +275,27 @@ def _record(model: Any, *, lead: Lead, actor: str, action: str, **fields: Any) -
 
 @transaction.atomic
 def appointment_record(*, lead: Lead, starts_at: datetime, ends_at: datetime, actor: str, **fields: Any) -> Appointment:
-    return _record(
+    """A booked visit (a reschedule books a new one, `rescheduled_from` the
+    old), with its receipt and its `appointment.booked` event."""
+    appointment: Appointment = _record(
         Appointment, lead=lead, actor=actor, action="appointment.booked", starts_at=starts_at, ends_at=ends_at, **fields
     )
+    event_emit(
+        business=lead.business_id,
+        lead=lead,
+        type=EventType.APPOINTMENT_BOOKED,
+        subject=appointment.public_id,
+        data={
+            "lead": lead.public_id,
+            "appointment": appointment.public_id,
+            "status": appointment.status,
+            "starts_at": starts_at,
+            "ends_at": ends_at,
+            "rescheduled_from": appointment.rescheduled_from.public_id if appointment.rescheduled_from else None,
+            "provider": appointment.provider or None,
+        },
+    )
+    return appointment
 
 
 @transaction.atomic
@@ -302,7 +340,7 @@ def payment_record(
 ) -> Payment:
     fields.setdefault("contact", lead.contact)
     fields.setdefault("match_status", Payment.MatchStatus.MATCHED)
-    return _record(
+    payment: Payment = _record(
         Payment,
         lead=lead,
         actor=actor,
@@ -311,6 +349,47 @@ def payment_record(
         currency=currency,
         received_at=received_at,
         **fields,
+    )
+    payment_announce(payment, EventType.PAYMENT_RECORDED)
+    return payment
+
+
+def message_received_announce(message: Message) -> None:
+    """An inbound message's outbox event: which lead, which channel, when;
+    never who sent it or what it says."""
+    event_emit(
+        business=message.business_id,
+        lead=message.lead,
+        type=EventType.MESSAGE_RECEIVED,
+        subject=message.public_id,
+        data={
+            "lead": message.lead.public_id if message.lead else None,
+            "message": message.public_id,
+            "channel": message.channel,
+            "received_at": message.created_at,
+        },
+    )
+
+
+def payment_announce(payment: Payment, event_type: str) -> None:
+    """A payment's outbox event (`payment.recorded` when it is recorded,
+    `payment.matched` when a later match links it to its lead)."""
+    event_emit(
+        business=payment.business_id,
+        lead=payment.lead,
+        type=event_type,
+        subject=payment.public_id,
+        data={
+            "payment": payment.public_id,
+            "lead": payment.lead.public_id if payment.lead else None,
+            "amount": payment.amount,
+            "currency": payment.currency,
+            "provider": payment.provider,
+            "received_at": payment.received_at,
+            "match_status": payment.match_status,
+            "invoice": payment.invoice.public_id if payment.invoice else None,
+            "job": payment.job.public_id if payment.job else None,
+        },
     )
 
 
@@ -331,5 +410,19 @@ def refund_record(*, payment: Payment, amount: Decimal, actor: str, refunded_at:
         actor=actor,
         action="refund.recorded",
         after={"amount": amount, "currency": payment.currency, "payment": payment.public_id},
+    )
+    event_emit(
+        business=payment.business_id,
+        lead=payment.lead,
+        type=EventType.REFUND_RECORDED,
+        subject=refund.public_id,
+        data={
+            "refund": refund.public_id,
+            "payment": payment.public_id,
+            "lead": payment.lead.public_id if payment.lead else None,
+            "amount": amount,
+            "currency": payment.currency,
+            "refunded_at": refunded_at,
+        },
     )
     return refund
