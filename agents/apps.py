@@ -35,6 +35,9 @@ class AgentsConfig(AppConfig):
         call_scoring.register()  # processing of Twilio's recording callbacks
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         brief.register()  # so are the daily briefs
+        from agents.webhooks import delivery as webhooks
+
+        webhooks.register()  # a commit that announced events wakes the webhooks cluster
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.utils import timezone
 
 from agents.schedules import JOBS
@@ -40,6 +41,7 @@ class JobHealth:
 class QueueHealth:
     jobs: list[JobHealth]
     queued: int
+    queued_webhooks: int = 0  # on the webhooks cluster's own queue
 
     @property
     def alive(self) -> bool:
@@ -56,6 +58,7 @@ class QueueHealth:
             "overdue": [job.name for job in self.jobs if job.overdue],
             "jobs": {job.name: job.as_dict() for job in self.jobs},
             "queued_tasks": self.queued,
+            "queued_webhook_tasks": self.queued_webhooks,
         }
 
 
@@ -78,4 +81,8 @@ def queue_health(now: datetime | None = None) -> QueueHealth:
             )
         )
     # From the configured broker: the OrmQ table stays empty with Redis.
-    return QueueHealth(jobs=jobs, queued=int(get_broker().queue_size() or 0))
+    return QueueHealth(
+        jobs=jobs,
+        queued=int(get_broker().queue_size() or 0),
+        queued_webhooks=int(get_broker(settings.WEBHOOKS_CLUSTER).queue_size() or 0),
+    )

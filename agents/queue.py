@@ -23,30 +23,36 @@ log = logging.getLogger(__name__)
 
 
 @cache
-def _broker() -> Any:
-    # One per process: django-q2 builds a new broker (for Redis, a new
-    # connection pool) on every enqueue otherwise. Made on first use, so a
-    # forked server worker makes its own.
+def _broker(cluster: str | None = None) -> Any:
+    # One per process and queue: django-q2 builds a new broker (for Redis, a
+    # new connection pool) on every enqueue otherwise. Made on first use, so
+    # a forked server worker makes its own.
     from django_q.brokers import get_broker
 
-    return get_broker()
+    return get_broker(cluster)
 
 
-def task_enqueue(func: str, *args: Any, group: str, save: bool = True, timeout: int | None = None) -> None:
+def task_enqueue(
+    func: str, *args: Any, group: str, save: bool = True, timeout: int | None = None, cluster: str | None = None
+) -> None:
     """Enqueue `func(*args)` in `group` when the current transaction commits
     (at once outside one); a failure to enqueue is logged, not raised.
     `save=False` keeps no result row when the task succeeds (failures are
     kept): for tasks whose own row records the outcome. `timeout`: this
-    task's own limit in seconds, instead of the cluster's."""
+    task's own limit in seconds, instead of the cluster's. `cluster`: the
+    queue of another cluster (settings.WEBHOOKS_CLUSTER), whose own
+    `qcluster` runs it; the default queue otherwise."""
     options: dict[str, Any] = {"group": group, "save": save}
     if timeout is not None:
         options["timeout"] = timeout
+    if cluster is not None:
+        options["cluster"] = cluster
 
     def enqueue() -> None:
         from django_q.tasks import async_task
 
         try:
-            async_task(func, *args, q_options={**options, "broker": _broker()})
+            async_task(func, *args, q_options={**options, "broker": _broker(cluster)})
         except Exception:
             # Logged here with what was lost, so the line names the task the sweep will recover.
             log.exception("could not enqueue %s%r; the periodic sweep will pick it up", func, args)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
+
 
 @dataclass(frozen=True)
 class Job:
@@ -22,6 +24,8 @@ class Job:
     minutes: int  # runs every this many minutes
     timeout: int  # seconds
     overdue_after: timedelta
+    # The cluster whose scheduler runs it, on its own queue; None: the default one.
+    cluster: str | None = None
 
     def schedule_fields(self) -> dict[str, Any]:
         return {
@@ -29,6 +33,7 @@ class Job:
             "schedule_type": "I",
             "minutes": self.minutes,
             "kwargs": repr({"q_options": {"timeout": self.timeout}}),
+            "cluster": self.cluster,
         }
 
 
@@ -55,6 +60,17 @@ JOBS: list[Job] = [
     Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),
     # Hourly, a bounded batch each run (crm.services.retention).
     Job("leadops.prune_raw_bodies", "agents.tasks.prune_raw_bodies", 60, 80, timedelta(hours=3)),
+    # Outbound webhooks, on their own cluster (agents.webhooks.delivery): lost
+    # claims, day-long failures, the retries due. Overdue when that cluster
+    # does not run.
+    Job(
+        "leadops.webhooks_sweep",
+        "agents.tasks.webhooks_sweep",
+        1,
+        55,
+        timedelta(minutes=5),
+        cluster=settings.WEBHOOKS_CLUSTER,
+    ),
 ]
 JOBS_BY_NAME = {job.name: job for job in JOBS}
 assert len(JOBS_BY_NAME) == len(JOBS), "two jobs share a name"

@@ -108,6 +108,22 @@ def pipeline_qa() -> dict[str, object]:
     return pipeline_qa_run().as_dict()
 
 
+@_job("leadops.webhooks_sweep")
+def webhooks_sweep() -> dict[str, int]:
+    """On the webhooks cluster: what no pump did, lost claims, the day-long
+    failures, then the retries due (agents.webhooks.delivery)."""
+    from agents.webhooks.delivery import webhooks_sweep as _webhooks_sweep
+
+    return _webhooks_sweep()
+
+
+def webhooks_pump() -> dict[str, int]:
+    """On the webhooks cluster: number new events, then send what is due."""
+    from agents.webhooks.delivery import webhooks_pump as _webhooks_pump
+
+    return _webhooks_pump()
+
+
 @_job("leadops.daily_brief")
 def daily_brief() -> dict[str, int]:
     from agents.reporting.brief import TIMER_KIND, briefs_schedule

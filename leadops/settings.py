@@ -124,6 +124,17 @@ EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 if EMAIL_TIMEOUT <= 0:
     raise environ.ImproperlyConfigured("EMAIL_TIMEOUT must be a number of seconds above 0")
 
+# --- Outbound webhooks (agents.webhooks) -----------------------------------------
+# Receivers on loopback, link-local, private, multicast or reserved addresses
+# are refused (at save and again at each delivery) unless this is set: for a
+# receiver inside your own network, or tests.
+WEBHOOK_ALLOW_PRIVATE = env.bool("WEBHOOK_ALLOW_PRIVATE", default=False)
+# The CA bundle receivers' certificates are checked against (a file); empty:
+# the public CAs (certifi). For receivers behind a private CA.
+WEBHOOK_CA_BUNDLE = env.str("WEBHOOK_CA_BUNDLE", default="")
+if WEBHOOK_CA_BUNDLE and not Path(WEBHOOK_CA_BUNDLE).is_file():
+    raise environ.ImproperlyConfigured(f"WEBHOOK_CA_BUNDLE must name a file of CA certificates: {WEBHOOK_CA_BUNDLE}")
+
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of
 # the provider, never blindly resent. One `queued` longer than this with no
@@ -296,6 +307,14 @@ SPECTACULAR_SETTINGS = {
 # after the caller's commit either way (agents.queue).
 # `timeout` must stay below `retry`, or a slow task is handed to a second
 # worker while the first still runs it.
+# Outbound webhooks are delivered by a cluster of their own (a second
+# `qcluster` started with Q_CLUSTER_NAME=leadops-webhooks): its tasks sit on
+# their own queue, so a slow receiver holds its workers, never the ones that
+# process leads. Same `name`, so both sign and read the same task packages.
+WEBHOOKS_CLUSTER = "leadops-webhooks"
+Q_WEBHOOK_WORKERS = env.int("Q_WEBHOOK_WORKERS", default=4)
+if Q_WEBHOOK_WORKERS < 1:
+    raise environ.ImproperlyConfigured("Q_WEBHOOK_WORKERS must be at least 1")
 Q_CLUSTER = {
     "name": "leadops",
     "orm": "default",
@@ -306,6 +325,8 @@ Q_CLUSTER = {
     "catch_up": False,
     "save_limit": 1000,
     "ack_failures": True,
+    # Read by django-q2 only in the process whose Q_CLUSTER_NAME names the cluster.
+    "ALT_CLUSTERS": {WEBHOOKS_CLUSTER: {"workers": Q_WEBHOOK_WORKERS}},
 }
 
 # --- Redis as the django-q2 broker (Q_BROKER=redis) ---------------------------
