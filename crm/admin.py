@@ -6,6 +6,7 @@ except through actions and forms that call CRM Sync, which writes the receipt.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
@@ -27,7 +28,19 @@ from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
 from crm.services.contact_numbers import sending_number_clean
+from crm.services.outbox import event_envelope
 from crm.services.timers import timer_retry
+from crm.services.webhooks import (
+    WebhookRefused,
+    webhook_delivery_replay,
+    webhook_events_check,
+    webhook_secret_check,
+    webhook_secret_new,
+    webhook_subscription_pause,
+    webhook_subscription_resume,
+    webhook_subscription_save,
+    webhook_url_check,
+)
 
 
 def actor_of(request: HttpRequest) -> str:
@@ -835,3 +848,296 @@ class RejectedDeliveryAdmin(RecordAdmin):
     search_fields = ["source__key"]
     # Counted per day, with no public id of its own.
     readonly_fields = []
+
+
+# --- outbound webhooks ---------------------------------------------------------
+
+WEBHOOK_EVENT_CHOICES = [(m.ALL_EVENTS, "* (every event, those added later too)"), *m.EventType.choices]
+
+
+class WebhookSubscriptionForm(forms.ModelForm):
+    """The secret is write-only: typed (or generated) to set or replace it,
+    never shown back; a generated one is shown once, in the save message."""
+
+    url = forms.URLField(max_length=1000, assume_scheme="https", help_text="https://, on a public address")
+    events_wanted = forms.MultipleChoiceField(
+        label="events", choices=WEBHOOK_EVENT_CHOICES, widget=forms.CheckboxSelectMultiple
+    )
+    replace_secret = forms.CharField(
+        required=False,
+        strip=True,
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="A Standard Webhooks secret (whsec_ and base64) the receiver already has. "
+        "Leave empty to keep the current one.",
+    )
+    generate_secret = forms.BooleanField(
+        required=False, help_text="Make a new secret (shown once, after saving): for a new receiver, or to rotate."
+    )
+
+    class Meta:
+        model = m.WebhookSubscription
+        fields = ["business", "url", "description"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["events_wanted"].initial = self.instance.events
+
+    def clean_url(self) -> str:
+        try:
+            return webhook_url_check(self.cleaned_data["url"])
+        except WebhookRefused as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_replace_secret(self) -> str:
+        secret: str = self.cleaned_data.get("replace_secret") or ""
+        try:
+            return webhook_secret_check(secret) if secret else ""
+        except WebhookRefused as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_events_wanted(self) -> list[str]:
+        try:
+            return webhook_events_check(self.cleaned_data.get("events_wanted") or [])
+        except WebhookRefused as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("replace_secret") and data.get("generate_secret"):
+            raise forms.ValidationError("Type a secret or have one generated, not both.")
+        if not self.instance.pk and not (data.get("replace_secret") or data.get("generate_secret")):
+            raise forms.ValidationError("A new webhook needs its secret: type the receiver's, or have one generated.")
+        return data
+
+
+@admin.action(description="Pause the selected webhooks (their deliveries wait)", permissions=["resume"])
+def webhooks_pause(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> None:
+    allowed = business_ids_where(request.user, "webhook.resume")
+    chosen = queryset if allowed is None else queryset.filter(business_id__in=allowed)
+    reason = f"paused by {actor_of(request)}"
+    paused = sum(webhook_subscription_pause(s, actor=actor_of(request), reason=reason) for s in chosen)
+    modeladmin.message_user(request, f"{paused} webhook(s) paused.", messages.SUCCESS)
+
+
+@admin.action(
+    description="Resume the selected webhooks (their waiting deliveries go out in order)", permissions=["resume"]
+)
+def webhooks_resume(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> None:
+    allowed = business_ids_where(request.user, "webhook.resume")
+    chosen = queryset.filter(status=m.WebhookSubscription.Status.PAUSED)
+    chosen = chosen if allowed is None else chosen.filter(business_id__in=allowed)
+    resumed = [webhook_subscription_resume(s, actor=actor_of(request)) for s in chosen]
+    modeladmin.message_user(
+        request, f"{len(resumed)} webhook(s) resumed; {sum(resumed)} deliveries go out now.", messages.SUCCESS
+    )
+
+
+@admin.register(m.WebhookSubscription)
+class WebhookSubscriptionAdmin(SetupAdmin):
+    """Where a business's events go. The URL is checked (https in live mode,
+    public addresses only) when it is saved and again at every delivery."""
+
+    form = WebhookSubscriptionForm
+    list_display = [
+        "url",
+        "business",
+        "status",
+        "events_list",
+        "failing_since",
+        "consecutive_failures",
+        "last_success_at",
+        "deliveries_link",
+    ]
+    list_select_related = ["business"]
+    list_filter = [BusinessFilter, "status"]
+    search_fields = ["public_id", "url"]
+    actions = [webhooks_pause, webhooks_resume]
+    readonly_fields = [
+        "public_id",
+        "secret_state",
+        "status",
+        "pause_reason",
+        "paused_at",
+        "failing_since",
+        "consecutive_failures",
+        "last_success_at",
+        "last_failure_at",
+        "deliveries_link",
+    ]
+    fieldsets = [
+        (None, {"fields": ["public_id", "business", "url", "events_wanted", "description"]}),
+        ("Signing secret (write-only)", {"fields": ["secret_state", "replace_secret", "generate_secret"]}),
+        (
+            "Health",
+            {
+                "fields": [
+                    "status",
+                    "pause_reason",
+                    "paused_at",
+                    "failing_since",
+                    "consecutive_failures",
+                    "last_success_at",
+                    "last_failure_at",
+                    "deliveries_link",
+                ]
+            },
+        ),
+    ]
+
+    def has_resume_permission(self, request: HttpRequest) -> bool:
+        return can_anywhere(request.user, "webhook.resume")
+
+    @admin.display(description="secret")
+    def secret_state(self, subscription: m.WebhookSubscription) -> str:
+        return "set" if subscription.pk and subscription.secret else "not set"
+
+    @admin.display(description="events")
+    def events_list(self, subscription: m.WebhookSubscription) -> str:
+        return ", ".join(subscription.events)
+
+    @admin.display(description="delivery log")
+    def deliveries_link(self, subscription: m.WebhookSubscription) -> str:
+        if not subscription.pk:
+            return "—"
+        url = reverse("admin:crm_webhookdelivery_changelist") + f"?subscription__id__exact={subscription.pk}"
+        return format_html('<a href="{}">deliveries</a>', url)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not can(request.user, f"webhooksubscription.{'change' if change else 'add'}", business_id_of(obj)):
+            raise PermissionDenied("not a business you may change")
+        data = form.cleaned_data
+        generated = webhook_secret_new() if data.get("generate_secret") else None
+        saved, _ = webhook_subscription_save(
+            business=obj.business,
+            url=data["url"],
+            events=data["events_wanted"],
+            secret=generated or data.get("replace_secret") or None,
+            description=data.get("description", ""),
+            actor=actor_of(request),
+            subscription=obj if change else None,
+        )
+        obj.pk, obj.public_id = saved.pk, saved.public_id
+        if generated:
+            messages.warning(
+                request,
+                f"The signing secret of {saved.url}, shown this once: {generated} — give it to the receiver now.",
+            )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Nothing: the service saved the subscription whole."""
+
+
+ATTEMPT_FIELDS = (
+    "number",
+    "at",
+    "outcome",
+    "status_code",
+    "duration_ms",
+    "error",
+    "response_excerpt",
+    "request_headers",
+)
+DELIVERY_FIELDS = (
+    "public_id",
+    "status",
+    "event_type",
+    "event_id_public",
+    "subscription",
+    "lead",
+    "seq",
+    "attempts",
+    "attempt_limit",
+    "next_attempt_at",
+    "claimed_at",
+    "delivered_at",
+    "last_status_code",
+    "last_error",
+    "created_at",
+    "payload",
+)
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = m.WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+    ordering = ["-number"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_anywhere(request.user, "webhookdelivery.view")
+
+
+class EventTypeFilter(admin.SimpleListFilter):
+    title = "event"
+    parameter_name = "event_type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(m.EventType.choices)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(event__type=self.value()) if self.value() else queryset
+
+
+@admin.register(m.WebhookDelivery)
+class WebhookDeliveryAdmin(RecordAdmin):
+    """The delivery log: each event per receiver, its attempts (status code,
+    answer excerpt, what was sent) and the replay action."""
+
+    lead_path = None
+    list_display = [
+        "public_id",
+        "created_at",
+        "event_type",
+        "subscription",
+        "lead",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "next_attempt_at",
+        "business",
+    ]
+    list_select_related = ["event", "subscription", "lead", "business"]
+    list_filter = [BusinessFilter, "status", EventTypeFilter, "subscription"]
+    search_fields = ["public_id", "event__public_id", "lead__public_id"]
+    fields = DELIVERY_FIELDS
+    readonly_fields = list(DELIVERY_FIELDS)
+    inlines = [WebhookAttemptInline]
+    actions = ["replay"]
+    # The log only grows: a cheap page count.
+    show_full_result_count = False
+
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return can_anywhere(request.user, "webhook.replay")
+
+    @admin.display(description="event", ordering="event__type")
+    def event_type(self, delivery: m.WebhookDelivery) -> str:
+        return delivery.event.type
+
+    @admin.display(description="webhook-id")
+    def event_id_public(self, delivery: m.WebhookDelivery) -> str:
+        return delivery.event.public_id
+
+    @admin.display(description="payload (as signed and sent)")
+    def payload(self, delivery: m.WebhookDelivery) -> str:
+        envelope = event_envelope(delivery.event, delivery.business.public_id)
+        return format_html("<pre>{}</pre>", json.dumps(envelope, indent=2, ensure_ascii=False))
+
+    @admin.action(description="Replay the selected deliveries (dead, delivered or dry run)", permissions=["replay"])
+    def replay(self, request: HttpRequest, queryset: QuerySet[m.WebhookDelivery]) -> None:
+        allowed = business_ids_where(request.user, "webhook.replay")
+        chosen = queryset if allowed is None else queryset.filter(business_id__in=allowed)
+        replayed = sum(webhook_delivery_replay(d, actor=actor_of(request)) for d in chosen.select_related("business"))
+        skipped = queryset.count() - replayed
+        note = f"; {skipped} still waiting or in flight (left as they are)" if skipped else ""
+        self.message_user(request, f"{replayed} deliveries replayed{note}.", messages.SUCCESS)

@@ -50,7 +50,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # Configuration and operations: the business's leaders.
     **_records(
         "business teammember serviceline servicearea source sequence messagetemplate availability "
-        "inboundevent timer rejecteddelivery exceptionitem",
+        "inboundevent timer rejecteddelivery exceptionitem webhooksubscription webhookdelivery",
         LEADERS,
     ),
     # -- changing records (always through services; the admin's forms call them)
@@ -61,9 +61,15 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     **_records("estimate job invoice payment refund", LEADERS, "add"),
     # Settings of the business: its owners only.
     **_records(
-        "business teammember source serviceline servicearea sequence messagetemplate availability", OWNERS, "change"
+        "business teammember source serviceline servicearea sequence messagetemplate availability webhooksubscription",
+        OWNERS,
+        "change",
     ),
-    **_records("teammember source serviceline servicearea sequence messagetemplate availability", OWNERS, "add"),
+    **_records(
+        "teammember source serviceline servicearea sequence messagetemplate availability webhooksubscription",
+        OWNERS,
+        "add",
+    ),
     # -- actions
     "message.send": SALES,
     # The setters' workspace: a conversation marked done without a reply,
@@ -82,6 +88,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "lead.reassign": LEADERS,
     "event.replay": LEADERS,
     "timer.retry": LEADERS,
+    "webhook.replay": LEADERS,
+    "webhook.resume": LEADERS,  # pause and resume a subscription
     "settings.edit": OWNERS,
     "money.view": LEADERS,
     "report.view": SALES,  # a setter's reports count their own leads only

@@ -10,6 +10,7 @@ connected, voicemails and missed calls, notes; some of it in Spanish.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from crm.models import (
+    ALL_EVENTS,
     Business,
     Call,
     ContactPointKind,
@@ -35,6 +37,7 @@ from crm.models import (
     Stage,
     Task,
     TeamMember,
+    WebhookSubscription,
 )
 from crm.services.business_file import BusinessLoadResult, business_file_load
 from crm.services.consent import consent_record
@@ -58,11 +61,15 @@ from crm.services.records import (
     task_create,
     tasks_close,
 )
+from crm.services.webhooks import webhook_subscription_save
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
 DEMO_SLUG = "acme-hvac"
 ADMIN_URL = "http://127.0.0.1:8000/admin/"
 ACTOR = "load_demo"
+DEMO_WEBHOOK_URL = "https://hooks.agency.invalid/leadops"
+# Public like the demo passwords: never a secret.
+DEMO_WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"leadops-demo-webhook-secret-0001").decode()
 # Who gets a demo login, in the order the logins are printed.
 DEMO_USERS = ("olivia", "mia", "sam", "sara", "tom")
 
@@ -99,11 +106,28 @@ def demo_load(path: Path = DEMO_FILE) -> DemoResult:
         load = business_file_load(path)
         business = Business.objects.select_for_update().get(pk=load.business.pk)
         logins = _logins_ensure(business)
+        # Before the records, so the demo's leads fill the delivery log (dry run).
+        _webhook_ensure(business)
         created = 0
         if not Lead.objects.filter(business=business).exists():
             created = _records_create(business)
         total = Lead.objects.filter(business=business).count()
     return DemoResult(load=load, logins=logins, leads_created=created, leads_total=total)
+
+
+def _webhook_ensure(business: Business) -> None:
+    """An agency's receiver for every event. Its host never resolves (the
+    .invalid name is reserved): in dry run the delivery log shows what would
+    be sent; live, each delivery fails until the URL is changed."""
+    if not WebhookSubscription.objects.filter(business=business, url=DEMO_WEBHOOK_URL).exists():
+        webhook_subscription_save(
+            business=business,
+            url=DEMO_WEBHOOK_URL,
+            events=[ALL_EVENTS],
+            secret=DEMO_WEBHOOK_SECRET,
+            description="the demo agency's reporting flow",
+            actor=ACTOR,
+        )
 
 
 def _logins_ensure(business: Business) -> list[DemoLogin]:

@@ -32,6 +32,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from agents.webhooks.delivery import webhooks_pump
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
 from crm import models as m
@@ -225,6 +226,59 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/crm/source/<path:object_id>/delete/": ("source", "403 403 403 403 403 302", "403 403 403 403 403 302"),
     "admin/crm/source/<path:object_id>/change/": ("source", "200 200 403 403 302 302", "200 403 403 403 403 302"),
     "admin/crm/source/<path:object_id>/": ("source", "302 302 302 302 302 302", "302 302 302 302 302 302"),
+    # Webhook subscriptions as sources: leaders read, owners change; the delivery log is read-only.
+    "admin/crm/webhooksubscription/": (
+        "webhooksubscription",
+        "200 200 403 403 200 302",
+        "200 200 403 403 200 302",
+    ),
+    "admin/crm/webhooksubscription/add/": (
+        "webhooksubscription",
+        "200 403 403 403 403 302",
+        "200 403 403 403 403 302",
+    ),
+    "admin/crm/webhooksubscription/<path:object_id>/history/": (
+        "webhooksubscription",
+        "200 200 302 302 302 302",
+        "200 200 302 302 302 302",
+    ),
+    "admin/crm/webhooksubscription/<path:object_id>/delete/": (
+        "webhooksubscription",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/webhooksubscription/<path:object_id>/change/": (
+        "webhooksubscription",
+        "200 200 403 403 302 302",
+        "200 403 403 403 403 302",
+    ),
+    "admin/crm/webhooksubscription/<path:object_id>/": (
+        "webhooksubscription",
+        "302 302 302 302 302 302",
+        "302 302 302 302 302 302",
+    ),
+    "admin/crm/webhookdelivery/": ("webhookdelivery", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    "admin/crm/webhookdelivery/add/": ("webhookdelivery", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/crm/webhookdelivery/<path:object_id>/history/": (
+        "webhookdelivery",
+        "200 200 302 302 302 302",
+        "200 200 302 302 302 302",
+    ),
+    "admin/crm/webhookdelivery/<path:object_id>/delete/": (
+        "webhookdelivery",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/webhookdelivery/<path:object_id>/change/": (
+        "webhookdelivery",
+        "200 200 403 403 302 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/webhookdelivery/<path:object_id>/": (
+        "webhookdelivery",
+        "302 302 302 302 302 302",
+        "302 302 302 302 302 302",
+    ),
     "admin/crm/teammember/": ("teammember", "200 200 403 403 200 302", "200 200 403 403 200 302"),
     "admin/crm/teammember/add/": ("teammember", "200 403 403 403 403 302", "200 403 403 403 403 302"),
     "admin/crm/teammember/<path:object_id>/history/": (
@@ -698,6 +752,8 @@ def world() -> Samples:
         stop_reason="won",
         ended_at=now,
     )
+    # The demo's receiver gets every event: one run of the webhooks cluster (dry run) logs their deliveries.
+    webhooks_pump()
     records: dict[str, Any] = {
         "none": None,
         "lead": lead,
@@ -723,6 +779,8 @@ def world() -> Samples:
         "rejecteddelivery": m.RejectedDelivery.objects.filter(business=business).first(),
         "business": business,
         "source": m.Source.objects.filter(business=business).first(),
+        "webhooksubscription": m.WebhookSubscription.objects.filter(business=business).first(),
+        "webhookdelivery": m.WebhookDelivery.objects.filter(business=business).first(),
         "teammember": team["sam"],
         "serviceline": m.ServiceLine.objects.filter(business=business).first(),
         "servicearea": m.ServiceArea.objects.filter(business=business).first(),

@@ -34,11 +34,13 @@ from crm.services.business_file.parsing import (
     MemberRow,
     Row,
     SourceRow,
+    WebhookRow,
     business_file_parse,
 )
 from crm.services.business_file.reading import BusinessFileError, Ref
 from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.receipts import receipt_write
+from crm.services.webhooks import WebhookRefused, webhook_subscription_save
 
 # Serializes loads of the same slug, so two concurrent runs cannot both create it.
 _LOAD_LOCK_NAMESPACE = 4208
@@ -169,6 +171,9 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
         _apply_availability(result, business, spec.availability)
     result.availability_rules = len(spec.availability)
 
+    for webhook in spec.webhooks:
+        _apply_webhook(result, business, webhook, actor=actor)
+
     if result.changed:
         receipt_write(
             business=business,
@@ -179,6 +184,24 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
             after=result.summary(),
         )
     return result
+
+
+def _apply_webhook(result: BusinessLoadResult, business: Business, row: WebhookRow, *, actor: str) -> None:
+    """A subscription the file lists, created or brought in line (one the
+    file no longer lists is left as it is: pause it in the admin)."""
+    try:
+        _subscription, changed = webhook_subscription_save(
+            business=business,
+            url=row.key,
+            events=row.fields["events"],
+            secret=row.secret,
+            description=row.fields.get("description"),
+            actor=actor,
+        )
+    except WebhookRefused as exc:
+        key = "secret" if "secret" in str(exc) else "url"
+        raise BusinessFileError(row.key_lines.get(key, row.line), f"webhook {row.key}: {exc}") from exc
+    result.record("webhook", row.key, created=changed == ["created"], fields=[] if changed == ["created"] else changed)
 
 
 def _check_source_numbers(business: Business, row: Row) -> None:

@@ -32,6 +32,7 @@ from crm.services.business_file.reading import (
     time_range,
     yaml_load_with_lines,
 )
+from crm.services.webhooks import WebhookRefused, webhook_events_check, webhook_secret_check
 
 # A template is sent on a channel that reaches the person: every step channel but a task.
 TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
@@ -77,6 +78,14 @@ class SequenceRow(Row):
 
 
 @dataclass
+class WebhookRow(Row):
+    """An outbound webhook subscription: `key` is its URL."""
+
+    secret: str | None = None
+    key_lines: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class AvailabilityRule:
     line: int
     members: list[Ref]
@@ -107,6 +116,7 @@ class BusinessSpec:
     availability: list[AvailabilityRule] = field(default_factory=list)
     # An `availability` section (even an empty one) replaces the business's rules.
     availability_given: bool = False
+    webhooks: list[WebhookRow] = field(default_factory=list)
 
 
 _SECTIONS = (
@@ -120,6 +130,7 @@ _SECTIONS = (
     "templates",
     "sequences",
     "availability",
+    "webhooks",
 )
 
 
@@ -154,6 +165,7 @@ def _parse(text: str, path: str) -> BusinessSpec:
     spec.team = _unique(doc, "team", "team member", lambda m: _parse_member(m, region))
     spec.availability = [_parse_availability(item, line) for item, line in doc.items("availability")]
     spec.availability_given = doc.has("availability")
+    spec.webhooks = _unique(doc, "webhooks", "webhook", _parse_webhook)
     return spec
 
 
@@ -588,6 +600,32 @@ def _parse_hours(member: Map, key: str = "hours") -> dict[str, str]:
             m.time_range(day)
             hours[day] = m.text(day)
     return hours
+
+
+def _parse_webhook(item: ItemMap) -> WebhookRow:
+    """{url, events: [payment.recorded, …] or ["*"], secret: whsec_…}: where
+    the business's events go. The URL's address check needs the network and
+    is made when the file is applied; the secret is written only when the
+    file names it (one set in the admin survives the next load)."""
+    m = item.read(required=("url", "events"), optional=("secret", "description"))
+    url = m.text("url")
+    if not re.fullmatch(r"https?://[^\s]+", url):
+        raise m.error("url", f"url in webhook must be an http(s) URL, not {url!r}")
+    events = [ref.name for ref in m.texts("events", non_empty=True)]
+    secret = m.text("secret") if m.has("secret") else None
+    try:
+        events = webhook_events_check(events)
+    except WebhookRefused as exc:
+        raise m.error("events", f"{exc} in webhook") from exc
+    try:
+        if secret is not None:
+            webhook_secret_check(secret)
+    except WebhookRefused as exc:
+        raise m.error("secret", f"{exc} (the secret in webhook {url})") from exc
+    fields: dict[str, Any] = {"events": events}
+    if m.has("description"):
+        fields["description"] = m.text("description")
+    return WebhookRow(line=m.line, key=url, fields=fields, secret=secret, key_lines=dict(m.data.lines))
 
 
 def _parse_availability(value: Any, line: int) -> AvailabilityRule:

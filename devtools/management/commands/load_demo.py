@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from crm.models import Stage
 from crm.services.business_file import BusinessFileError
-from devtools.demo import ADMIN_URL, demo_load
+from devtools.demo import ADMIN_URL, DEMO_WEBHOOK_URL, demo_load
 
 
 class Command(BaseCommand):
@@ -22,6 +22,9 @@ class Command(BaseCommand):
             self.stdout.write(f"demo records: {result.leads_created} leads created, covering every stage ({stages})")
         else:
             self.stdout.write(f"demo records: already present ({result.leads_total} leads), none added")
+        self.stdout.write(
+            f"demo webhook: every event to {DEMO_WEBHOOK_URL} (in dry run, Admin > Webhook deliveries shows them)"
+        )
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Demo logins: open {ADMIN_URL}"))
         width = max([8, *(len(login.username) for login in result.logins)])
