@@ -155,11 +155,14 @@ def delivery_attempt(delivery_id: int, number: int, *, now: datetime) -> str:
     """Make attempt `number` of a claimed delivery and record it; returns
     the delivery's status afterwards ("stale" when the claim was taken back
     meanwhile). The post runs outside any transaction."""
-    delivery = WebhookDelivery.objects.select_related("subscription", "event", "business").get(pk=delivery_id)
+    loaded = WebhookDelivery.objects.select_related("subscription", "event", "business")
     try:
+        delivery = loaded.get(pk=delivery_id)
         body, headers = webhook_request(delivery, sent_at=timezone.now())
     except (FieldDecryptionError, ValueError, TypeError) as exc:
-        # A secret that no longer opens or decodes: nothing can be signed.
+        # A secret that no longer opens (a dropped FIELD_ENCRYPTION_KEYS key)
+        # or decodes: nothing can be signed, and the attempt says why.
+        delivery = loaded.defer("subscription__secret").get(pk=delivery_id)
         failed = Answer(None, "", f"cannot sign: {type(exc).__name__}: {exc}"[:300], refused=True, duration_ms=0)
         return _record(delivery, number, failed, headers={}, now=now)
     if settings.SEND_MODE != "live":
@@ -206,7 +209,7 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
                 status=status, delivered_at=now, last_status_code=answer.status_code, last_error=""
             )
         else:
-            status = _after_failure(delivery, number, now=now)
+            status = _after_failure(delivery, number)
             moved = _claimed(delivery, number).update(
                 status=_held_if_paused(status),
                 next_attempt_at=now + retry_delay(number),
@@ -237,7 +240,7 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
     return status
 
 
-def _after_failure(delivery: WebhookDelivery, number: int, *, now: datetime) -> str:
+def _after_failure(delivery: WebhookDelivery, number: int) -> str:
     return S.DEAD if number >= delivery.attempt_limit else S.PENDING
 
 
@@ -254,16 +257,24 @@ def _held_if_paused(status: str) -> Any:
 def _succeeded(delivery: WebhookDelivery, *, now: datetime) -> None:
     # The row of a busy subscription is written only when its state changes
     # or its success stamp is a minute old: workers delivering to it in
-    # parallel do not queue on it.
-    WebhookSubscription.objects.filter(pk=delivery.subscription_id).filter(
-        Q(failing_since__isnull=False)
-        | Q(last_success_at__isnull=True)
-        | Q(last_success_at__lt=now - SUCCESS_STAMP_EVERY)
-    ).update(failing_since=None, consecutive_failures=0, last_success_at=now)
+    # parallel do not queue on it (and, as read with the delivery, most
+    # successes need no statement at all).
+    seen = delivery.subscription
+    fresh = seen.last_success_at is not None and seen.last_success_at >= now - SUCCESS_STAMP_EVERY
+    if seen.failing_since is not None or not fresh:
+        _success_stamp(delivery.subscription_id, now=now)
     if delivery.attempt_limit > WebhookDelivery.MAX_ATTEMPTS:  # a replay: its dead-letter item is settled
         webhook_exceptions_resolve(
             business_id=delivery.business_id, kind=DEAD_EXCEPTION, subject=delivery.public_id, actor=ACTOR
         )
+
+
+def _success_stamp(subscription_id: int, *, now: datetime) -> None:
+    WebhookSubscription.objects.filter(pk=subscription_id).filter(
+        Q(failing_since__isnull=False)
+        | Q(last_success_at__isnull=True)
+        | Q(last_success_at__lt=now - SUCCESS_STAMP_EVERY)
+    ).update(failing_since=None, consecutive_failures=0, last_success_at=now)
 
 
 def _failed(subscription_id: int, *, now: datetime) -> None:
@@ -350,12 +361,20 @@ def webhooks_pump(*, now: datetime | None = None, seconds: float = PUMP_SECONDS)
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         claimed = delivery_claim(now=clock())
-        if claimed is None:
+        # Nothing due: events committed since the run began may have made some.
+        if claimed is None and not _sequenced(counts):
             break
-        counts[str(delivery_attempt(*claimed, now=clock()))] += 1
+        if claimed is not None:
+            counts[str(delivery_attempt(*claimed, now=clock()))] += 1
     else:
         pump_enqueue()
     return dict(counts)
+
+
+def _sequenced(counts: Counter[str]) -> int:
+    numbered = outbox_sequence_all()
+    counts["sequenced"] += numbered
+    return numbered
 
 
 def _lost_claims(now: datetime) -> int:
@@ -367,7 +386,7 @@ def _lost_claims(now: datetime) -> int:
     for delivery in stale.select_related("subscription", "event", "business").order_by("claimed_at")[:100]:
         number = delivery.attempts
         with transaction.atomic():
-            status = _after_failure(delivery, number, now=now)
+            status = _after_failure(delivery, number)
             moved = (
                 _claimed(delivery, number)
                 .filter(claimed_at=delivery.claimed_at)

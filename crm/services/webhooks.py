@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
 from crm.models import (
@@ -289,12 +289,17 @@ def webhook_subscription_resume(subscription: WebhookSubscription, *, actor: str
 @transaction.atomic
 def webhook_delivery_replay(delivery: WebhookDelivery, *, actor: str, now: datetime | None = None) -> bool:
     """Send a finished delivery (dead, delivered or dry_run) again, with the
-    same webhook-id and a fresh allowance of tries; False when it is still
-    pending or in flight. It keeps its place in its lead's order: a later
-    event of the lead that is still waiting now waits for it."""
+    same webhook-id and a fresh allowance of tries (held, with the rest,
+    while its subscription is paused); False when it is still waiting or in
+    flight. It keeps its place in its lead's order: a later event of the lead
+    that is still waiting now waits for it. A receipt."""
     now = now or timezone.now()
+    paused = WebhookSubscription.objects.filter(
+        pk=OuterRef("subscription_id"), status=WebhookSubscription.Status.PAUSED
+    )
     replayed = WebhookDelivery.objects.filter(pk=delivery.pk, status__in=[S.DEAD, S.DELIVERED, S.DRY_RUN]).update(
-        status=S.PENDING,
+        # A paused subscription's replay waits with the rest, held.
+        status=Case(When(Exists(paused), then=Value(S.HELD)), default=Value(S.PENDING)),
         next_attempt_at=now,
         claimed_at=None,
         attempt_limit=F("attempts") + WebhookDelivery.MAX_ATTEMPTS,
@@ -309,7 +314,7 @@ def webhook_delivery_replay(delivery: WebhookDelivery, *, actor: str, now: datet
         actor=actor,
         action="webhook.replayed",
         before={"status": before},
-        after={"status": S.PENDING, "attempt_limit": delivery.attempt_limit},
+        after={"status": delivery.status, "attempt_limit": delivery.attempt_limit},
     )
     outbox_wake()
     return True

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 from django_q.brokers import get_broker
+from django_q.conf import Conf
 from django_q.models import OrmQ, Schedule
 from django_q.scheduler import scheduler
 
@@ -45,15 +46,22 @@ def test_each_periodic_job_is_its_own_schedule_and_the_old_combined_one_is_remov
 
 
 @pytest.mark.django_db(transaction=True)  # the scheduler closes a connection that is not in autocommit
-def test_the_scheduler_hands_each_job_to_the_cluster_with_its_own_timeout_below_retry(settings: Any) -> None:
+def test_the_scheduler_hands_each_job_to_the_cluster_with_its_own_timeout_below_retry(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     schedules_ensure()
     Schedule.objects.filter(name__startswith="leadops.").update(next_run=timezone.now() - timedelta(minutes=1))
     OrmQ.objects.all().delete()
 
     scheduler(broker=get_broker())  # django-q2's own scheduler loop, one pass
+    # The webhooks cluster (Q_CLUSTER_NAME=leadops-webhooks) schedules its own job, on its own queue.
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", settings.WEBHOOKS_CLUSTER)
+    scheduler(broker=get_broker(settings.WEBHOOKS_CLUSTER))
 
+    queues = {q.task["group"]: q.key for q in OrmQ.objects.all()}
+    assert queues == {job.name: job.cluster or settings.Q_CLUSTER["name"] for job in JOBS}
+    assert {job.name for job in JOBS if job.cluster} == {"leadops.webhooks_sweep"}
     tasks = {q.task["group"]: q.task for q in OrmQ.objects.all()}
-    assert set(tasks) == {job.name for job in JOBS}
     for job in JOBS:
         assert tasks[job.name]["func"] == job.func
         assert tasks[job.name]["timeout"] == job.timeout < settings.Q_CLUSTER["retry"]

@@ -7,7 +7,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
+from django.urls import reverse
 
+from agents.webhooks.delivery import webhooks_pump
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -25,6 +27,7 @@ from crm.models import (
     Stage,
     Task,
     TeamMember,
+    WebhookDelivery,
 )
 from crm.services.receipts import receipts_verify
 from devtools.demo import ADMIN_URL, DEMO_SLUG, DEMO_USERS, demo_password
@@ -159,3 +162,18 @@ def test_every_demo_change_has_a_receipt_and_the_chain_verifies() -> None:
         if lead.stage not in (Stage.NEW, Stage.ASSIGNED):
             assert "lead.stage_changed" in actions
     assert Receipt.objects.filter(business__slug=DEMO_SLUG, action="business.loaded").count() == 1
+
+
+def test_a_paid_demo_lead_shows_its_webhook_events_in_the_delivery_log_in_dry_run() -> None:
+    load_demo()
+    webhooks_pump(seconds=60)  # one run of the webhooks cluster: dry run records, sends nothing
+
+    paid = Payment.objects.filter(business__slug=DEMO_SLUG, lead__isnull=False).select_related("lead").first()
+    deliveries = WebhookDelivery.objects.filter(lead=paid.lead)
+    assert {d.event.type for d in deliveries.select_related("event")} >= {"lead.created", "payment.recorded"}
+    assert set(deliveries.values_list("status", flat=True)) == {"dry_run"}
+    client = Client()
+    client.force_login(User.objects.get(username="mia"))
+    log = client.get(reverse("admin:crm_webhookdelivery_changelist") + "?event_type=payment.recorded")
+    assert log.status_code == 200
+    assert deliveries.get(event__type="payment.recorded").public_id in log.content.decode()
