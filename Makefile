@@ -34,12 +34,14 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_demo_stripe_webhook_secret} \
 	CALENDLY_SIGNING_KEY=$${CALENDLY_SIGNING_KEY:-demo-calendly-signing-key}
 
-# The web server and the task cluster together; Ctrl-C stops both.
+# The web server and the task clusters together (the default one, and the
+# one that delivers outbound webhooks on its own queue); Ctrl-C stops them all.
 run: demo
-	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task cluster)"
+	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task clusters)"
 	@trap 'kill 0' INT TERM EXIT; \
 	export $(DEMO_ENV); \
 	$(PY) manage.py qcluster & \
+	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000 & \
 	wait
 
