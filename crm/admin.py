@@ -1016,7 +1016,8 @@ class WebhookSubscriptionAdmin(SetupAdmin):
             secret=generated or data.get("replace_secret") or None,
             description=data.get("description", ""),
             actor=actor_of(request),
-            subscription=obj if change else None,
+            # The row as stored: the form has already set its new values on `obj`.
+            subscription=m.WebhookSubscription.objects.get(pk=obj.pk) if change else None,
         )
         obj.pk, obj.public_id = saved.pk, saved.public_id
         if generated:

@@ -95,21 +95,29 @@ def webhook_post(url: str, body: bytes, headers: dict[str, str]) -> Answer:
         target = target_check(url)
     except TargetRefused as exc:
         return Answer(None, "", str(exc)[:300], refused=True, duration_ms=took())
-    pool = _pool(target, target.addresses[0])
-    try:
-        response = pool.urlopen(
-            "POST",
-            target.path,
-            body=body,
-            headers={**headers, "Host": _host_header(target), "User-Agent": USER_AGENT},
-            redirect=False,
-            retries=False,
-            timeout=TIMEOUT,
-            preload_content=False,
-            assert_same_host=False,
-        )
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        return Answer(None, "", f"{type(exc).__name__}: {exc}"[:300], refused=False, duration_ms=took())
+    response, failure = None, "no address"
+    for address in target.addresses:
+        try:
+            response = _pool(target, address).urlopen(
+                "POST",
+                target.path,
+                body=body,
+                headers={**headers, "Host": _host_header(target), "User-Agent": USER_AGENT},
+                redirect=False,
+                retries=False,
+                timeout=TIMEOUT,
+                preload_content=False,
+                assert_same_host=False,
+            )
+            break
+        except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
+            # Not connected, so nothing was sent: the host's next checked
+            # address (IPv4 after an unreachable IPv6, say) may answer.
+            failure = f"{type(exc).__name__}: {exc}"
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Answer(None, "", f"{type(exc).__name__}: {exc}"[:300], refused=False, duration_ms=took())
+    if response is None:
+        return Answer(None, "", failure[:300], refused=False, duration_ms=took())
     read, complete, error = bytearray(), False, ""
     try:
         for chunk in response.stream(8192):

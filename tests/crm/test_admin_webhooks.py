@@ -40,6 +40,22 @@ def test_an_owner_adds_a_webhook_whose_generated_secret_is_shown_once(business: 
     assert Receipt.objects.filter(action="webhook.subscription_saved", subject=subscription.public_id).exists()
 
 
+def test_an_owner_changes_the_events_and_keeps_the_secret(business: Business) -> None:
+    client = logged_in(business)
+    subscription = subscribe(business, URL)
+    secret = subscription.secret
+
+    client.post(
+        reverse("admin:crm_webhooksubscription_change", args=[subscription.pk]),
+        {"url": URL, "events_wanted": ["lead.created"], "description": "sheet"},
+    )
+
+    subscription.refresh_from_db()
+    assert (subscription.events, subscription.description, subscription.secret) == (["lead.created"], "sheet", secret)
+    saved = Receipt.objects.filter(action="webhook.subscription_saved", subject=subscription.public_id)
+    assert saved.order_by("-id").first().reason == "events, description"
+
+
 @pytest.mark.parametrize(
     ("url", "error"),
     [
