@@ -33,7 +33,10 @@ The receipt chain takes no lock in these transactions: a receipt is one
 INSERT, and the sealer (crm.services.receipts) links it into the chain after
 commit under a lock of its own that only sealers take, in a transaction that
 holds nothing else. Keep it that way: a lock shared by every write of a
-business is what made approval decisions and dispatch deadlock.
+business is what made approval decisions and dispatch deadlock. The outbox
+is the same: an event is one INSERT (or rides in the receipts' one), and the
+sequencer that numbers events after commit takes a lock only sequencers
+take (crm.services.outbox), in a transaction that holds nothing else.
 """
 
 from __future__ import annotations

@@ -23,10 +23,9 @@ from crm.services.webhooks import webhook_secret_new
 from scripts.webhook_receiver import Receiver, tls_files
 from tests.factories import lead_create
 from tests.helpers.database import test_database_url
-from tests.helpers.webhooks import live, subscribe
+from tests.helpers.webhooks import subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
-__all__ = ["live"]
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -30,10 +30,9 @@ from crm.services import lead_sync
 from crm.services.webhooks import webhook_delivery_replay, webhook_secret_new, webhook_subscription_resume
 from scripts.webhook_receiver import Received, Receiver, closed_port
 from tests.factories import lead_create
-from tests.helpers.webhooks import deliver, live, subscribe
+from tests.helpers.webhooks import deliver, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
-__all__ = ["live"]
 
 S = WebhookDelivery.Status
 

@@ -23,10 +23,9 @@ from crm.services.business_file import business_file_load
 from crm.services.webhooks import webhook_secret_new
 from scripts.lead_statements import FORM, WEBSITE_PATH, WEBSITE_SECRET
 from scripts.webhook_receiver import Receiver
-from tests.helpers.webhooks import live, subscribe
+from tests.helpers.webhooks import subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
-__all__ = ["live"]
 
 DEMO_FILE = Path(__file__).resolve().parents[3] / "demo" / "acme-hvac.yaml"
 DEFAULT_QUEUE = settings.Q_CLUSTER["name"]

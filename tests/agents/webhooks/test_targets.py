@@ -95,6 +95,24 @@ def test_a_target_refused_at_delivery_is_never_called(business: Business, host: 
     assert attempt.outcome == "refused" and "loopback" in attempt.error
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("https://169.254.169.254/latest/meta-data/", "link-local"), ("https://10.1.2.3/hook", "private")],
+)
+def test_metadata_and_private_addresses_saved_while_allowed_are_refused_at_delivery(
+    business: Business, url: str, why: str
+) -> None:
+    with override_settings(WEBHOOK_ALLOW_PRIVATE=True):
+        subscribe(business, url)
+    lead_create(business)
+    with override_settings(SEND_MODE="live"):
+        deliver(now=timezone.now())
+
+    [attempt] = WebhookAttempt.objects.all()
+    assert (attempt.outcome, attempt.status_code) == ("refused", None) and why in attempt.error
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_redirect_is_not_followed(business: Business) -> None:
     secret = webhook_secret_new()
