@@ -48,7 +48,7 @@ def queued(key: str) -> list[str]:
 def work(key: str, funcs: tuple[str, ...] | None = None) -> list[str]:
     """Run what waits on one queue, as that queue's cluster's worker would
     (only `funcs`, when given: the rest stays queued)."""
-    ran = []
+    ran: list[str] = []
     while True:
         rows = OrmQ.objects.filter(key=key).order_by("id")
         task = next(((row, SignedPackage.loads(row.payload)) for row in rows if not funcs or _func(row) in funcs), None)
