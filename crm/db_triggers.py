@@ -163,12 +163,12 @@ END $$ LANGUAGE plpgsql;
 """
 
 
-# The inbox's summary of each lead's conversation (crm.models.Conversation),
-# moved by every message in the statement that writes it. A person's send
-# answers what came in before it once it goes out or waits only for the
-# clock or an approval (crm.models.ANSWERING_STATUSES, spelled here too); a
-# role's (`agent:…`) never does. A message moved to another lead (a merge)
-# rebuilds both leads' rows from their messages.
+# The inbox's summary of each lead's conversation (crm.models.Conversation):
+# made with the lead, and moved by every message in the statement that
+# writes it. A person's send answers what came in before it once it goes out
+# or waits only for the clock or an approval (crm.models.ANSWERING_STATUSES,
+# spelled here too); a role's (`agent:…`) never does. A message moved to
+# another lead (a merge) rebuilds both leads' rows from their messages.
 CONVERSATION_FUNCTION = """
 CREATE OR REPLACE FUNCTION leadops_conversation_rebuild(lead bigint) RETURNS void AS $$
 DECLARE
@@ -180,9 +180,10 @@ BEGIN
     SELECT settled_at INTO settled FROM crm_conversation WHERE lead_id = lead;
     DELETE FROM crm_conversation WHERE lead_id = lead;
     INSERT INTO crm_conversation
-        (lead_id, business_id, last_message_id, last_message_at, last_channel, last_inbound_at, awaiting_since,
-         settled_at)
-    SELECT m.lead_id, m.business_id, m.id, m.created_at, m.channel,
+        (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
+         awaiting_since, settled_at)
+    SELECT l.id, l.business_id, m.id, m.created_at, COALESCE(m.channel, ''),
+        GREATEST(l.created_at, m.created_at),
         (SELECT max(i.created_at) FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'),
         (SELECT min(i.created_at) FROM crm_message i
           WHERE i.lead_id = lead AND i.direction = 'in'
@@ -192,9 +193,19 @@ BEGIN
                    AND o.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred',
                                     'pending_approval', 'unknown'))), '-infinity')),
         settled
-    FROM crm_message m WHERE m.lead_id = lead
-    ORDER BY m.created_at DESC, m.id DESC
-    LIMIT 1;
+    FROM crm_lead l
+    LEFT JOIN LATERAL (
+        SELECT id, created_at, channel FROM crm_message WHERE lead_id = lead ORDER BY created_at DESC, id DESC LIMIT 1
+    ) m ON true
+    WHERE l.id = lead;
+END $$ LANGUAGE plpgsql;
+
+CREATE OR REPLACE FUNCTION leadops_conversation_open() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO crm_conversation (lead_id, business_id, last_channel, last_activity_at)
+    VALUES (NEW.id, NEW.business_id, '', NEW.created_at)
+    ON CONFLICT (lead_id) DO NOTHING;
+    RETURN NULL;
 END $$ LANGUAGE plpgsql;
 
 CREATE OR REPLACE FUNCTION leadops_conversation_note() RETURNS trigger AS $$
@@ -209,16 +220,18 @@ BEGIN
     END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO crm_conversation AS c
-            (lead_id, business_id, last_message_id, last_message_at, last_channel, last_inbound_at, awaiting_since)
-        VALUES (NEW.lead_id, NEW.business_id, NEW.id, NEW.created_at, NEW.channel,
+            (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
+             awaiting_since)
+        VALUES (NEW.lead_id, NEW.business_id, NEW.id, NEW.created_at, NEW.channel, NEW.created_at,
                 CASE WHEN NEW.direction = 'in' THEN NEW.created_at END,
                 CASE WHEN NEW.direction = 'in' THEN NEW.created_at END)
         ON CONFLICT (lead_id) DO UPDATE SET
-            last_message_id = CASE WHEN EXCLUDED.last_message_at >= c.last_message_at
+            last_message_id = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
                                    THEN EXCLUDED.last_message_id ELSE c.last_message_id END,
-            last_channel = CASE WHEN EXCLUDED.last_message_at >= c.last_message_at
+            last_channel = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
                                 THEN EXCLUDED.last_channel ELSE c.last_channel END,
             last_message_at = GREATEST(c.last_message_at, EXCLUDED.last_message_at),
+            last_activity_at = GREATEST(c.last_activity_at, EXCLUDED.last_activity_at),
             last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at),
             -- The earliest unanswered message in, whatever order concurrent
             -- writers commit in; one from before a settle waits for no one.
@@ -239,6 +252,7 @@ END $$ LANGUAGE plpgsql;
 
 CONVERSATION_FUNCTION_DROP = """
 DROP FUNCTION IF EXISTS leadops_conversation_note() CASCADE;
+DROP FUNCTION IF EXISTS leadops_conversation_open() CASCADE;
 DROP FUNCTION IF EXISTS leadops_conversation_rebuild(bigint) CASCADE;
 """
 
@@ -247,3 +261,8 @@ CONVERSATION_TRIGGER = (
     "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_note();"
 )
 CONVERSATION_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_message_conversation ON crm_message;"
+CONVERSATION_LEAD_TRIGGER = (
+    "CREATE TRIGGER crm_lead_conversation AFTER INSERT ON crm_lead "
+    "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_open();"
+)
+CONVERSATION_LEAD_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_lead_conversation ON crm_lead;"

@@ -25,7 +25,6 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
-    DateTimeField,
     F,
     IntegerField,
     OuterRef,
@@ -44,9 +43,9 @@ from crm.selectors import lead_search_q, lead_visibility_q, scope_for
 # A first-response deadline this close counts as due now.
 SLA_SOON = timedelta(minutes=30)
 PAGE_SIZE = 50
-# Counting every conversation of a large business costs as much as the page
-# itself: the count stops here.
-COUNT_CAP = 10_000
+# The counts a page shows (waiting, unread) stop here ("99+"): counting every
+# waiting conversation of a large business cost more than the page itself.
+COUNT_CAP = 99
 # Before any read mark: every message in is unread.
 NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
@@ -77,9 +76,8 @@ def who_default(user: Any) -> str:
     return "mine"
 
 
-def inbox_leads(user: Any, query: InboxQuery, *, now: datetime, region: str = "US") -> QuerySet[Lead]:
-    """The leads of the user's inbox, filtered and in the inbox's order,
-    annotated with `bucket` and `unread` (the user's unread messages in)."""
+def inbox_leads(user: Any, query: InboxQuery, *, region: str = "US") -> QuerySet[Lead]:
+    """The leads of the user's inbox, filtered, in no order."""
     scope = scope_for(user, "message.view")
     leads = Lead.objects.filter(lead_visibility_q(scope))
     who = query.who or who_default(user)
@@ -103,43 +101,53 @@ def inbox_leads(user: Any, query: InboxQuery, *, now: datetime, region: str = "U
         leads = leads.filter(pk__in=touched.values("lead_id"))
     if query.q.strip():
         leads = leads.filter(lead_search_q(query.q, region))
-    return leads.annotate(bucket=_bucket(now), waiting_key=_waiting_key()).order_by(
-        "bucket",
-        F("waiting_key").asc(nulls_last=True),
-        Coalesce("conversation__last_message_at", "created_at").desc(),
-        "-pk",
-    )
+    return leads
 
 
-def _bucket(now: datetime) -> Case:
-    return Case(
-        When(conversation__awaiting_since__isnull=False, then=Value(0)),
-        When(
-            first_response_at__isnull=True,
-            sla_due_at__isnull=False,
-            sla_due_at__lt=now + SLA_SOON,
-            stage__in=OPEN_STAGES,
-            then=Value(1),
-        ),
-        When(next_action_due_at__lt=now, stage__in=OPEN_STAGES, then=Value(2)),
-        default=Value(3),
-        output_field=IntegerField(),
-    )
+def _buckets(now: datetime) -> list[tuple[Q, str, bool]]:
+    """The inbox's order as disjoint parts, each (rows, the time it is
+    ordered by, ascending?): every part reads along an index (the
+    conversation's waiting partial index, the lead's first-response and
+    next-action partial indexes, the conversation's last activity) and
+    stops at the rows a page needs, where one CASE over every lead sorted
+    them all (a third of a second at 100,000 leads)."""
+    waiting = Q(conversation__awaiting_since__isnull=False)
+    sla = Q(first_response_at__isnull=True, sla_due_at__lt=now + SLA_SOON, stage__in=OPEN_STAGES)
+    overdue = Q(next_action_due_at__lt=now, stage__in=OPEN_STAGES)
+    rest = ~waiting & ~sla & ~overdue
+    return [
+        (waiting, "conversation__awaiting_since", True),
+        (~waiting & sla, "sla_due_at", True),
+        (~waiting & ~sla & overdue, "next_action_due_at", True),
+        # The rest by their last activity (the newest message, else the
+        # lead's arrival), newest first.
+        (rest, "conversation__last_activity_at", False),
+    ]
 
 
 def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, region: str = "US") -> InboxPage:
     """One page of the inbox with what each row shows.
 
-    Two steps, so that only the page's rows are ever joined to what they
-    show: first the page's lead ids in the inbox's order (the lead and its
-    conversation only: narrow rows, sorted top-N), then those leads with
-    their contact, owner, last message, first touch and the user's unread
-    count. The count stops at `COUNT_CAP`: past it, the page says "more than"."""
+    The page's lead ids come part by part of the inbox's order (`_buckets`),
+    each part read along its index and cut where the page ends, and a part
+    is read only while the page is not full: a page is one to four short
+    reads however many leads and messages there are, never a sort of them
+    all. Then only those leads are read with their contact, owner, last
+    message, first touch and the user's unread count. The header's count is
+    of the conversations waiting for a person (capped at `COUNT_CAP`)."""
     page = max(page, 1)
-    leads = inbox_leads(user, query, now=now, region=region)
-    total = leads.order_by()[: COUNT_CAP + 1].count()
+    leads = inbox_leads(user, query, region=region)
     start = (page - 1) * PAGE_SIZE
-    ids = list(leads.values_list("pk", flat=True)[start : start + PAGE_SIZE])
+    # One row past the page says whether there is a next one.
+    reach = start + PAGE_SIZE + 1
+    ids: list[int] = []
+    for where, field, ascending in _buckets(now):
+        order = F(field).asc() if ascending else F(field).desc()
+        ids += leads.filter(where).order_by(order, "-pk").values_list("pk", flat=True)[: reach - len(ids)]
+        if len(ids) >= reach:
+            break
+    has_next, ids = len(ids) > start + PAGE_SIZE, ids[start : start + PAGE_SIZE]
+    waiting = leads.filter(conversation__awaiting_since__isnull=False).order_by()[: COUNT_CAP + 1].count()
     found = (
         Lead.objects.filter(pk__in=ids)
         .select_related("contact", "owner__user", "conversation__last_message", "business")
@@ -153,15 +161,29 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
         .in_bulk()
     )
     rows = [found[pk] for pk in ids if pk in found]
-    return InboxPage(rows=rows, total=min(total, COUNT_CAP), more=total > COUNT_CAP, page=page, page_size=PAGE_SIZE)
+    return InboxPage(
+        rows=rows,
+        waiting=min(waiting, COUNT_CAP),
+        more_waiting=waiting > COUNT_CAP,
+        page=page,
+        page_size=PAGE_SIZE,
+        has_next=has_next,
+    )
 
 
-def _waiting_key() -> Case:
+def _bucket(now: datetime) -> Case:
+    """The part a shown row is in (its "why it is here")."""
     return Case(
-        When(bucket=0, then=F("conversation__awaiting_since")),
-        When(bucket=1, then=F("sla_due_at")),
-        When(bucket=2, then=F("next_action_due_at")),
-        output_field=DateTimeField(),
+        When(conversation__awaiting_since__isnull=False, then=Value(0)),
+        When(
+            first_response_at__isnull=True,
+            sla_due_at__lt=now + SLA_SOON,
+            stage__in=OPEN_STAGES,
+            then=Value(1),
+        ),
+        When(next_action_due_at__lt=now, stage__in=OPEN_STAGES, then=Value(2)),
+        default=Value(3),
+        output_field=IntegerField(),
     )
 
 
@@ -191,19 +213,17 @@ class InboxPage:
     # Leads annotated with bucket, unread, first_channel, first_provider and
     # first_source (the checker cannot follow annotations through in_bulk).
     rows: list[Any]
-    total: int  # at most COUNT_CAP
-    more: bool  # more than COUNT_CAP
+    waiting: int  # conversations waiting for a person, at most COUNT_CAP
+    more_waiting: bool  # more than COUNT_CAP
     page: int
     page_size: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.page_size))
+    has_next: bool
 
 
 def unread_conversations(user: Any) -> int:
     """The top bar's count: the user's own conversations with a message in
-    they have not read (and, for a leader, the unassigned ones too)."""
+    they have not read (and, for a leader, the unassigned ones too), up to
+    one past `COUNT_CAP` (the badge says "99+")."""
     grants = grants_for(user)
     mine = Q(owner_id__in=[m.member_id for m in grants.memberships])
     leading = [m.business_id for m in grants.memberships if m.role in (Role.OWNER, Role.MANAGER)]
@@ -211,9 +231,10 @@ def unread_conversations(user: Any) -> int:
         mine |= Q(business_id__in=leading, owner__isnull=True)
     if not grants.memberships:
         return 0
-    return (
+    unread = (
         Lead.objects.filter(mine, conversation__last_inbound_at__isnull=False)
         .annotate(read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .filter(conversation__last_inbound_at__gt=F("read_at"))
-        .count()
+        .order_by()
     )
+    return unread[: COUNT_CAP + 1].count()

@@ -42,8 +42,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def conversations_fill(world: dict[str, Any], leads: int, total: int) -> None:
     """Messages up to `total`, spread over the leads as conversations: the
-    k-th extra message of a lead is in when k is even, a setter's answer
-    when odd; a lead in seven ends on a message in, so someone waits."""
+    person's messages and a setter's answers in turn, the answer last, but
+    a lead in seven ends on a message in, so someone waits."""
     from django.db import connection
     from django.db.models import Min
 
@@ -56,11 +56,13 @@ def conversations_fill(world: dict[str, Any], leads: int, total: int) -> None:
     l0 = m.Lead.objects.aggregate(first=Min("pk"))["first"]
     c0 = m.Contact.objects.aggregate(first=Min("pk"))["first"]
     setter = world["setter"].user.username
-    rounds = extra // leads  # each lead gets `rounds` more messages, in then out
+    rounds = -(-extra // leads)  # each lead gets `rounds` more messages (at least `total` in all), in then out
     extra = rounds * leads
     k = f"((g - 1) / {leads})"  # which extra message of its lead this is
     lead_of = f"((g - 1) % {leads})"
-    inbound = f"({k} % 2 = 0 OR ({k} = {rounds - 1} AND {lead_of} % 7 = 0))"
+    # Rounds alternate so that the last is our answer, but for a lead in
+    # seven, whose person wrote last and waits.
+    inbound = f"(({rounds - 1} - {k}) % 2 = 1 OR ({k} = {rounds - 1} AND {lead_of} % 7 = 0))"
     start = time.perf_counter()
     bench_reports.insert_select(
         m.Message,
@@ -76,7 +78,9 @@ def conversations_fill(world: dict[str, Any], leads: int, total: int) -> None:
             "actor": f"CASE WHEN {inbound} THEN '' ELSE '{setter}' END",
             "body": "CASE WHEN g % 3 = 0 THEN 'Can you come Tuesday morning?' WHEN g % 3 = 1 "
             "THEN 'Yes, Tuesday 9-11 works. See you then!' ELSE '¿Pueden venir el martes?' END",
-            "created_at": f"now() - ((40 - {k}) || ' hours')::interval - ((g % 50) || ' minutes')::interval",
+            # The conversation is the lead's latest: its rounds twenty minutes
+            # apart (the minute within them at random), the last one within the hour.
+            "created_at": f"now() - (({rounds} - {k}) * 20 + floor(random() * 20) || ' minutes')::interval",
         },
     )
     took = time.perf_counter() - start
@@ -166,14 +170,14 @@ def main(argv: list[str]) -> int:
         leader, one = Client(), Client()
         leader.force_login(manager.user)
         one.force_login(setter.user)
-        pages: list[tuple[str, Client, str]] = [
+        pages: list[tuple[str, Client, str | None]] = [
             ("before: admin lead changelist, manager", leader, "/admin/crm/lead/"),
             ("before: admin lead changelist, setter", one, "/admin/crm/lead/"),
-            ("before: copilot page, manager", leader, reverse("lead-copilot", args=[busy.public_id])),
+            ("before: admin lead page, manager", leader, reverse("admin:crm_lead_change", args=[busy.pk])),
         ]
         try:
-            inbox = reverse("workspace-inbox")
-            thread = reverse("workspace-thread", args=[busy.public_id])
+            inbox = reverse("workspace:inbox")
+            thread = reverse("workspace:thread", args=[busy.public_id])
         except NoReverseMatch:
             print("(no workspace pages in this checkout)")
         else:
@@ -183,15 +187,27 @@ def main(argv: list[str]) -> int:
                 ("after: inbox, needs reply, manager", leader, inbox + "?needs_reply=on"),
                 ("after: inbox, search by phone, manager", leader, inbox + "?q=(212)%20000-0150"),
                 ("after: inbox page 40, manager", leader, inbox + "?page=40"),
+                ("after: inbox live poll, nothing new, manager", leader, None),
                 ("after: thread, manager", leader, thread),
+                ("after: thread live poll, nothing new, manager", leader, None),
             ]
+
+        from leadops.workspace.selectors import inbox_version, thread_version
+
+        def live(label: str) -> str:
+            # A poll from a page that shows the current version: answered 204.
+            if label.startswith("after: inbox live"):
+                return reverse("workspace:inbox-live") + "?v=" + inbox_version(manager.user, now=timezone.now())
+            v = thread_version(manager.user, busy, now=timezone.now())
+            return reverse("workspace:thread-live", args=[busy.public_id]) + "?v=" + v
 
         for label, client, url in pages:
 
-            def fetch(c: Client = client, u: str = url) -> None:
-                response = c.get(u, follow=False)
-                if response.status_code not in (200, 302):
-                    raise SystemExit(f"{u}: HTTP {response.status_code}")
+            def fetch(c: Client = client, u: str | None = url, name: str = label) -> None:
+                target = u if u is not None else live(name)
+                response = c.get(target, follow=False)
+                if response.status_code not in (200, 204, 302):
+                    raise SystemExit(f"{target}: HTTP {response.status_code}")
 
             bench_reports.timed(label, args.repeat, fetch)
     finally:

@@ -9,17 +9,16 @@ from django.db import migrations, models
 from crm.db_triggers import (
     CONVERSATION_FUNCTION,
     CONVERSATION_FUNCTION_DROP,
+    CONVERSATION_LEAD_TRIGGER,
+    CONVERSATION_LEAD_TRIGGER_DROP,
     CONVERSATION_TRIGGER,
     CONVERSATION_TRIGGER_DROP,
     public_id_trigger,
     public_id_trigger_drop,
 )
 
-# Conversations of the messages already stored, once, before the trigger keeps them.
-BACKFILL = (
-    "SELECT leadops_conversation_rebuild(lead_id)"
-    " FROM (SELECT DISTINCT lead_id FROM crm_message WHERE lead_id IS NOT NULL) AS leads;"
-)
+# Every lead's conversation, once, before the triggers keep them.
+BACKFILL = "SELECT leadops_conversation_rebuild(id) FROM crm_lead;"
 
 
 class Migration(migrations.Migration):
@@ -34,8 +33,9 @@ class Migration(migrations.Migration):
             name='Conversation',
             fields=[
                 ('lead', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='conversation', serialize=False, to='crm.lead')),
-                ('last_message_at', models.DateTimeField()),
-                ('last_channel', models.CharField(max_length=16)),
+                ('last_message_at', models.DateTimeField(null=True)),
+                ('last_channel', models.CharField(blank=True, default='', max_length=16)),
+                ('last_activity_at', models.DateTimeField()),
                 ('last_inbound_at', models.DateTimeField(null=True)),
                 ('awaiting_since', models.DateTimeField(null=True)),
                 ('settled_at', models.DateTimeField(null=True)),
@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
                 ('last_message', models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='crm.message')),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('awaiting_since__isnull', False)), fields=['business', 'awaiting_since'], name='crm_conversation_awaiting_idx'), models.Index(fields=['business', 'last_message_at'], name='crm_conversation_recent_idx')],
+                'indexes': [models.Index(condition=models.Q(('awaiting_since__isnull', False)), fields=['awaiting_since'], name='crm_conversation_awaiting_idx'), models.Index(fields=['last_activity_at'], name='crm_conversation_recent_idx')],
             },
         ),
         migrations.CreateModel(
@@ -76,6 +76,7 @@ class Migration(migrations.Migration):
         ),
         migrations.RunSQL(CONVERSATION_FUNCTION, CONVERSATION_FUNCTION_DROP),
         migrations.RunSQL(CONVERSATION_TRIGGER, CONVERSATION_TRIGGER_DROP),
+        migrations.RunSQL(CONVERSATION_LEAD_TRIGGER, CONVERSATION_LEAD_TRIGGER_DROP),
         migrations.RunSQL(BACKFILL, migrations.RunSQL.noop),
         migrations.RunSQL(public_id_trigger("crm_note"), public_id_trigger_drop("crm_note")),
     ]

@@ -211,8 +211,9 @@ class Conversation(models.Model):
     message, the last one in, and since when the person has been waiting for
     a person's answer.
 
-    Kept by a database trigger on crm_message (crm.db_triggers), not by the
-    code that writes messages: every message, however it is written, moves
+    Every lead has one, made with the lead by a trigger on crm_lead, and
+    kept by a trigger on crm_message (crm.db_triggers), not by the code that
+    writes messages: every message, however it is written, moves
     it in the same statement, so it cannot disagree with the messages and
     costs the sends no round trip. Concurrent messages of one lead meet in
     one upsert (the newest wins by time). Services change only what no
@@ -227,8 +228,12 @@ class Conversation(models.Model):
     last_message = models.ForeignKey(
         Message, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
     )
-    last_message_at = models.DateTimeField()
-    last_channel = models.CharField(max_length=16)
+    # None until the first message; the channel is then that message's.
+    last_message_at = models.DateTimeField(null=True)
+    last_channel = models.CharField(max_length=16, blank=True, default="")
+    # The lead's arrival, then its newest message: the inbox's order for
+    # conversations nothing else puts first.
+    last_activity_at = models.DateTimeField()
     last_inbound_at = models.DateTimeField(null=True)
     # The first message in that no person has answered yet; None when
     # nothing waits on us.
@@ -239,13 +244,17 @@ class Conversation(models.Model):
 
     class Meta:
         indexes = [
-            # The inbox's first bucket: who has waited longest for a person.
+            # The inbox's parts read in order (crm.inbox): who has waited
+            # longest for a person, and the rest by their last activity. No
+            # business column first: the inbox filters the lead (its business,
+            # or its owner for a setter), and a prefix the query does not pin
+            # would take the order away.
             models.Index(
-                fields=["business", "awaiting_since"],
+                fields=["awaiting_since"],
                 condition=models.Q(awaiting_since__isnull=False),
                 name="crm_conversation_awaiting_idx",
             ),
-            models.Index(fields=["business", "last_message_at"], name="crm_conversation_recent_idx"),
+            models.Index(fields=["last_activity_at"], name="crm_conversation_recent_idx"),
         ]
 
     def __str__(self) -> str:

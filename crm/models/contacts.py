@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
 from crm.fields import EncryptedTextField
@@ -74,7 +75,12 @@ class Contact(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["business", "last_name", "first_name"], name="crm_contact_name_idx")]
+        indexes = [
+            models.Index(fields=["business", "last_name", "first_name"], name="crm_contact_name_idx"),
+            # Search by a part of a name (ILIKE '%ros%'): trigram indexes.
+            GinIndex(fields=["first_name"], opclasses=["gin_trgm_ops"], name="crm_contact_first_name_trgm"),
+            GinIndex(fields=["last_name"], opclasses=["gin_trgm_ops"], name="crm_contact_last_name_trgm"),
+        ]
 
     def __str__(self) -> str:
         return self.name or self.public_id
@@ -118,6 +124,9 @@ class ContactPoint(models.Model):
             ),
             models.CheckConstraint(condition=~models.Q(value=""), name="crm_contactpoint_value_nonempty"),
         ]
+        # Search by a phone or an email across the user's businesses (the
+        # unique index leads with the business).
+        indexes = [models.Index(fields=["value"], name="crm_contactpoint_value_idx")]
 
     def __str__(self) -> str:
         return self.value

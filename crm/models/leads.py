@@ -110,6 +110,19 @@ class Lead(models.Model):
             models.Index(fields=["owner", "stage"], name="crm_lead_owner_idx"),
             # Reports: the funnel and the leak audit select leads by arrival.
             models.Index(fields=["business", "created_at"], name="crm_lead_created_idx"),
+            # The inbox's second and third parts, read in order: leads nobody
+            # has reached yet by their first-response deadline, and leads by
+            # their next action's due time (crm.inbox).
+            models.Index(
+                fields=["business", "sla_due_at"],
+                condition=models.Q(first_response_at__isnull=True, sla_due_at__isnull=False),
+                name="crm_lead_first_response_idx",
+            ),
+            models.Index(
+                fields=["business", "next_action_due_at"],
+                condition=models.Q(next_action_due_at__isnull=False),
+                name="crm_lead_next_action_idx",
+            ),
         ]
 
     def __str__(self) -> str:

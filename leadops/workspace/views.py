@@ -138,7 +138,7 @@ def _inbox_context(
         "here": reverse("workspace:inbox") + (f"?{asked}" if asked else ""),
         "live_url": reverse("workspace:inbox-live") + "?" + _query_string(query, page, v=screen.version),
         "previous_url": "?" + _query_string(query, found.page - 1) if found.page > 1 else "",
-        "next_url": "?" + _query_string(query, found.page + 1) if found.page < found.pages else "",
+        "next_url": "?" + _query_string(query, found.page + 1) if found.has_next else "",
         "unread": screen.unread,
         "viewer": viewer,
     }

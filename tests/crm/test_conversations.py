@@ -15,7 +15,7 @@ from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_record
 from agents.outbound.gate import message_send
 from crm.db_triggers import CONVERSATION_FUNCTION
-from crm.inbox import InboxQuery, inbox_page, unread_conversations
+from crm.inbox import PAGE_SIZE, InboxQuery, inbox_page, unread_conversations
 from crm.models import ANSWERING_STATUSES, Business, Conversation, Lead, Message, Note, Role, TeamMember
 from crm.services import lead_sync
 from crm.services.conversations import conversation_read, conversation_settle, note_add
@@ -111,7 +111,9 @@ def test_a_message_moved_to_another_lead_rebuilds_both_conversations(business, s
     other = _lead(business, setter, phone="+12125550148", first_name="Rosa")
     moved = _in(one, "first lead's question")
     Message.objects.filter(pk=moved.pk).update(lead=other)
-    assert not Conversation.objects.filter(lead=one).exists()
+    emptied = Conversation.objects.get(lead=one)
+    assert emptied.last_message_id is None and emptied.awaiting_since is None
+    assert emptied.last_activity_at == one.created_at
     convo = Conversation.objects.get(lead=other)
     assert convo.last_message_id == moved.pk and convo.awaiting_since == moved.created_at
 
@@ -178,7 +180,7 @@ def test_the_inbox_puts_who_waits_first_then_the_sla_then_overdue_next_actions(b
     page = inbox_page(setter.user, InboxQuery(), now=now)
     order = [row.contact.first_name for row in page.rows]
     assert order[:4] == ["Long", "Short", "Sla", "Overdue"]
-    assert order[4:] == [quiet.contact.first_name] and page.total == 5
+    assert order[4:] == [quiet.contact.first_name] and page.waiting == 2 and not page.has_next
     by_name: dict[str, Any] = {row.contact.first_name: row for row in page.rows}
     assert by_name["Long"].unread == 1 and by_name["Long"].bucket == 0
     assert by_name["Quiet"].first_channel == "form"
@@ -218,14 +220,20 @@ def test_the_inbox_filters_and_searches(business, setter):
     assert {r.pk for r in inbox_page(setter.user, InboxQuery(stage="all"), now=now).rows} == {rosa.pk, ben.pk}
 
 
-def test_an_inbox_page_is_a_fixed_number_of_queries(business, setter, django_assert_num_queries):
+def test_an_inbox_page_reads_only_the_parts_of_the_order_it_reaches(business, setter, django_assert_num_queries):
+    """Memberships, the ids part by part (a part is read only while the page
+    is not full), the page's rows with what they show, the waiting count."""
     for i in range(12):
         lead = _lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}")
         _in(lead, f"question {i}")
     user = type(setter.user).objects.get(pk=setter.user.pk)  # memberships not read yet
-    # The memberships (once a request), the count, the page's ids in order,
-    # and those rows with their last message, first touch and unread count.
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(1 + 4 + 2):  # twelve waiting leave the page open: every part is read
         page = inbox_page(user, InboxQuery(), now=timezone.now())
-        assert len(page.rows) == 12
+        assert len(page.rows) == 12 and page.waiting == 12 and not page.has_next
         assert all(row.conversation.last_message.body for row in page.rows)
+    for i in range(12, 12 + PAGE_SIZE):
+        _in(_lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}"), "hello?")
+    user = type(setter.user).objects.get(pk=setter.user.pk)
+    with django_assert_num_queries(1 + 1 + 2):  # the waiting fill the page: one part read
+        page = inbox_page(user, InboxQuery(), now=timezone.now())
+        assert len(page.rows) == PAGE_SIZE and page.has_next

@@ -526,8 +526,8 @@ def test_the_inbox_pages_by_fifty_and_filters_by_source(business, setter):
     lead_sync.lead_assign(lead_open(contact=contact, actor="t", source=site), setter, actor="t", reason="t")
     client = login(setter)
     first = client.get("/app/inbox/").content.decode()
-    assert "52 conversations" in first and "Page 1 of 2" in first and 'rel="next"' in first
+    assert first.count('<li class="row') == 50 and "Page 1" in first and 'rel="next"' in first
     second = client.get("/app/inbox/", {"page": "2"}).content.decode()
     assert second.count('<li class="row') == 2 and 'rel="prev"' in second
     by_source = client.get("/app/inbox/", {"source": "site"}).content.decode()
-    assert "Webby" in by_source and "1 conversation<" in by_source
+    assert "Webby" in by_source and by_source.count('<li class="row') == 1 and 'rel="next"' not in by_source
