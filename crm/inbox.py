@@ -8,6 +8,10 @@ The order, by bucket:
 2. the next action is overdue (most overdue first);
 3. everything else, most recent activity first.
 
+Sorted by intent instead (`sort=intent`), the rows come in the order of
+`INTENT_ORDER` (what the person's last message asks for: complaints and
+revocations first, spam last), and in the order above within each intent.
+
 A page is a fixed number of queries however many leads and messages there
 are: the page's rows (with each row's last message, first touch and the
 user's unread count, computed for the page's rows only) and its count.
@@ -52,6 +56,19 @@ NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
 
 WHO_CHOICES = ("mine", "unassigned", "team")
+SORTS = ("", "intent")
+# Sorted by intent: what a person must see first, first.
+INTENT_ORDER = (
+    "complaint",
+    "revocation",
+    "booking_request",
+    "reschedule",
+    "price_question",
+    "question",
+    "other",
+    "wrong_number",
+    "spam",
+)
 # A conversation's channel as a person names it: Instagram DMs come in as
 # `dm` and go out as `instagram`.
 CHANNEL_GROUPS = {"instagram": ("dm", "instagram"), "dm": ("dm", "instagram")}
@@ -67,6 +84,8 @@ class InboxQuery:
     stage: str = ""  # a stage, "open" (default) or "all"
     source: str = ""  # a provider (google_ads, meta, website…) or a source key
     q: str = ""
+    intent: str = ""  # the intent of the person's last message (crm.models.INTENTS)
+    sort: str = ""  # "" (who needs a person first) or "intent"
 
 
 def who_default(user: Any) -> str:
@@ -103,11 +122,35 @@ def inbox_leads(user: Any, query: InboxQuery, *, now: datetime, region: str = "U
         leads = leads.filter(pk__in=touched.values("lead_id"))
     if query.q.strip():
         leads = leads.filter(lead_search_q(query.q, region))
+    order: list[Any] = []
+    if query.intent or query.sort == "intent":
+        leads = leads.annotate(last_intent=_last_intent())
+        if query.intent:
+            leads = leads.filter(last_intent=query.intent)
+        if query.sort == "intent":
+            leads = leads.annotate(intent_rank=_intent_rank())
+            order.append(F("intent_rank").asc(nulls_last=True))
     return leads.annotate(bucket=_bucket(now), waiting_key=_waiting_key()).order_by(
+        *order,
         "bucket",
         F("waiting_key").asc(nulls_last=True),
         Coalesce("conversation__last_message_at", "created_at").desc(),
         "-pk",
+    )
+
+
+def _last_intent() -> Subquery:
+    """The intent of the lead's last message in (over Lead): one index step
+    on crm_message_lead_direction_idx per lead."""
+    last = Message.objects.filter(lead=OuterRef("pk"), direction="in").order_by("-created_at", "-pk")
+    return Subquery(last.values("intent")[:1])
+
+
+def _intent_rank() -> Case:
+    return Case(
+        *(When(last_intent=intent, then=Value(rank)) for rank, intent in enumerate(INTENT_ORDER)),
+        default=Value(len(INTENT_ORDER)),
+        output_field=IntegerField(),
     )
 
 
@@ -146,6 +189,7 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
         .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .annotate(
             unread=_unread(),
+            last_intent=_last_intent(),
             first_channel=Subquery(_first_touch().values("channel")[:1]),
             first_provider=Subquery(_first_touch().values("provider")[:1]),
             first_source=Subquery(_first_touch().values("source__key")[:1]),
@@ -188,8 +232,8 @@ def _unread() -> Coalesce:
 
 @dataclass(frozen=True)
 class InboxPage:
-    # Leads annotated with bucket, unread, first_channel, first_provider and
-    # first_source (the checker cannot follow annotations through in_bulk).
+    # Leads annotated with bucket, unread, last_intent, first_channel,
+    # first_provider and first_source (the checker cannot follow annotations through in_bulk).
     rows: list[Any]
     total: int  # at most COUNT_CAP
     more: bool  # more than COUNT_CAP
