@@ -35,6 +35,9 @@ class AgentsConfig(AppConfig):
         call_scoring.register()  # processing of Twilio's recording callbacks
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         brief.register()  # so are the daily briefs
+        from agents.ai import inbound as ai_inbound
+
+        ai_inbound.register()  # a language model's reading of inbound messages (own job)
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the
