@@ -38,6 +38,9 @@ class AgentsConfig(AppConfig):
         from agents.webhooks import delivery as webhooks
 
         webhooks.register()  # a commit that announced events wakes the webhooks cluster
+        from agents.ai import inbound as ai_inbound
+
+        ai_inbound.register()  # a language model's reading of inbound messages (own job)
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

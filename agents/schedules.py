@@ -44,6 +44,9 @@ JOBS: list[Job] = [
     Job("leadops.event_sweep", "agents.tasks.events_sweep", 1, 55, timedelta(minutes=5)),
     # Messages stuck sending, unknown, or queued with a lost enqueue (agents.outbound.reconcile).
     Job("leadops.messages_sweep", "agents.tasks.messages_sweep", 1, 55, timedelta(minutes=5)),
+    # Language-model readings of inbound messages whose fast path was lost
+    # (agents.ai.inbound); nothing to do unless LLM_PROVIDER is set.
+    Job("leadops.ai", "agents.tasks.ai_sweep", 1, 80, timedelta(minutes=5)),
     Job("leadops.approvals_expire", "agents.tasks.approvals_expire", 5, 55, timedelta(minutes=15)),
     # The safety net of the after-commit seal of receipts (crm.services.receipts).
     Job("leadops.seal_receipts", "agents.tasks.seal_receipts", 1, 55, timedelta(minutes=5)),

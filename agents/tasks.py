@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.utils import timezone
@@ -16,7 +17,7 @@ from django.utils import timezone
 from agents.capture.processing import event_process, inbound_events_sweep
 from agents.outbound.dispatch import message_dispatch as _message_dispatch
 from crm.services.jobs import job_run_record
-from crm.services.timers import timers_run_due
+from crm.services.timers import timer_run, timers_run_due
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -26,6 +27,10 @@ R = TypeVar("R")
 # are database work or one quick provider call per row.
 EVENT_SWEEP_BATCH = 25
 MESSAGE_SWEEP_BATCH = 100
+# A model call may take (LLM_MAX_RETRIES + 1) × its timeouts, at most 55 s
+# (leadops.settings): the AI job starts no call after 20 s of its 80.
+AI_SWEEP_LIMIT = 20
+AI_SWEEP_BUDGET = timedelta(seconds=20)
 
 
 def _job(name: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
@@ -159,6 +164,22 @@ def notice_deliver(email: str, subject: str, text: str, slack_url: str = "") -> 
     from agents.notify import notice_deliver as _notice_deliver
 
     _notice_deliver(email, subject, text, slack_url=slack_url)
+
+
+@_job("leadops.ai")
+def ai_sweep() -> dict[str, int]:
+    """Model readings whose fast path was lost (a failed enqueue, a worker
+    that died): one at a time, claiming no more after AI_SWEEP_BUDGET, so the
+    last call it starts still ends inside the job's timeout."""
+    from agents.ai.inbound import TIMER_KIND
+
+    run = timers_run_due(kinds=[TIMER_KIND], batch=1, limit=AI_SWEEP_LIMIT, budget=AI_SWEEP_BUDGET)
+    return {"claimed": run.claimed, "done": run.done, "failed": run.failed}
+
+
+def ai_inbound(timer_id: int) -> str:
+    """The fast path of one model reading (agents.ai.inbound): run its timer now."""
+    return timer_run(timer_id)
 
 
 def orchestrate(timer_id: int) -> str:

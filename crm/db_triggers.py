@@ -181,10 +181,12 @@ BEGIN
     DELETE FROM crm_conversation WHERE lead_id = lead;
     INSERT INTO crm_conversation
         (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
-         awaiting_since, settled_at)
+         last_intent, awaiting_since, settled_at)
     SELECT l.id, l.business_id, m.id, m.created_at, COALESCE(m.channel, ''),
         GREATEST(l.created_at, m.created_at),
         (SELECT max(i.created_at) FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'),
+        COALESCE((SELECT i.intent FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'
+                   ORDER BY i.created_at DESC, i.id DESC LIMIT 1), ''),
         (SELECT min(i.created_at) FROM crm_message i
           WHERE i.lead_id = lead AND i.direction = 'in'
             AND i.created_at > COALESCE(GREATEST(settled, (
@@ -202,8 +204,8 @@ END $$ LANGUAGE plpgsql;
 
 CREATE OR REPLACE FUNCTION leadops_conversation_open() RETURNS trigger AS $$
 BEGIN
-    INSERT INTO crm_conversation (lead_id, business_id, last_channel, last_activity_at)
-    VALUES (NEW.id, NEW.business_id, '', NEW.created_at)
+    INSERT INTO crm_conversation (lead_id, business_id, last_channel, last_intent, last_activity_at)
+    VALUES (NEW.id, NEW.business_id, '', '', NEW.created_at)
     ON CONFLICT (lead_id) DO NOTHING;
     RETURN NULL;
 END $$ LANGUAGE plpgsql;
@@ -221,11 +223,15 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO crm_conversation AS c
             (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
-             awaiting_since)
+             last_intent, awaiting_since)
         VALUES (NEW.lead_id, NEW.business_id, NEW.id, NEW.created_at, NEW.channel, NEW.created_at,
                 CASE WHEN NEW.direction = 'in' THEN NEW.created_at END,
+                CASE WHEN NEW.direction = 'in' THEN NEW.intent ELSE '' END,
                 CASE WHEN NEW.direction = 'in' THEN NEW.created_at END)
         ON CONFLICT (lead_id) DO UPDATE SET
+            last_intent = CASE WHEN NEW.direction = 'in'
+                                    AND (c.last_inbound_at IS NULL OR NEW.created_at >= c.last_inbound_at)
+                               THEN NEW.intent ELSE c.last_intent END,
             last_message_id = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
                                    THEN EXCLUDED.last_message_id ELSE c.last_message_id END,
             last_channel = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
@@ -237,6 +243,11 @@ BEGIN
             -- writers commit in; one from before a settle waits for no one.
             awaiting_since = CASE WHEN EXCLUDED.awaiting_since <= c.settled_at THEN c.awaiting_since
                                   ELSE LEAST(c.awaiting_since, EXCLUDED.awaiting_since) END;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.direction = 'in' AND NEW.intent IS DISTINCT FROM OLD.intent THEN
+        -- A later reading (a language model's) of the person's last message.
+        UPDATE crm_conversation SET last_intent = NEW.intent
+         WHERE lead_id = NEW.lead_id AND last_inbound_at <= NEW.created_at;
     END IF;
     IF NEW.direction = 'out' AND NOT NEW.automated AND NEW.actor NOT LIKE 'agent:%'
        AND NEW.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred', 'pending_approval',
@@ -257,7 +268,7 @@ DROP FUNCTION IF EXISTS leadops_conversation_rebuild(bigint) CASCADE;
 """
 
 CONVERSATION_TRIGGER = (
-    "CREATE TRIGGER crm_message_conversation AFTER INSERT OR UPDATE OF status, lead_id ON crm_message "
+    "CREATE TRIGGER crm_message_conversation AFTER INSERT OR UPDATE OF status, lead_id, intent ON crm_message "
     "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_note();"
 )
 CONVERSATION_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_message_conversation ON crm_message;"

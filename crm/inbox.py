@@ -8,6 +8,10 @@ The order, by bucket:
 2. the next action is overdue (most overdue first);
 3. everything else, most recent activity first.
 
+Sorted by intent instead (`sort=intent`), the rows come in the order of
+`INTENT_ORDER` (what the person's last message asks for: complaints and
+revocations first, spam last), the most recent first within each intent.
+
 A page is a fixed number of queries however many leads and messages there
 are: the page's rows (with each row's last message, first touch and the
 user's unread count, computed for the page's rows only) and its count.
@@ -51,6 +55,19 @@ NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
 
 WHO_CHOICES = ("mine", "unassigned", "team")
+SORTS = ("", "intent")
+# Sorted by intent: what a person must see first, first.
+INTENT_ORDER = (
+    "complaint",
+    "revocation",
+    "booking_request",
+    "reschedule",
+    "price_question",
+    "question",
+    "other",
+    "wrong_number",
+    "spam",
+)
 # A conversation's channel as a person names it: Instagram DMs come in as
 # `dm` and go out as `instagram`.
 CHANNEL_GROUPS = {"instagram": ("dm", "instagram"), "dm": ("dm", "instagram")}
@@ -66,6 +83,8 @@ class InboxQuery:
     stage: str = ""  # a stage, "open" (default) or "all"
     source: str = ""  # a provider (google_ads, meta, website…) or a source key
     q: str = ""
+    intent: str = ""  # the intent of the person's last message (crm.models.INTENTS)
+    sort: str = ""  # "" (who needs a person first) or "intent"
 
 
 def who_default(user: Any) -> str:
@@ -101,7 +120,19 @@ def inbox_leads(user: Any, query: InboxQuery, *, region: str = "US") -> QuerySet
         leads = leads.filter(pk__in=touched.values("lead_id"))
     if query.q.strip():
         leads = leads.filter(lead_search_q(query.q, region))
+    if query.intent:
+        leads = leads.filter(conversation__last_intent=query.intent)
     return leads
+
+
+def _by_intent() -> list[tuple[Q, str, bool]]:
+    """The order by intent as parts (see `_buckets`): one per intent, then
+    the conversations whose person has said nothing we read yet."""
+    recent = "conversation__last_activity_at"
+    return [
+        *((Q(conversation__last_intent=intent), recent, False) for intent in INTENT_ORDER),
+        (~Q(conversation__last_intent__in=INTENT_ORDER), recent, False),
+    ]
 
 
 def _buckets(now: datetime) -> list[tuple[Q, str, bool]]:
@@ -130,9 +161,9 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
 
     The page's lead ids come part by part of the inbox's order (`_buckets`),
     each part read along its index and cut where the page ends, and a part
-    is read only while the page is not full: a page is one to four short
-    reads however many leads and messages there are, never a sort of them
-    all. Then only those leads are read with their contact, owner, last
+    is read only while the page is not full: a page is a few short reads
+    (at most one per part) however many leads and messages there are,
+    never a sort of them all. Then only those leads are read with their contact, owner, last
     message, first touch and the user's unread count. The header's count is
     of the conversations waiting for a person (capped at `COUNT_CAP`)."""
     page = max(page, 1)
@@ -141,7 +172,7 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
     # One row past the page says whether there is a next one.
     reach = start + PAGE_SIZE + 1
     ids: list[int] = []
-    for where, field, ascending in _buckets(now):
+    for where, field, ascending in _by_intent() if query.sort == "intent" else _buckets(now):
         order = F(field).asc() if ascending else F(field).desc()
         ids += leads.filter(where).order_by(order, "-pk").values_list("pk", flat=True)[: reach - len(ids)]
         if len(ids) >= reach:
@@ -154,6 +185,7 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
         .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .annotate(
             unread=_unread(),
+            last_intent=F("conversation__last_intent"),
             first_channel=Subquery(_first_touch().values("channel")[:1]),
             first_provider=Subquery(_first_touch().values("provider")[:1]),
             first_source=Subquery(_first_touch().values("source__key")[:1]),
@@ -210,8 +242,8 @@ def _unread() -> Coalesce:
 
 @dataclass(frozen=True)
 class InboxPage:
-    # Leads annotated with bucket, unread, first_channel, first_provider and
-    # first_source (the checker cannot follow annotations through in_bulk).
+    # Leads annotated with bucket, unread, last_intent, first_channel,
+    # first_provider and first_source (the checker cannot follow annotations through in_bulk).
     rows: list[Any]
     waiting: int  # conversations waiting for a person, at most COUNT_CAP
     more_waiting: bool  # more than COUNT_CAP

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents.ai.intents import intent_by_rules
 from crm.models import (
     ALL_EVENTS,
     Business,
@@ -934,6 +935,8 @@ class _Builder:
 
     def message_in(self, lead: Lead, body: str, at: datetime, *, channel: str = "sms") -> Message:
         point = lead.contact.points.filter(kind=ContactPointKind.PHONE).first()
+        # Read as capture reads every message in: the inbox shows what each asks for.
+        intent = intent_by_rules(body)
         return Message.objects.create(
             business=self.business,
             lead=lead,
@@ -945,6 +948,9 @@ class _Builder:
             body=body,
             from_number=(point.value if point else "") if channel == "sms" else "",
             to=self.twilio_number() if channel == "sms" else "",
+            intent=intent.intent,
+            intent_confidence=intent.confidence,
+            intent_source=intent.source,
             created_at=at,
         )
 

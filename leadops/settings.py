@@ -134,6 +134,48 @@ WEBHOOK_ALLOW_PRIVATE = env.bool("WEBHOOK_ALLOW_PRIVATE", default=False)
 WEBHOOK_CA_BUNDLE = env.str("WEBHOOK_CA_BUNDLE", default="")
 if WEBHOOK_CA_BUNDLE and not Path(WEBHOOK_CA_BUNDLE).is_file():
     raise environ.ImproperlyConfigured(f"WEBHOOK_CA_BUNDLE must name a file of CA certificates: {WEBHOOK_CA_BUNDLE}")
+# --- Language models (agents/ai, docs/ai.md) -----------------------------------
+# Off unless LLM_PROVIDER is set: then every business drafts replies and reads
+# intents with the model (unless its business file says `ai: {enabled: false}`).
+# Unset, nothing leaves the machine and the rules do what they always did.
+LLM_PROVIDER = env.str("LLM_PROVIDER", default="")
+if LLM_PROVIDER not in ("", "openai", "anthropic"):
+    raise environ.ImproperlyConfigured(f"LLM_PROVIDER must be 'openai' or 'anthropic' (or unset), not {LLM_PROVIDER!r}")
+LLM_MODEL = env.str("LLM_MODEL", default="")
+if LLM_PROVIDER and not LLM_MODEL:
+    raise environ.ImproperlyConfigured("LLM_PROVIDER needs LLM_MODEL (e.g. gpt-4o-mini, claude-haiku-4-5, llama3.1:8b)")
+# Any server speaking the provider's API: Azure OpenAI, Ollama, vLLM or
+# llama.cpp's server for `openai` (e.g. http://127.0.0.1:11434/v1); empty: the provider's own.
+LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
+if LLM_BASE_URL and not re.fullmatch(r"https?://\S+", LLM_BASE_URL):
+    raise environ.ImproperlyConfigured(f"LLM_BASE_URL must be an http(s) URL, not {LLM_BASE_URL!r}")
+LLM_API_KEY = env.str("LLM_API_KEY", default="")
+if LLM_PROVIDER and not LLM_API_KEY and not LLM_BASE_URL:
+    raise environ.ImproperlyConfigured("LLM_PROVIDER needs LLM_API_KEY (or LLM_BASE_URL for a local server)")
+# Seconds: a model that takes longer is a failure, and the rules answer instead.
+LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=15.0)
+LLM_CONNECT_TIMEOUT_SECONDS = env.float("LLM_CONNECT_TIMEOUT_SECONDS", default=3.05)
+# Retries after a timeout, a 429 or a 5xx (the SDK's backoff, honouring the
+# provider's Retry-After); every attempt stays within the task's timeout.
+LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
+LLM_MAX_OUTPUT_TOKENS = env.int("LLM_MAX_OUTPUT_TOKENS", default=400)
+if min(LLM_TIMEOUT_SECONDS, LLM_CONNECT_TIMEOUT_SECONDS) <= 0 or not 0 <= LLM_MAX_RETRIES <= 5:
+    raise environ.ImproperlyConfigured("LLM timeouts must be above 0 seconds and LLM_MAX_RETRIES 0 to 5")
+# Every attempt of one call must end inside the task that makes it (the
+# cluster's 60 s timeout), or the cluster kills the worker mid-call.
+if (LLM_MAX_RETRIES + 1) * (LLM_TIMEOUT_SECONDS + LLM_CONNECT_TIMEOUT_SECONDS) > 55:
+    raise environ.ImproperlyConfigured(
+        "(LLM_MAX_RETRIES + 1) × (LLM_TIMEOUT_SECONDS + LLM_CONNECT_TIMEOUT_SECONDS) must be at most 55 seconds"
+    )
+if LLM_MAX_OUTPUT_TOKENS < 50:
+    raise environ.ImproperlyConfigured("LLM_MAX_OUTPUT_TOKENS must be at least 50")
+# The cost estimate on each call's receipt: the provider's price in USD per
+# million input and output tokens (0: a local server, or prices not set).
+LLM_PRICE_INPUT_PER_MTOK = env.str("LLM_PRICE_INPUT_PER_MTOK", default="0")
+LLM_PRICE_OUTPUT_PER_MTOK = env.str("LLM_PRICE_OUTPUT_PER_MTOK", default="0")
+for _name in ("LLM_PRICE_INPUT_PER_MTOK", "LLM_PRICE_OUTPUT_PER_MTOK"):
+    if not re.fullmatch(r"\d+(\.\d+)?", vars()[_name]):
+        raise environ.ImproperlyConfigured(f"{_name} must be a price like 0.15, not {vars()[_name]!r}")
 
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of

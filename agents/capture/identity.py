@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
+from agents.ai.intents import intent_by_rules
 from agents.capture.base import Capture
 from agents.capture.merges import merge_propose
 from agents.events import UNREACHABLE_TITLE, lead_event
@@ -492,6 +493,7 @@ def _inbound_message(
         if sender
         else None
     )
+    intent = intent_by_rules(capture.message_body)
     message = Message.objects.create(
         business=lead.business,
         lead=lead,
@@ -499,6 +501,9 @@ def _inbound_message(
         contact_point=point,
         inbound_event=event,
         direction="in",
+        intent=intent.intent,
+        intent_confidence=intent.confidence,
+        intent_source=intent.source,
         channel="sms" if capture.channel == "sms" else capture.channel,
         status=Message.Status.RECEIVED,
         body=capture.message_body,
@@ -515,7 +520,7 @@ def _inbound_message(
         subject=message.public_id,
         actor=ACTOR,
         action="message.received",
-        after={"channel": message.channel, "from": message.from_number},
+        after={"channel": message.channel, "from": message.from_number, "intent": message.intent},
     )
     message_received_announce(message)
     return message

@@ -1,7 +1,8 @@
 """Inbound texts that change consent: keywords, revocations in plain words,
 and complaints (Twilio's keyword rules).
 
-- Keywords (the whole text, one word, any case and spacing): opt-out STOP,
+- Keywords (the whole text, one word, any case and spacing; an opt-out also
+  with punctuation around it, "STOP."): opt-out STOP,
   STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, REVOKE, OPTOUT; opt-in START, YES,
   UNSTOP; help HELP, INFO. The ledger records each. When Twilio already
   answered (the request carried `OptOutType`), we send nothing ourselves;
@@ -36,16 +37,33 @@ HELP = {"HELP", "INFO"}
 ACTOR = "agent:consent_check"
 
 REVOCATION = re.compile(
-    r"\b(?:stop (?:texting|messaging|contacting|calling|sending)|take me off|remove me|unsubscribe me|"
-    r"no more (?:messages|texts|calls)|(?:don'?t|do not) (?:text|message|contact|call) me|leave me alone|"
-    r"opt me out|"
-    r"no me (?:escriban|manden|envíen|envien|contacten|llamen)|dej[ae]n? de (?:escribir|enviar|mandar|llamar)|"
-    r"qu[ií]tenme de|no (?:quiero )?m[aá]s mensajes|b[oó]rr[ae]nme)",
+    r"\b(?:(?:stop|quit|cease)\s+(?:texting|messaging|contacting|calling|sending|emailing|bothering)|"
+    r"(?:don'?t|do\s+not|never)\s+(?:(?:call|text|email|message)\s+or\s+|\w+\s+)?(?:text|message|contact|call|email|bother)\s+"
+    r"(?:me|us|this\s+number)|off\s+(?:your|the)\s+(?:list|contact\s+list)|enough\s+(?:with\s+)?(?:the\s+)?(?:texts|messages|calls)|"
+    r"(?:don'?t|do\s+not)\s+want\s+to\s+be\s+(?:contacted|texted|called|messaged|emailed)|"
+    r"take\s+(?:me|this\s+number|my\s+(?:number|name|phone|info\w*))\s+off|"
+    r"(?:remove|delete|erase)\s+(?:me|this\s+number|my\s+(?:number|name|phone|info\w*|contact))|"
+    r"unsubscrib\w*|opt(?:ing)?[-\s]?out|opt\s+(?:me|us)\s+out|no\s+more\s+(?:messages|texts|calls|emails|contact|texting|calling)|leave\s+me\s+alone|lose\s+my\s+number|"
+    r"(?:don'?t|do\s+not)\s+want\s+(?:to\s+(?:receive|get)\s+)?(?:any\s+)?(?:more\s+)?(?:texts|messages|calls|emails)|"
+    r"never\s+(?:want\s+to\s+)?hear\s+from\s+you|"
+    r"no\s+me\s+(?:vuelvan\s+a\s+\w+|escriban|manden|env[ií]en|contacten|llamen|molesten)|"
+    r"no\s+(?:contactarme|escribirme|llamarme|mandarme|enviarme|molestarme)|"
+    r"no\s+quiero\s+que\s+me\s+(?:escriban|manden|env[ií]en|contacten|llamen|molesten)|"
+    r"(?:dej[ae]n?|paren|dejar)\s+de\s+(?:escrib|envi|mand|llam|contact|molest)\w*|"
+    r"(?:qu[ií]t|s[aá]qu|b[oó]rr|elimin)\w*me\s+de|b[oó]rr[ae]nme|de\s+baja|"
+    r"no\s+(?:quiero\s+)?(?:recibir\s+)?m[aá]s\s+(?:mensajes|textos|llamadas|correos)|"
+    r"no\s+quiero\s+recibir\s+(?:sus\s+)?(?:mensajes|textos|llamadas|correos)|"
+    r"basta\s+de\s+(?:mensajes|textos|llamadas)|(?:eliminen|borren|quiten)\s+mi\s+(?:n[uú]mero|tel[eé]fono|nombre))",
     re.IGNORECASE,
 )
+# "Stop please", "stop it", "Please stop!": a bare stop, not the ledger's
+# keyword (whole text, no other word), yet nothing else it could mean.
+BARE_STOP = re.compile(
+    r"^\W*(?:please\s+|pls\s+)?(?:stop\W*)+(?:\s*(?:please|pls|plz|it|now|already|all)\W*)*$", re.IGNORECASE
+)
 COMPLAINT = re.compile(
-    r"\b(?:harass(?:ment|ing)?|report(?:ing)? you|spam(?:ming)?|scam|lawyer|attorney|sue you|fcc|bbb|"
-    r"acoso|denunciar(?:los|les)?|abogado)\b",
+    r"\b(?:harass(?:ment|ing)?|report(?:ing)? you|spam(?:ming)?|scam(?:s|mers?)?|lawyer|attorney|sue you|fcc|bbb|"
+    r"acoso|denunciar(?:los|les)?|abogado|estafa(?:dores)?|demandar(?:los|les)?|reportar(?:los|les)?)\b",
     re.IGNORECASE,
 )
 
@@ -58,15 +76,18 @@ class Reading:
 
 def read_text(body: str) -> Reading:
     word = "".join(body.split()).upper()
-    if word in OPT_OUT:
-        return Reading("opt_out", word)
+    # "STOP." and "Stop!" are the keyword too; punctuation is never read
+    # into an opt-in ("Yes!" answers a question, it grants nothing).
+    bare = re.sub(r"[\W_]+", "", word)
+    if word in OPT_OUT or bare in OPT_OUT:
+        return Reading("opt_out", bare)
     if word in OPT_IN:
         return Reading("opt_in", word)
     if word in HELP:
         return Reading("help", word)
     if COMPLAINT.search(body):
         return Reading("complaint")
-    if REVOCATION.search(body):
+    if REVOCATION.search(body) or BARE_STOP.match(body):
         return Reading("revocation")
     return Reading("")
 
@@ -119,16 +140,8 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
             compliance_reply=True,
         )
         return reading
-    if reading.kind == "revocation" and not contact.automation_paused:
-        _pause(contact, f"the person wrote: {message.body[:200]}")
-        approval_request_open(
-            business=lead.business,
-            lead=lead,
-            kind="opt_out_question",
-            proposed_by=ACTOR,
-            summary=f"Does this mean stop? “{message.body[:160]}”",
-            payload={"message": message.public_id, "point": point.value if point else "", "body": message.body},
-        )
+    if reading.kind == "revocation":
+        revocation_ask(message, lead)
     if reading.kind == "complaint" and "complaint" not in lead.exceptions:
         if not lead.hold:
             lead_sync.lead_set_hold(lead, True, actor=ACTOR, reason="complaint: a person must look first")
@@ -143,6 +156,30 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
             payload={"message": message.public_id, "body": message.body},
         )
     return reading
+
+
+def revocation_ask(message: Message, lead: Lead, *, actor: str = ACTOR, why: str = "") -> bool:
+    """The safe path of a revocation in plain words: every automated path of
+    the person paused at once, and an `opt_out_question` for a person (once
+    while the person is paused). `actor` is who read the text as one (the
+    consent check, or a language model adding a revocation the rules
+    missed). Joins the caller's transaction; True when it paused."""
+    from approvals.services import approval_request_open
+
+    contact = lead.contact
+    if contact.automation_paused:
+        return False
+    point = message.contact_point
+    _pause(contact, f"the person wrote: {message.body[:200]}", actor=actor)
+    approval_request_open(
+        business=lead.business,
+        lead=lead,
+        kind="opt_out_question",
+        proposed_by=actor,
+        summary=f"{why}Does this mean stop? “{message.body[:160]}”",
+        payload={"message": message.public_id, "point": point.value if point else "", "body": message.body},
+    )
+    return True
 
 
 def _record_once(
@@ -161,13 +198,13 @@ def _record_once(
     )
 
 
-def _pause(contact: Contact, reason: str) -> None:
+def _pause(contact: Contact, reason: str, *, actor: str = ACTOR) -> None:
     Contact.objects.filter(pk=contact.pk).update(automation_paused=True, automation_paused_reason=reason[:300])
     contact.automation_paused = True
     receipt_write(
         business=contact.business,
         subject=contact.public_id,
-        actor=ACTOR,
+        actor=actor,
         action="contact.automation_paused",
         reason=reason,
     )

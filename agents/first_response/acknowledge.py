@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from agents.ai.drafter import drafter_for
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
@@ -64,7 +65,9 @@ def lead_first_response(
         outcome = f"not sent: the lead is already {lead.stage}"
     elif _arrived_by_call(lead):
         outcome = "not sent: the lead called (answered, or the missed-call text-back answers it)"
-    elif (draft := draft_acknowledgement(lead)).needs_person:
+    # The business's drafter: with a language model it is still the approved
+    # template (agents/ai/drafter.py), since this goes out without a person.
+    elif (draft := draft_acknowledgement(lead, drafter=drafter_for(lead.business))).needs_person:
         task_create(
             lead=lead,
             title="Acknowledge this lead yourself",

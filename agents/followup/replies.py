@@ -25,6 +25,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agents.ai.inbound import inbound_read_schedule
+from agents.ai.intents import intent_by_rules
 from agents.events import lead_event
 from agents.followup.sequences.engine import enrollments_stop
 from crm.models import ContactPoint, Lead, Message, Stage, Task
@@ -62,6 +64,7 @@ def reply_record(
     answered to the owner's inbox, a DM read in the app) and log it."""
     now = now or timezone.now()
     point = ContactPoint.objects.filter(contact=lead.contact, value=sender).first() if sender else None
+    intent = intent_by_rules(body)
     message = Message.objects.create(
         business=lead.business,
         lead=lead,
@@ -73,6 +76,9 @@ def reply_record(
         body=body,
         from_number=sender[:64],
         actor=actor,
+        intent=intent.intent,
+        intent_confidence=intent.confidence,
+        intent_source=intent.source,
         created_at=now,
     )
     receipt_write(
@@ -82,10 +88,11 @@ def reply_record(
         actor=actor,
         action="message.received",
         reason="logged by a person",
-        after={"channel": channel, "from": sender},
+        after={"channel": channel, "from": sender, "intent": message.intent},
     )
     message_received_announce(message)
     reply_log(message, lead=lead, now=now)
+    inbound_read_schedule(message, lead)
     return message
 
 

@@ -208,9 +208,14 @@ def message_send(
     requested_by: Any = None,
     now: datetime | None = None,
     lead_locked: bool = False,
+    draft_reason: str = "",
 ) -> Message:
     """Create the intended message (once per idempotency key) and pass it
     through the gate. Returns the message in its resulting status.
+
+    `draft_reason`: why a drafted text is what it is and whether it waits
+    for a person (a model's draft: what it relies on, what the claims guard
+    found); kept on the message and named in its approval request.
 
     `lead_locked`: the caller read `lead` (with its business) and `lead.contact`
     in its current transaction under their row locks, so they are current and
@@ -237,6 +242,7 @@ def message_send(
         actor=actor,
         automated=automated,
         enrollment=enrollment,
+        draft_reason=draft_reason,
         created_at=now,
     )
     # The unique idempotency key decides; a key already taken (by this
@@ -339,7 +345,8 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
             business=message.business,
             lead=message.lead,
             kind="message_draft",
-            summary=f"Approve a {message.channel} to {message.to}: {message.body[:120]}",
+            summary=f"Approve a {message.channel} to {message.to}: {message.body[:120]}"
+            + (f" — {message.draft_reason}" if message.draft_reason else ""),
             proposed_by=message.actor,
             # A person's draft names them, so neither the service nor the
             # database lets them approve it themselves.

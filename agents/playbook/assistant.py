@@ -18,6 +18,15 @@ not an unmodified approved template and the claims guard finds anything. An
 unmodified approved template goes out as it is (a person approved that text);
 its findings are still recorded. Nothing here writes to the database or sends:
 the caller routes a draft to the send gate or to a person.
+
+A language model's draft (`Proposal.author`, agents/ai/drafter.py) always
+needs a person. The assistant looks up the playbook facts the draft cites
+itself and runs the claims guard against them (`model_text_verdict`): every
+price, discount, warranty, time or promise must be stated by a cited fact,
+and a diagnosis never is. The reason says which claims are not backed. Only
+a draft with none is `auto_ok`: where the business turned on auto-reply for
+its intent (`ai: {auto_reply: [...]}`), it may go through the send gate
+without a person.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.playbook.claims_guard import Finding, claim_kinds, claims_scan
+from agents.ai.grounding import playbook_facts
+from agents.playbook.claims_guard import Finding, claim_kinds, claims_scan, claims_unbacked
 from agents.playbook.templates import (
     LEAD_TYPED_PLACEHOLDERS,
     TemplateRenderError,
@@ -110,6 +120,13 @@ class Proposal:
     template_key: str | None
     intent: str
     reason: str
+    # A language model's draft: who wrote it ("openai/gpt-4o-mini"), the
+    # ids of the playbook facts it says it relies on, its confidence in the
+    # intent, and why its text cannot be used as it is (a stray placeholder).
+    author: str = ""
+    facts: tuple[str, ...] = ()
+    confidence: float | None = None
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,12 @@ class Draft:
     needs_person: bool
     reason: str
     intent: str = ""
+    # A model's draft: its author, the cited facts that exist, and whether the
+    # guard passed it (no claim beyond the cited facts): see the module.
+    author: str = ""
+    facts: tuple[str, ...] = ()
+    auto_ok: bool = False
+    confidence: float | None = None
 
 
 class Drafter(Protocol):
@@ -182,6 +205,12 @@ def draft_reply(lead: Lead, inbound_text: str, *, drafter: Drafter | None = None
     return _checked(lead, (drafter or DEFAULT_DRAFTER).draft_reply(lead, inbound_text))
 
 
+def draft_proposal(lead: Lead, proposal: Proposal) -> Draft:
+    """A proposal some drafter already made, checked (see the module): the
+    path of a model's draft, whose call happened outside the transaction."""
+    return _checked(lead, proposal)
+
+
 def draft_template(lead: Lead, key: str) -> Draft:
     """A template a person picked from the playbook, rendered for the lead
     and checked like any drafter's proposal (see the module): approved and
@@ -216,8 +245,73 @@ def _usable(template: MessageTemplate) -> bool:
     return template.approved and template.channel == CHANNEL
 
 
+# What a model's draft that the guard passed still waits for, unless auto-reply sends it.
+PERSON_APPROVES = ": a person approves it before it goes"
+
+
+@dataclass(frozen=True)
+class ModelVerdict:
+    """The claims guard on a model's text, against the facts it cites."""
+
+    findings: list[Finding]
+    unbacked: list[Finding]
+    cited: tuple[str, ...]  # the cited ids that name a playbook fact
+    unknown: tuple[str, ...]  # cited ids that name none
+    auto_ok: bool
+    reason: str
+
+
+def model_text_verdict(
+    body: str, cited: tuple[str, ...], facts: dict[str, str], *, author: str, problem: str = ""
+) -> ModelVerdict:
+    """Check a model's `body` against the playbook `facts` (id → text) it
+    cites. Pure: the evaluation runs it on every draft of the corpus."""
+    findings = claims_scan(body)
+    known = tuple(fact_id for fact_id in cited if fact_id in facts)
+    unknown = tuple(fact_id for fact_id in cited if fact_id not in facts)
+    unbacked = claims_unbacked(body, [facts[fact_id] for fact_id in known])
+    relies = f"relying on {', '.join(known)}" if known else "citing no playbook fact"
+    if not body.strip():
+        return ModelVerdict(findings, unbacked, known, unknown, False, f"{author} drafted no reply: a person answers")
+    if unbacked:
+        claims = ", ".join(f"{f.kind.replace('_', ' ')} “{f.excerpt}”" for f in unbacked)
+        reason = f"drafted by {author}, {relies}; not in the playbook: {claims}: a person must approve it"
+        return ModelVerdict(findings, unbacked, known, unknown, False, reason)
+    if problem:
+        return ModelVerdict(findings, unbacked, known, unknown, False, f"drafted by {author}: {problem}")
+    if unknown:
+        reason = f"drafted by {author}, citing facts the playbook lacks ({', '.join(unknown)}): a person checks it"
+        return ModelVerdict(findings, unbacked, known, unknown, False, reason)
+    return ModelVerdict(
+        findings, unbacked, known, unknown, True, f"drafted by {author}, {relies}; no claim beyond the playbook"
+    )
+
+
+def _checked_model(lead: Lead, proposal: Proposal) -> Draft:
+    """A model's proposal: never sent as it is by the assistant's say; the
+    facts it cites are the business's as the records hold them."""
+    facts = {fact.id: fact.text for fact in playbook_facts(lead.business)}
+    verdict = model_text_verdict(proposal.body, proposal.facts, facts, author=proposal.author, problem=proposal.problem)
+    return Draft(
+        proposal.body,
+        None,
+        None,
+        False,
+        verdict.findings,
+        True,
+        verdict.reason + (PERSON_APPROVES if verdict.auto_ok else ""),
+        proposal.intent,
+        author=proposal.author,
+        facts=verdict.cited,
+        auto_ok=verdict.auto_ok,
+        confidence=proposal.confidence,
+    )
+
+
 def _checked(lead: Lead, proposal: Proposal) -> Draft:
     """Decide what a proposal is, without trusting the drafter's word for it."""
+    if proposal.author:
+        return _checked_model(lead, proposal)
     body, key, intent = proposal.body, proposal.template_key, proposal.intent
     findings = claims_scan(body)
     if not body.strip():

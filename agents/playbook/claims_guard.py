@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 
 
@@ -223,3 +224,50 @@ def claims_scan(text: str) -> list[Finding]:
 def claim_kinds(findings: list[Finding]) -> list[str]:
     """The distinct kinds found, in order of first appearance."""
     return list(dict.fromkeys(finding.kind for finding in findings))
+
+
+# A diagnosis of the person's own equipment is never in a playbook: no fact backs one.
+NEVER_BACKED = frozenset({ClaimKind.LICENSED_DIAGNOSIS.value})
+_AMOUNT = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _squashed(text: str) -> str:
+    """Lower case without spaces, commas or curly quotes: "$1,299.00" and
+    "$1299.00", "8:00 AM" and "8:00am" read the same."""
+    return re.sub(r"[\s,\u2019']+", "", text.lower())
+
+
+def _amounts(text: str) -> set[Decimal]:
+    found = set()
+    for raw in _AMOUNT.findall(text):
+        try:
+            found.add(Decimal(raw.replace(",", "")).normalize())
+        except InvalidOperation:
+            continue
+    return found
+
+
+def claim_backed(finding: Finding, facts: list[str]) -> bool:
+    """Whether one of `facts` (the text of approved playbook facts) states
+    what `finding` claims: its words appear in the fact, or, for a price or
+    a discount, its amount does. A diagnosis never is."""
+    if finding.kind in NEVER_BACKED:
+        return False
+    words = _squashed(finding.excerpt)
+    if any(words and words in _squashed(fact) for fact in facts):
+        return True
+    if finding.kind == ClaimKind.PRICE.value:
+        # Amounts the fact states as prices, so "$1" is not backed by "1-year warranty".
+        amounts = _amounts(finding.excerpt)
+        return bool(amounts) and any(amounts <= _price_amounts(fact) for fact in facts)
+    return False
+
+
+def _price_amounts(text: str) -> set[Decimal]:
+    return {a for f in claims_scan(text) if f.kind == ClaimKind.PRICE.value for a in _amounts(f.excerpt)}
+
+
+def claims_unbacked(text: str, facts: list[str]) -> list[Finding]:
+    """The claims in `text` that none of `facts` states (see `claim_backed`):
+    what a model's draft promises beyond the approved playbook."""
+    return [finding for finding in claims_scan(text) if not claim_backed(finding, facts)]

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_view
 from rest_framework import serializers
 
 from crm.api.common import ReadViewSet, detail_schema, list_schema, public_id_parameter, username_field
-from crm.models import Enrollment, Message, Task
+from crm.models import INTENTS, Enrollment, Message, Task
 from crm.selectors import scoped
 
 # ---------------------------------------------------------------- serializers
@@ -22,6 +22,21 @@ class MessageSerializer(serializers.ModelSerializer):
     lead = public_id_parameter("lead.public_id", allow_null=True)
     # Declared so the schema shows "" (not blocked) as a value.
     block_reason = serializers.ChoiceField(choices=Message.BlockReason.choices, allow_blank=True, read_only=True)
+    intent = serializers.ChoiceField(
+        choices=[(i, i) for i in INTENTS],
+        allow_blank=True,
+        read_only=True,
+        help_text="What an inbound message asks for (empty for outbound messages)",
+    )
+    intent_confidence = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="How sure the reader of the intent was, 0 to 1 (null: not read)"
+    )
+    intent_source = serializers.ChoiceField(
+        choices=[("rules", "rules"), ("model", "model")],
+        allow_blank=True,
+        read_only=True,
+        help_text="Who read the intent: the rules, or the language model when one is configured",
+    )
 
     class Meta:
         model = Message
@@ -37,6 +52,9 @@ class MessageSerializer(serializers.ModelSerializer):
             "to",
             "provider_sid",
             "created_at",
+            "intent",
+            "intent_confidence",
+            "intent_source",
         ]
         read_only_fields = fields
 

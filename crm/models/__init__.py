@@ -1,7 +1,9 @@
+from crm.models.ai import ModelCall, ModelCallQuota
 from crm.models.base import DAYS, Business, Role
 from crm.models.comms import (
     ANSWERING_STATUSES,
     BLOCK_REASONS,
+    INTENTS,
     MESSAGE_STATUSES,
     Call,
     Conversation,
@@ -56,6 +58,7 @@ __all__ = [
     "BLOCK_REASONS",
     "CLOSED_STAGES",
     "DAYS",
+    "INTENTS",
     "MESSAGE_STATUSES",
     "Appointment",
     "Availability",
@@ -85,6 +88,8 @@ __all__ = [
     "Message",
     "MessageTemplate",
     "MessageTemplateVersion",
+    "ModelCall",
+    "ModelCallQuota",
     "Note",
     "OutboxEvent",
     "Payment",

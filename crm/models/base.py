@@ -66,6 +66,16 @@ class Business(models.Model):
     slack_webhook_url = models.URLField(max_length=500, blank=True)
     # Raw bodies and headers of processed or ignored inbound events are pruned after this many days.
     raw_retention_days = models.PositiveIntegerField(default=90)
+    # Language models (agents/ai), once the server has a provider (LLM_PROVIDER):
+    # whether this business uses it, its calls per calendar month in its own
+    # zone (None: no cap), and the intents a model's guarded reply may answer
+    # without a person (through the send gate).
+    ai_enabled = models.BooleanField(default=True)
+    ai_monthly_calls = models.PositiveIntegerField(null=True, blank=True)
+    ai_auto_reply = models.JSONField(default=list, blank=True)
+    # The approved facts a drafted reply may state besides the records (the
+    # business file's `playbook`): {"booking_url": ..., "prices": [{"item", "amount"}], "facts": [...]}.
+    playbook = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -36,6 +36,19 @@ BLOCK_REASONS = [
     "number_not_allowed",
     "outside_window",
 ]
+# What an inbound message asks for (agents/ai/intents.py reads it: the rules,
+# or a language model when one is configured).
+INTENTS = [
+    "booking_request",
+    "question",
+    "price_question",
+    "reschedule",
+    "complaint",
+    "revocation",
+    "wrong_number",
+    "spam",
+    "other",
+]
 # Provider hand-offs per message: every claim (queued → sending) spends a
 # dispatch attempt, every reconciliation that cannot settle the outcome a
 # reconcile attempt; past either cap the message is failed for a person.
@@ -114,6 +127,14 @@ class Message(models.Model):
         "crm.Enrollment", on_delete=models.PROTECT, null=True, blank=True, related_name="messages"
     )
     sent_at = models.DateTimeField(null=True, blank=True)
+    # An inbound message's intent, how sure the reader was (0 to 1) and which
+    # reader said so (`rules`, or `model` when a language model read it).
+    intent = models.CharField(max_length=20, blank=True)
+    intent_confidence = models.FloatField(null=True, blank=True)
+    intent_source = models.CharField(max_length=8, blank=True)
+    # Why a drafted message waits for a person (a model's draft: the claims
+    # the playbook does not back, the facts it relies on), shown in the thread.
+    draft_reason = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -132,6 +153,14 @@ class Message(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(attempts__lte=MAX_DISPATCH_ATTEMPTS), name="crm_message_attempts_capped"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(intent="") | models.Q(intent__in=INTENTS), name="crm_message_intent_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(intent_confidence__isnull=True)
+                | models.Q(intent_confidence__gte=0, intent_confidence__lte=1),
+                name="crm_message_intent_confidence_range",
             ),
             models.CheckConstraint(
                 condition=models.Q(reconcile_attempts__lte=MAX_RECONCILE_ATTEMPTS),
@@ -235,6 +264,9 @@ class Conversation(models.Model):
     # conversations nothing else puts first.
     last_activity_at = models.DateTimeField()
     last_inbound_at = models.DateTimeField(null=True)
+    # What the person's last message asks for (its `intent`): the inbox
+    # shows it and can filter and sort by it.
+    last_intent = models.CharField(max_length=20, blank=True, default="")
     # The first message in that no person has answered yet; None when
     # nothing waits on us.
     awaiting_since = models.DateTimeField(null=True)

@@ -69,6 +69,10 @@ PERSONAL_KEYS = frozenset(
         "description",
         "evidence",
         "excerpt",
+        # A model call's digests of the prompt and the answer: both quote the
+        # person's messages, so a digest could confirm a guess of what they wrote.
+        "prompt_digest",
+        "answer_digest",
     }
 )
 # Actions whose reason is free text about a person (a queue summary quoting

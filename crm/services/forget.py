@@ -62,6 +62,7 @@ from crm.models import (
     Lead,
     LeadTouch,
     Message,
+    ModelCall,
     Note,
     Payment,
     Receipt,
@@ -335,11 +336,17 @@ def _erase_comms(f: Forgetting) -> None:
             {
                 "body": "",
                 "subject": "",
+                "draft_reason": "",
                 "to": _person_number(f, message.to),
                 "from_number": _person_number(f, message.from_number),
             },
         )
     f.count("crm_message", n)
+    n = 0
+    for call in ModelCall.objects.filter(lead_id__in=f.lead_ids):
+        f.subjects.add(call.public_id)
+        n += _changed(call, {"prompt_digest": "", "answer_digest": "", "detail": ""})
+    f.count("crm_modelcall", n)
     n = 0
     for call in _concerning(Call, f):
         f.subjects.add(call.public_id)

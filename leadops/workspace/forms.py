@@ -11,7 +11,7 @@ from django import forms
 from agents.playbook.copilot import REPLY_CHANNELS
 from agents.routing.reached import CALL_OUTCOMES
 from crm.inbox import InboxQuery
-from crm.models import Stage, TeamMember
+from crm.models import INTENTS, Stage, TeamMember
 
 INBOX_CHANNELS = [
     ("", "Any channel"),
@@ -20,6 +20,8 @@ INBOX_CHANNELS = [
     ("email", "Email"),
     ("voice", "Voice"),
 ]
+INBOX_INTENTS = [("", "Any intent"), *((i, i.replace("_", " ").capitalize()) for i in INTENTS)]
+INBOX_SORTS = [("", "Needs a person first"), ("intent", "By intent")]
 INBOX_STAGES = [("", "Open"), ("all", "Any stage"), *((s.value, s.label.replace("_", " ")) for s in Stage)]
 CALL_WORDS = {
     "connected": "Talked to them",
@@ -36,6 +38,8 @@ class InboxFilterForm(forms.Form):
     channel = forms.ChoiceField(required=False, choices=INBOX_CHANNELS)
     stage = forms.ChoiceField(required=False, choices=INBOX_STAGES)
     source = forms.ChoiceField(required=False)
+    intent = forms.ChoiceField(required=False, choices=INBOX_INTENTS)
+    sort = forms.ChoiceField(required=False, choices=INBOX_SORTS)
     q = forms.CharField(required=False, max_length=100, label="Search")
     page = forms.IntegerField(required=False, min_value=1)
 
@@ -57,6 +61,8 @@ class InboxFilterForm(forms.Form):
             stage=data.get("stage") or "",
             source=data.get("source") or "",
             q=(data.get("q") or "").strip(),
+            intent=data.get("intent") or "",
+            sort=data.get("sort") or "",
         )
         return query, int(data.get("page") or 1)
 

@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Count, Max, OuterRef, Subquery
 
 from agents.followup.sequences.preview import sequence_preview
-from agents.playbook.copilot import Offer, reply_offer
+from agents.playbook.copilot import Offer, model_draft_key, reply_offer
 from agents.reporting.trace import Answer, lead_trace
 from crm.inbox import SLA_SOON, InboxPage, InboxQuery, inbox_page, unread_conversations, who_default
 from crm.models import (
@@ -115,6 +115,7 @@ class InboxRow:
     waiting: bool
     why: str
     why_kind: str
+    intent: str = ""  # of the person's last message
 
 
 def inbox_rows(page: InboxPage, *, now: datetime) -> list[InboxRow]:
@@ -139,6 +140,7 @@ def inbox_rows(page: InboxPage, *, now: datetime) -> list[InboxRow]:
                 waiting=conversation is not None and conversation.awaiting_since is not None,
                 why=why,
                 why_kind=kind,
+                intent=str(getattr(lead, "last_intent", "") or ""),
             )
         )
     return rows
@@ -287,15 +289,27 @@ class Composer:
     prefill: bool
 
 
-def composer_read(lead: Lead, last_in: Message | None = None, *, looked: bool = False) -> Composer:
+def composer_read(
+    lead: Lead, last_in: Message | None = None, *, looked: bool = False, messages: list[Message] | None = None
+) -> Composer:
     """The composer for `lead` (from `lead_for_thread`); `looked`: the caller
-    already looked up the person's last message (`last_in`)."""
+    already looked up the person's last message (`last_in`); `messages`: the
+    conversation it read, where a model's draft answering it is found (else
+    it is looked up)."""
     if not looked:
         last_in = Message.objects.filter(lead=lead, direction="in").order_by("-created_at", "-pk").first()
     conversation = getattr(lead, "conversation", None)
     awaiting = conversation is not None and conversation.awaiting_since is not None
     prefill = awaiting or (last_in is None and lead.first_response_at is None)
-    return Composer(reply_offer(lead, last_in.body if last_in else None), awaiting, prefill)
+    model_draft = None
+    if last_in is not None:
+        key = model_draft_key(last_in)
+        if messages is None:
+            model_draft = Message.objects.filter(idempotency_key=key).first()
+        else:
+            model_draft = next((m for m in messages if m.idempotency_key == key), None)
+    offer = reply_offer(lead, last_in.body if last_in else None, model_draft=model_draft)
+    return Composer(offer, awaiting, prefill)
 
 
 @dataclass
@@ -360,7 +374,7 @@ def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
             contact_lines=[(part, ": yes" in part) for part in answers["may_contact"].answer.split("; ")],
             items=items,
             automation=_automation(lead, answers["stop_rule"], now=now),
-            composer=composer_read(lead, last_in, looked=True),
+            composer=composer_read(lead, last_in, looked=True, messages=messages),
             last_in=last_in,
             sla=_sla(lead, now),
             next_due=_next_due(lead, now),

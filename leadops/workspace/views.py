@@ -45,6 +45,8 @@ from crm.services.conversations import conversation_read, conversation_settle, n
 from crm.services.lead_sync import LeadSyncError
 from leadops.workspace.forms import (
     INBOX_CHANNELS,
+    INBOX_INTENTS,
+    INBOX_SORTS,
     INBOX_STAGES,
     CallForm,
     HoldForm,
@@ -120,6 +122,8 @@ def _query_string(query: InboxQuery, page: int = 1, **extra: Any) -> str:
         "channel": query.channel,
         "stage": query.stage,
         "source": query.source,
+        "intent": query.intent,
+        "sort": query.sort,
         "q": query.q,
         "page": page if page > 1 else "",
         **extra,
@@ -155,6 +159,8 @@ def inbox(request: HttpRequest, viewer: Viewer) -> HttpResponse:
         sources=extra["form"].fields["source"].choices,
         channels=INBOX_CHANNELS,
         stages=INBOX_STAGES,
+        intents=INBOX_INTENTS,
+        sorts=INBOX_SORTS,
     )
     return render(request, "workspace/inbox.html", context)
 

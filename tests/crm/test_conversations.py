@@ -237,3 +237,16 @@ def test_an_inbox_page_reads_only_the_parts_of_the_order_it_reaches(business, se
     with django_assert_num_queries(1 + 1 + 2):  # the waiting fill the page: one part read
         page = inbox_page(user, InboxQuery(), now=timezone.now())
         assert len(page.rows) == PAGE_SIZE and page.has_next
+
+
+def test_the_conversation_keeps_the_intent_of_the_persons_last_message(business, setter):
+    lead = _lead(business, setter)
+    first = _in(lead, "How much is a tune-up?")
+    last = _in(lead, "Actually, can you come Tuesday?")
+    # A later reading (a model's) of each message: only the last one's counts.
+    Message.objects.filter(pk=last.pk).update(intent="booking_request")
+    Message.objects.filter(pk=first.pk).update(intent="price_question")
+    assert Conversation.objects.get(lead=lead).last_intent == "booking_request"
+    rows = inbox_page(setter.user, InboxQuery(intent="booking_request"), now=timezone.now()).rows
+    assert [r.pk for r in rows] == [lead.pk] and rows[0].last_intent == "booking_request"
+    assert not inbox_page(setter.user, InboxQuery(intent="price_question"), now=timezone.now()).rows

@@ -131,6 +131,8 @@ _SECTIONS = (
     "sequences",
     "availability",
     "webhooks",
+    "ai",
+    "playbook",
 )
 
 
@@ -203,6 +205,8 @@ def _parse_business(doc: Map, path: str) -> BusinessSpec:
         "currency": currency,
         **_parse_policy(doc, region),
         **_parse_notifications(doc),
+        **_parse_ai(doc),
+        **_parse_playbook(doc, currency),
     }
     return BusinessSpec(path=path, slug=m.slug("slug"), line=m.line, fields=fields)
 
@@ -325,6 +329,94 @@ def _parse_notifications(doc: Map) -> dict[str, Any]:
     if url and not re.fullmatch(r"https?://[^\s]+", url):
         raise m.error("slack_webhook_url", f"slack_webhook_url must be an http(s) URL, not {url!r}")
     return {"slack_webhook_url": url}
+
+
+# The intents a model's reply may answer without a person (`ai: {auto_reply: [...]}`).
+# Never a revocation, a complaint, a wrong number or spam: those keep their
+# own paths, and a person answers what needs answering.
+AUTO_REPLY_INTENTS = ("booking_request", "question", "price_question", "reschedule", "other")
+
+
+def _parse_ai(doc: Map) -> dict[str, Any]:
+    """ai: {enabled, monthly_calls, auto_reply}: this business's use of the
+    server's language model (LLM_PROVIDER); left out: as it is (a new
+    business: enabled, no cap, no auto-reply)."""
+    if not doc.has("ai"):
+        return {}
+    m = Map(doc.raw("ai"), doc.line_of("ai"), "ai", optional=("enabled", "monthly_calls", "auto_reply"))
+    intents: list[str] = []
+    for ref in m.texts("auto_reply"):
+        if ref.name not in AUTO_REPLY_INTENTS:
+            raise BusinessFileError(
+                ref.line,
+                f"bad intent {ref.name!r} in ai auto_reply (one of {', '.join(AUTO_REPLY_INTENTS)}; "
+                "revocations, complaints, wrong numbers and spam are never answered by a model)",
+            )
+        if ref.name not in intents:
+            intents.append(ref.name)
+    return {
+        "ai_enabled": m.boolean("enabled", True),
+        "ai_monthly_calls": m.integer("monthly_calls", None),
+        "ai_auto_reply": intents,
+    }
+
+
+FACT_MAX_LENGTH = 300
+
+
+def _parse_playbook(doc: Map, currency: str) -> dict[str, Any]:
+    """playbook: {booking_url, prices: [{item, amount, note}], facts: [...]}:
+    what a drafted reply may state besides the records (services, areas,
+    hours). Approved by whoever writes the file, as its templates are; a
+    price is stated only where it is listed here."""
+    if not doc.has("playbook"):
+        return {}
+    m = Map(doc.raw("playbook"), doc.line_of("playbook"), "playbook", optional=("booking_url", "prices", "facts"))
+    playbook: dict[str, Any] = {}
+    url = m.text("booking_url", "")
+    if url:
+        if not re.fullmatch(r"https?://[^\s]+", url):
+            raise m.error("booking_url", f"booking_url in playbook must be an http(s) URL, not {url!r}")
+        playbook["booking_url"] = url
+    prices = []
+    for raw, line in m.items("prices"):
+        price = Map(raw, line, "playbook price", required=("item", "amount"), optional=("note",))
+        amount = _amount(price, "amount", "playbook price")
+        prices.append(
+            {"item": _fact_text(price, "item"), "amount": f"{amount}", "currency": currency}
+            | ({"note": _fact_text(price, "note")} if price.has("note") else {})
+        )
+    if prices:
+        playbook["prices"] = prices
+    facts = []
+    for ref in m.texts("facts"):
+        if len(ref.name) > FACT_MAX_LENGTH:
+            raise BusinessFileError(ref.line, f"a playbook fact is at most {FACT_MAX_LENGTH} characters")
+        facts.append(ref.name)
+    if facts:
+        playbook["facts"] = facts
+    return {"playbook": playbook}
+
+
+def _fact_text(m: Map, key: str) -> str:
+    value = m.text(key)
+    if len(value) > FACT_MAX_LENGTH:
+        raise m.error(key, f"{key!r} in {m.what} is at most {FACT_MAX_LENGTH} characters")
+    return value
+
+
+def _amount(m: Map, key: str, what: str) -> Decimal:
+    """A money amount: at least 0, at most two decimals."""
+    raw = m.raw(key)
+    try:
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise InvalidOperation
+        amount = Decimal(str(raw).strip())
+    except InvalidOperation as exc:
+        raise m.error(key, f"{key!r} in {what} must be an amount, not {kind_of(raw)}") from exc
+    if not amount.is_finite() or amount < 0 or amount != amount.quantize(Decimal("0.01")):
+        raise m.error(key, f"{key!r} in {what} must be an amount of at least 0 with at most 2 decimals, not {raw!r}")
+    return amount.quantize(Decimal("0.01"))
 
 
 # The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.

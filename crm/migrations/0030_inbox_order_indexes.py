@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crm', '0028_outbound_webhooks'),
+        ('crm', '0029_outbound_webhooks'),
     ]
 
     operations = [

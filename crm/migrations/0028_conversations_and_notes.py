@@ -24,7 +24,7 @@ BACKFILL = "SELECT leadops_conversation_rebuild(id) FROM crm_lead;"
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crm', '0026_missed_call_window_and_callback_task'),
+        ('crm', '0027_ai_intents_and_model_calls'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -37,6 +37,7 @@ class Migration(migrations.Migration):
                 ('last_channel', models.CharField(blank=True, default='', max_length=16)),
                 ('last_activity_at', models.DateTimeField()),
                 ('last_inbound_at', models.DateTimeField(null=True)),
+                ('last_intent', models.CharField(blank=True, default='', max_length=20)),
                 ('awaiting_since', models.DateTimeField(null=True)),
                 ('settled_at', models.DateTimeField(null=True)),
                 ('business', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='crm.business')),

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crm', '0029_inbox_order_indexes'),
+        ('crm', '0030_inbox_order_indexes'),
     ]
 
     operations = [

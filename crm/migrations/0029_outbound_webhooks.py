@@ -12,7 +12,7 @@ from crm.db_triggers import public_id_trigger, public_id_trigger_drop
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('crm', '0027_conversations_and_notes'),
+        ('crm', '0028_conversations_and_notes'),
     ]
 
     operations = [

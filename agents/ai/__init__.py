@@ -1,0 +1,1 @@
+"""Language models behind the gate (docs/ai.md)."""

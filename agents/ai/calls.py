@@ -1,0 +1,232 @@
+"""Every model call on behalf of a business: claimed against its monthly
+cap, made, and recorded as a `ModelCall` row and a receipt.
+
+`model_call` is the only way agents/ai calls a model for a business:
+
+1. The cap. Unless the business file says `ai: {enabled: false}`, one call
+   is claimed from the business's counter for the current calendar month of
+   its own zone (`quota_claim`): a single conditional upsert, so any number
+   of workers at once never take it past `ai: {monthly_calls: N}`. A claim
+   counts the call whether or not it is answered (a provider may bill a call
+   whose answer never arrived). Refused: no call, a `refused` row and an
+   `ai.refused` receipt; the rules answer.
+2. The call, outside any transaction (agents/ai/client.py).
+3. The record, in one transaction: a `ModelCall` row (model, digests of the
+   prompt and the answer, tokens, cost estimate, duration) and a receipt
+   (`ai.called`, or `ai.failed` saying the rules answered instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.ai.client import ModelFailure, ModelRequest, ModelSettings, Usage, cost_of, model_ask
+from agents.ai.grounding import ANSWER_DESCRIPTION, ANSWER_NAME, ANSWER_SCHEMA, SYSTEM_PROMPT, Grounding, prompt_of
+from agents.ai.intents import INTENTS
+from crm.models import Business, Lead, Message, ModelCall
+from crm.services.receipts import receipt_write
+
+ACTOR = "agent:ai_assistant"
+REPLY = "reply"  # the purpose of a call that reads a message and drafts its answer
+CONFIDENCE_DEFAULT = 0.5
+
+
+@dataclass(frozen=True)
+class Understanding:
+    """The model's reading of a message: its intent and confidence, the reply
+    it drafted (placeholders unfilled) and the ids of the facts it cites."""
+
+    intent: str
+    confidence: float
+    reply: str
+    facts: tuple[str, ...]
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What `model_call` got: an understanding, or why the rules answer instead."""
+
+    understanding: Understanding | None
+    call: ModelCall
+    fallback: str = ""  # the failure's kind, or over_cap
+
+
+def month_of(business: Business, now: datetime) -> date:
+    """The first day of `now`'s calendar month in the business's zone."""
+    return now.astimezone(ZoneInfo(business.timezone)).date().replace(day=1)
+
+
+def quota_claim(business: Business, *, now: datetime | None = None) -> bool:
+    """Count one model call for the business this month; False (nothing
+    counted) when its cap is reached. One statement: the upsert's row lock
+    and its re-checked WHERE make concurrent claims take turns, so the count
+    never passes the cap however many workers claim at once. Runs in its own
+    autocommit when called outside a transaction, so the claim holds even if
+    the call that follows never returns."""
+    cap = business.ai_monthly_calls
+    if cap is not None and cap <= 0:
+        return False
+    month = month_of(business, now or timezone.now())
+    sql = (
+        "INSERT INTO crm_modelcallquota (business_id, month, used) VALUES (%s, %s, 1) "
+        "ON CONFLICT (business_id, month) DO UPDATE SET used = crm_modelcallquota.used + 1"
+    )
+    params: list[int | date] = [business.pk, month]
+    if cap is not None:
+        sql += " WHERE crm_modelcallquota.used < %s"
+        params.append(cap)
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " RETURNING used", params)
+        return cursor.fetchone() is not None
+
+
+def understand(grounding: Grounding, config: ModelSettings) -> Understanding:
+    """Ask the model to read `grounding.message` and draft its reply; no
+    database (the evaluation uses it too). Raises ModelFailure, `malformed`
+    for an answer that is not the object the schema describes."""
+    request = ModelRequest(
+        system=SYSTEM_PROMPT,
+        user=prompt_of(grounding),
+        schema=ANSWER_SCHEMA,
+        name=ANSWER_NAME,
+        description=ANSWER_DESCRIPTION,
+    )
+    answer = model_ask(request, config)
+    data = answer.data
+    intent = data.get("intent")
+    reply = data.get("reply")
+    facts = data.get("facts")
+    confidence = data.get("confidence", CONFIDENCE_DEFAULT)
+    if intent not in INTENTS:
+        raise ModelFailure("malformed", f"intent {str(intent)[:40]!r} is not one of ours", answer.usage)
+    if not isinstance(reply, str) or not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+        raise ModelFailure("malformed", "reply or facts of the wrong type", answer.usage)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise ModelFailure("malformed", "confidence is not a number", answer.usage)
+    return Understanding(
+        intent=str(intent),
+        confidence=min(max(float(confidence), 0.0), 1.0),
+        reply=reply.strip(),
+        facts=tuple(dict.fromkeys(f.strip() for f in facts if f.strip()))[:20],
+        usage=answer.usage,
+    )
+
+
+def model_call(
+    *,
+    business: Business,
+    config: ModelSettings,
+    grounding: Grounding,
+    lead: Lead | None = None,
+    message: Message | None = None,
+    purpose: str = REPLY,
+) -> CallOutcome:
+    """Claim, call and record one model call for `business` (see the module).
+    Call it outside a transaction: the network call must not hold one open."""
+    if not quota_claim(business):
+        cap = business.ai_monthly_calls
+        call = _record(
+            business=business,
+            lead=lead,
+            message=message,
+            purpose=purpose,
+            config=config,
+            status=ModelCall.Status.REFUSED,
+            usage=Usage(),
+            error="over_cap",
+            detail=f"this month's {cap} model calls are used up",
+        )
+        return CallOutcome(None, call, "over_cap")
+    try:
+        understanding = understand(grounding, config)
+    except ModelFailure as failure:
+        call = _record(
+            business=business,
+            lead=lead,
+            message=message,
+            purpose=purpose,
+            config=config,
+            status=ModelCall.Status.FAILED,
+            usage=failure.usage,
+            error=failure.kind,
+            detail=failure.detail,
+        )
+        return CallOutcome(None, call, failure.kind)
+    call = _record(
+        business=business,
+        lead=lead,
+        message=message,
+        purpose=purpose,
+        config=config,
+        status=ModelCall.Status.OK,
+        usage=understanding.usage,
+    )
+    return CallOutcome(understanding, call)
+
+
+@transaction.atomic
+def _record(
+    *,
+    business: Business,
+    lead: Lead | None,
+    message: Message | None,
+    purpose: str,
+    config: ModelSettings,
+    status: str,
+    usage: Usage,
+    error: str = "",
+    detail: str = "",
+) -> ModelCall:
+    call = ModelCall.objects.create(
+        business=business,
+        lead=lead,
+        message=message,
+        purpose=purpose,
+        provider=config.provider,
+        model=config.model[:100],
+        status=status,
+        error=error,
+        detail=detail[:300],
+        prompt_digest=usage.prompt_digest,
+        answer_digest=usage.answer_digest,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cost_amount=cost_of(usage, config),
+        duration_ms=usage.duration_ms,
+    )
+    if status == ModelCall.Status.OK:
+        action, reason = "ai.called", f"{config.label} read the message and drafted a reply"
+    elif status == ModelCall.Status.REFUSED:
+        action, reason = "ai.refused", f"no call: {detail}; the rules answered instead"
+    else:
+        action, reason = "ai.failed", f"{config.label} gave no usable answer ({error}); the rules answered instead"
+    receipt_write(
+        business=business,
+        lead=lead,
+        subject=call.public_id,
+        actor=ACTOR,
+        action=action,
+        reason=reason,
+        after={
+            "provider": call.provider,
+            "model": call.model,
+            "purpose": purpose,
+            "status": status,
+            "error": error,
+            "message": message.public_id if message is not None else None,
+            "prompt_digest": call.prompt_digest,
+            "answer_digest": call.answer_digest,
+            "input_tokens": call.input_tokens,
+            "output_tokens": call.output_tokens,
+            "cost_amount": f"{call.cost_amount}",
+            "currency": call.currency,
+            "duration_ms": call.duration_ms,
+        },
+    )
+    return call
