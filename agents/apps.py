@@ -38,6 +38,9 @@ class AgentsConfig(AppConfig):
         from agents.webhooks import delivery as webhooks
 
         webhooks.register()  # a commit that announced events wakes the webhooks cluster
+        from agents.conversions import delivery as conversions
+
+        conversions.register()  # a sequencer run that made uploads wakes their sender
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

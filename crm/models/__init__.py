@@ -23,6 +23,15 @@ from crm.models.contacts import (
     RejectedDelivery,
     Source,
 )
+from crm.models.conversions import (
+    CONVERSION_MAX_ERRORS,
+    MAPPED_KINDS,
+    ConversionAccount,
+    ConversionAttempt,
+    ConversionKind,
+    ConversionPlatform,
+    ConversionUpload,
+)
 from crm.models.jobs import JobRun
 from crm.models.leads import (
     CLOSED_STAGES,
@@ -55,7 +64,9 @@ __all__ = [
     "ANSWERING_STATUSES",
     "BLOCK_REASONS",
     "CLOSED_STAGES",
+    "CONVERSION_MAX_ERRORS",
     "DAYS",
+    "MAPPED_KINDS",
     "MESSAGE_STATUSES",
     "Appointment",
     "Availability",
@@ -70,6 +81,11 @@ __all__ = [
     "ContactPointKind",
     "Conversation",
     "ConversationRead",
+    "ConversionAccount",
+    "ConversionAttempt",
+    "ConversionKind",
+    "ConversionPlatform",
+    "ConversionUpload",
     "Enrollment",
     "Estimate",
     "EventType",
