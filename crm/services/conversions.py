@@ -223,8 +223,15 @@ def normalized_hash(kind: str, value: str) -> str:
 # --- fan-out --------------------------------------------------------------------------
 
 # The outbox events that are conversion moments (a stage change counts only
-# for the stages named here).
-_STAGE_KINDS: dict[str, str] = {Stage.QUALIFIED: K.QUALIFIED, Stage.WON: K.WON}
+# for the stages named here). Booked and held have two: the appointment's own
+# event and the lead's stage (a visit recorded by hand moves only the stage);
+# whichever comes first is the moment, the unique key drops the other.
+_STAGE_KINDS: dict[str, str] = {
+    Stage.QUALIFIED: K.QUALIFIED,
+    Stage.BOOKED: K.BOOKED,
+    Stage.APPOINTMENT_HELD: K.APPOINTMENT_HELD,
+    Stage.WON: K.WON,
+}
 _EVENT_KINDS: dict[str, str] = {
     EventType.APPOINTMENT_BOOKED: K.BOOKED,
     EventType.APPOINTMENT_HELD: K.APPOINTMENT_HELD,

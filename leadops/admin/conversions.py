@@ -134,7 +134,7 @@ class ConversionAccountAdmin(RecordAdmin):
     list_select_related = ["business"]
     list_filter = [BusinessFilter, "platform", "is_active"]
     fields = ("public_id", "business", "platform", "is_active", "config_pretty", "credentials", "updated_at")
-    readonly_fields = fields
+    readonly_fields = list(fields)
 
     @admin.display(description="moments sent")
     def mapped(self, account: m.ConversionAccount) -> str:

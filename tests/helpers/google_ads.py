@@ -61,10 +61,10 @@ def _failure(errors: list[tuple[int, str, str]]) -> ads_errors.GoogleAdsFailure:
     found = []
     for index, field, name in errors:
         if name in ADJUSTMENT_ERRORS:
-            adjustment_error = ConversionAdjustmentUploadErrorEnum.ConversionAdjustmentUploadError[name]
+            adjustment_error = getattr(ConversionAdjustmentUploadErrorEnum.ConversionAdjustmentUploadError, name)
             code = ads_errors.ErrorCode(conversion_adjustment_upload_error=adjustment_error)
         else:
-            upload_error = ConversionUploadErrorEnum.ConversionUploadError[name]
+            upload_error = getattr(ConversionUploadErrorEnum.ConversionUploadError, name)
             code = ads_errors.ErrorCode(conversion_upload_error=upload_error)
         location = ads_errors.ErrorLocation(
             field_path_elements=[ads_errors.ErrorLocation.FieldPathElement(field_name=field, index=index)]

@@ -680,7 +680,7 @@ def _customer_id(m: Map, key: str) -> str:
 
 def _kind_map(m: Map, key: str, check: Any) -> dict[str, str]:
     names = Map(m.raw(key), m.line_of(key), f"{key!r} in {m.what}", optional=tuple(MAPPED_KINDS))
-    mapped = {kind: check(names, kind) for kind in MAPPED_KINDS if names.has(kind)}
+    mapped: dict[str, str] = {str(kind): check(names, kind) for kind in MAPPED_KINDS if names.has(kind)}
     if not mapped:
         raise m.error(key, f"{key!r} in {m.what} maps no moment (one or more of {', '.join(MAPPED_KINDS)})")
     return mapped

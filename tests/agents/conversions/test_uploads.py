@@ -145,7 +145,7 @@ def test_a_click_still_not_found_when_its_window_ends_fails_for_a_person(
     business, live: None, google_ads: GoogleAdsServer
 ) -> None:
     accounts(business)
-    lead = lead_from(business, gclid="EAIaIQobChMI-never", at=timezone.now() - timedelta(days=89, hours=23))
+    lead = lead_from(business, gclid="EAIaIQobChMI-never", at=timezone.now() - timedelta(days=89, hours=23, minutes=30))
     google_ads.default = "CLICK_NOT_FOUND"
     lead_sync.lead_transition(lead, Stage.CONTACTED, actor="sam", reason="called")
     lead_sync.lead_transition(lead, Stage.QUALIFIED, actor="sam", reason="fits")
