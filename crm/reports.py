@@ -313,7 +313,7 @@ def revenue_report(
     if repeat not in REPEAT_CHOICES:
         raise ReportError(f"repeat must be one of {', '.join(REPEAT_CHOICES)}")
     sql = revenue_sql(by, touch, since=since is not None, until=until is not None)
-    params = {
+    params: dict[str, Any] = {
         "exclude_repeat": repeat == "exclude",
         "repeat": REPEAT,
         "businesses": list(business_ids),
