@@ -40,6 +40,7 @@ from crm.models import (
     ContactPoint,
     ContactPointKind,
     ConversionAccount,
+    ConversionAttempt,
     ConversionKind,
     ConversionPlatform,
     ConversionUpload,
@@ -53,6 +54,7 @@ from crm.models import (
     Stage,
 )
 from crm.registry import Registry
+from crm.services.forget import ERASED, Forgetting, forget_eraser_register
 from crm.services.outbox import OUTBOX_CONSUMERS, Sequenced
 from crm.services.receipts import receipt_write
 from crm.services.webhooks import webhook_exception_open, webhook_exceptions_resolve
@@ -427,5 +429,41 @@ def conversion_failed_resolve(upload: ConversionUpload, *, actor: str) -> int:
     )
 
 
+# What identifies the person in an upload's request: their hashed email and
+# phone, the click and Meta's lead id.
+_PERSONAL = frozenset({"user_identifiers", "gclid", "gbraid", "wbraid", "user_data"})
+
+
+def _without_person(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ERASED if k in _PERSONAL else _without_person(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_person(v) for v in value]
+    return value
+
+
+def conversions_forget(f: Forgetting) -> None:
+    """A forgotten person's uploads keep their kind, value and outcome; the
+    request loses their identifiers, and one not sent yet is never sent
+    (its touch lost the click too: it would be skipped)."""
+    n = 0
+    for upload in ConversionUpload.objects.filter(lead_id__in=f.lead_ids):
+        f.subjects.add(upload.public_id)
+        kept = {"payload": _without_person(upload.payload), "response": _without_person(upload.response)}
+        if kept != {"payload": upload.payload, "response": upload.response}:
+            ConversionUpload.objects.filter(pk=upload.pk).update(**kept)
+            n += 1
+    f.count("crm_conversionupload", n)
+    n = 0
+    # Google's answer repeats the click id.
+    for attempt in ConversionAttempt.objects.filter(upload__lead_id__in=f.lead_ids).exclude(response={}):
+        response = _without_person(attempt.response)
+        if response != attempt.response:
+            ConversionAttempt.objects.filter(pk=attempt.pk).update(response=response)
+            n += 1
+    f.count("crm_conversionattempt", n)
+
+
 def register() -> None:
     OUTBOX_CONSUMERS.register("conversions", conversions_fan_out)
+    forget_eraser_register("conversions", conversions_forget)

@@ -25,6 +25,7 @@ from crm.models import (
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.conversions import conversion_upload_replay, normalized_hash
+from crm.services.forget import contact_forget
 from crm.services.records import refund_record
 from tests.helpers.conversions import ACTIONS, CUSTOMER, DATASET, EVENTS, accounts, lead_from, upload, walk_to_paid
 from tests.helpers.google_ads import GoogleAdsServer
@@ -308,3 +309,25 @@ def test_concurrent_sweeps_and_pumps_upload_each_conversion_once(
     assert len(graph.events) == 30
     assert Counter(e["event_id"] for e in graph.events).most_common(1)[0][1] == 1
     assert set(ConversionUpload.objects.values_list("status", "attempts")) == {(S.SENT, 1)}
+
+
+def test_forgetting_the_person_erases_their_identifiers_from_the_uploads(
+    business, live: None, google_ads: GoogleAdsServer
+) -> None:
+    accounts(business, enhanced=True)
+    lead = lead_from(business, gclid="EAIaIQobChMI-forget", email="rosa@example.com")
+    email = lead.contact.points.get(kind="email")
+    consent_record(contact_point=email, channel="email", granted=True, basis="form_disclosure", actor="test")
+    lead_sync.lead_transition(lead, Stage.CONTACTED, actor="sam", reason="called")
+    lead_sync.lead_transition(lead, Stage.QUALIFIED, actor="sam", reason="fits")
+    upload()
+    row = ConversionUpload.objects.get()
+    assert row.status == S.SENT and "EAIaIQobChMI-forget" in str(row.payload)
+
+    contact_forget(lead.contact, actor="olivia", reason="asked to be forgotten")
+
+    row.refresh_from_db()
+    text = str([row.payload, row.response, list(row.attempt_log.values_list("response", flat=True))])
+    assert "EAIaIQobChMI-forget" not in text and normalized_hash("email", "rosa@example.com") not in text
+    assert row.payload["request"]["conversions"][0]["conversion_action"] == ACTIONS["qualified"]
+    assert (row.status, row.kind) == (S.SENT, "qualified")
