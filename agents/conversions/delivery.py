@@ -143,6 +143,9 @@ def upload_attempt(upload_id: int, number: int, *, now: datetime) -> str:
         built = platform.build(upload, now=now)
     except Skip as skip:
         return _record(upload, number, Answer("skipped", "", str(skip)), None, now=now)
+    except Exception as exc:  # a record it cannot build from: a passing failure, visible, never a stuck claim
+        log.exception("conversion upload %s: the request could not be built", upload.public_id)
+        return _record(upload, number, Answer("retry", type(exc).__name__, str(exc)[:500]), None, now=now)
     if conversions_mode() != "live":
         answer = Answer("dry_run", "", f"dry run: nothing sent to {platform.name}")
         return _record(upload, number, answer, built, now=now)
