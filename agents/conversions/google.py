@@ -247,9 +247,9 @@ def _services(
     client_id: str,
     client_secret: str,
     refresh_token: str,
-) -> tuple[Any, Any]:
-    """(click conversions service, adjustments service) for these
-    credentials: one channel, refreshed OAuth token, kept for the process."""
+) -> tuple[Any, Any, Credentials]:
+    """(click conversions service, adjustments service, their OAuth
+    credentials) for these settings: one channel, kept for the process."""
     credentials = Credentials(
         token=None,
         refresh_token=refresh_token,
@@ -265,7 +265,11 @@ def _services(
             version=API_VERSION,
             use_proto_plus=True,
         )
-        return client.get_service("ConversionUploadService"), client.get_service("ConversionAdjustmentUploadService")
+        return (
+            client.get_service("ConversionUploadService"),
+            client.get_service("ConversionAdjustmentUploadService"),
+            credentials,
+        )
     call = grpc.metadata_call_credentials(google.auth.transport.grpc.AuthMetadataPlugin(credentials, _TimedRequest()))
     local = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     channel = grpc.intercept_channel(
@@ -277,7 +281,7 @@ def _services(
     adjustments = ConversionAdjustmentUploadServiceClient(
         transport=ConversionAdjustmentUploadServiceGrpcTransport(channel=channel)
     )
-    return uploads, adjustments
+    return uploads, adjustments, credentials
 
 
 def _error_code(error: Any) -> str:
@@ -307,7 +311,7 @@ def google_send(upload: ConversionUpload, built: Built) -> Answer:
             "retry", "credentials", f"missing {', '.join(missing)}: set them in the business file or the environment"
         )
     login = _digits(upload.account.config.get("login_customer_id") or settings.GOOGLE_ADS_LOGIN_CUSTOMER_ID)
-    uploads, adjustments = _services(
+    uploads, adjustments, credentials = _services(
         settings.GOOGLE_ADS_ENDPOINT,
         settings.GOOGLE_OAUTH_TOKEN_URL,
         secrets["developer_token"],
@@ -318,6 +322,10 @@ def google_send(upload: ConversionUpload, built: Built) -> Answer:
     )
     started = time.monotonic()
     try:
+        if not credentials.valid:
+            # Refreshed here, with our timeout, before the call: the channel's
+            # own refresh (the library's) then finds a token that is valid.
+            credentials.refresh(_TimedRequest())
         if isinstance(built.request, UploadConversionAdjustmentsRequest):
             response = adjustments.upload_conversion_adjustments(
                 request=built.request, timeout=settings.GOOGLE_ADS_TIMEOUT
