@@ -155,8 +155,11 @@ def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
     order = "ASC" if touch == "first" else "DESC"
     value = "NULL::text" if by == "owner" else TOUCH_VALUE[by]
     repeat = "COALESCE(fp.at < l.created_at AND fp.lead_id <> l.id, FALSE)"
+    owner = ""
     if by == "owner":
         key = "COALESCE(u.username, %(none)s)"
+        owner = f"""LEFT JOIN {t["member"]} m ON m.id = l.owner_id
+            LEFT JOIN {t["user"]} u ON u.id = m.user_id"""
     else:
         key = f"CASE WHEN %(exclude_repeat)s AND {repeat} THEN %(repeat)s ELSE COALESCE(tk.key, %(none)s) END"
     # A contact's first payment, and whose it was: a lead is a repeat customer's
@@ -176,8 +179,7 @@ def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
                 COALESCE(tk.clicked_at, l.created_at) AS clicked_at, {repeat} AS repeat
             FROM {t["lead"]} l LEFT JOIN touch_key tk ON tk.lead_id = l.id
             LEFT JOIN first_paid fp ON fp.contact_id = l.contact_id
-            LEFT JOIN {t["member"]} m ON m.id = l.owner_id
-            LEFT JOIN {t["user"]} u ON u.id = m.user_id
+            {owner}
             WHERE l.business_id = ANY(%(businesses)s))"""  # noqa: S608
 
 
@@ -196,7 +198,10 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
     # Test leads (a provider's "send test data") are no one's demand.
     lead_with = "JOIN {lead} l ON l.id = r.lead_id".format(lead=t["lead"])
     return [
-        _Metric("leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test"),
+        # `total` counts the repeat customers among them (one pass over the leads for both).
+        _Metric(
+            "leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test", total="COUNT(*) FILTER (WHERE k.repeat)"
+        ),
         _Metric("contacted", f"{t['lead']} r", "r.id", "r.first_response_at", "NOT r.is_test"),
         _Metric("won", f"{t['lead']} r", "r.id", "r.closed_at", f"NOT r.is_test AND r.stage = '{Stage.WON}'"),
         _Metric(
@@ -250,7 +255,6 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.currency = %(currency)s",
             total="SUM(r.amount)",
         ),
-        _Metric("repeat_leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test AND k.repeat"),
         # Money by the date of its lead's click (`k`: the lead's key row).
         _Metric(
             "collected_by_click",
@@ -332,6 +336,8 @@ def revenue_report(
                 setattr(row, metric, total if total is not None else ZERO)
             elif metric == "estimates":
                 row.estimates, row.estimates_amount = count, total if total is not None else ZERO
+            elif metric == "leads":
+                row.leads, row.repeat_leads = count, int(total or 0)
             else:
                 setattr(row, metric, count)
     report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until, repeat=repeat)
