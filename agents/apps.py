@@ -41,6 +41,9 @@ class AgentsConfig(AppConfig):
         from agents.ai import inbound as ai_inbound
 
         ai_inbound.register()  # a language model's reading of inbound messages (own job)
+        from agents.conversions import delivery as conversions
+
+        conversions.register()  # a sequencer run that made uploads wakes their sender
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

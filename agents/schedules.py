@@ -74,6 +74,16 @@ JOBS: list[Job] = [
         timedelta(minutes=5),
         cluster=settings.WEBHOOKS_CLUSTER,
     ),
+    # Conversion uploads to Google Ads and Meta, on the same outbound cluster
+    # (agents.conversions.delivery): lost claims, then what is due.
+    Job(
+        "leadops.conversions_sweep",
+        "agents.tasks.conversions_sweep",
+        1,
+        55,
+        timedelta(minutes=5),
+        cluster=settings.WEBHOOKS_CLUSTER,
+    ),
 ]
 JOBS_BY_NAME = {job.name: job for job in JOBS}
 assert len(JOBS_BY_NAME) == len(JOBS), "two jobs share a name"

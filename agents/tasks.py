@@ -129,6 +129,22 @@ def webhooks_pump() -> dict[str, int]:
     return _webhooks_pump()
 
 
+@_job("leadops.conversions_sweep")
+def conversions_sweep() -> dict[str, int]:
+    """On the outbound (webhooks) cluster: lost claims, then the conversion
+    uploads due (agents.conversions.delivery)."""
+    from agents.conversions.delivery import conversions_sweep as _conversions_sweep
+
+    return _conversions_sweep()
+
+
+def conversions_pump() -> dict[str, int]:
+    """On the outbound cluster: number new events, then upload what is due."""
+    from agents.conversions.delivery import conversions_pump as _conversions_pump
+
+    return _conversions_pump()
+
+
 @_job("leadops.daily_brief")
 def daily_brief() -> dict[str, int]:
     from agents.reporting.brief import TIMER_KIND, briefs_schedule

@@ -15,3 +15,6 @@ class CrmConfig(AppConfig):
         from crm.services import webhooks
 
         webhooks.register()  # outbound webhook deliveries: a consumer of the outbox
+        from crm.services import conversions
+
+        conversions.register()  # conversion uploads to the ad platforms: another

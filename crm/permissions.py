@@ -50,7 +50,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # Configuration and operations: the business's leaders.
     **_records(
         "business teammember serviceline servicearea source sequence messagetemplate availability "
-        "inboundevent timer rejecteddelivery exceptionitem webhooksubscription webhookdelivery",
+        "inboundevent timer rejecteddelivery exceptionitem webhooksubscription webhookdelivery "
+        "conversionaccount conversionupload",
         LEADERS,
     ),
     # -- changing records (always through services; the admin's forms call them)
@@ -90,6 +91,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "timer.retry": LEADERS,
     "webhook.replay": LEADERS,
     "webhook.resume": LEADERS,  # pause and resume a subscription
+    "conversion.replay": LEADERS,
     "settings.edit": OWNERS,
     "money.view": LEADERS,
     "report.view": SALES,  # a setter's reports count their own leads only

@@ -11,7 +11,22 @@ under its own key, so the report's totals reconcile to the cent with the
 payments and refunds of the period.
 
 A lead's key is read from its first or its latest source touch (owner: its
-current owner). The report is one set-based query: every lead's key once (a
+current owner).
+
+Money is shown two ways, side by side: by the date it came in (`collected`,
+`refunded`, `net`: what the period earned), and by the date of the click that
+brought its lead (`collected_by_click`, `refunded_by_click`, `net_by_click`:
+everything the period's clicks have earned so far, whenever it was paid; the
+click is the attributed touch, the first or latest as `touch` says). Money no
+lead explains has no click: it counts by payment date only.
+
+A repeat customer is a lead whose contact had paid for an earlier job (a
+payment on another lead, received before this lead came in). By default
+(`repeat=exclude`) such a lead is not credited to its source, campaign or ad:
+it and its money count under "(repeat customer)", so totals still reconcile;
+with `repeat=include` it counts under its touch like any other. Either way
+`repeat_leads` says how many of a row's leads are repeat customers. Grouped by
+owner, a repeat customer stays with the owner who worked it. The report is one set-based query: every lead's key once (a
 CTE that picks each lead's touch with DISTINCT ON in one sorted pass), then
 one grouped SELECT per figure over its own records, joined by UNION ALL. It is
 PostgreSQL SQL, written out because the ORM would compute the key with a
@@ -34,14 +49,17 @@ from crm.models import Appointment, Estimate, Invoice, Job, Lead, LeadTouch, Pay
 
 BY_CHOICES = ("source", "campaign", "ad", "owner")
 TOUCH_CHOICES = ("first", "latest")
+REPEAT_CHOICES = ("exclude", "include")
+# The key of repeat customers' leads when they are not credited to their touch.
+REPEAT = "(repeat customer)"
 # The key of money no lead explains yet (an unmatched payment and its refunds).
 UNATTRIBUTED = "(unattributed)"
 # The key of a lead whose touch (or owner) carries no value for the grouping.
 NO_VALUE = "(none)"
 ZERO = Decimal("0.00")
 
-COUNTS = ("leads", "contacted", "booked", "held", "estimates", "won", "jobs_completed")
-MONEY = ("estimates_amount", "invoiced", "collected", "refunded")
+COUNTS = ("leads", "contacted", "booked", "held", "estimates", "won", "jobs_completed", "repeat_leads")
+MONEY = ("estimates_amount", "invoiced", "collected", "refunded", "collected_by_click", "refunded_by_click")
 
 
 @dataclass
@@ -58,14 +76,22 @@ class RevenueRow:
     invoiced: Decimal = ZERO
     collected: Decimal = ZERO
     refunded: Decimal = ZERO
+    repeat_leads: int = 0
+    collected_by_click: Decimal = ZERO
+    refunded_by_click: Decimal = ZERO
 
     @property
     def net(self) -> Decimal:
         return self.collected - self.refunded
 
+    @property
+    def net_by_click(self) -> Decimal:
+        return self.collected_by_click - self.refunded_by_click
+
     def as_dict(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["net"] = self.net
+        values["net_by_click"] = self.net_by_click
         return values
 
 
@@ -77,6 +103,7 @@ class RevenueReport:
     since: datetime | None
     until: datetime | None
     rows: list[RevenueRow] = field(default_factory=list)
+    repeat: str = "exclude"
 
     @property
     def totals(self) -> RevenueRow:
@@ -119,26 +146,40 @@ TOUCH_VALUE = {
 
 
 def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
-    """The CTE `lead_key (lead_id, key)`: every lead of the businesses once.
-    DISTINCT ON picks each lead's first (or latest) touch in one sorted pass,
-    instead of a correlated subquery per row."""
+    """The CTE `lead_key (lead_id, key, clicked_at, repeat)`: every lead of
+    the businesses once. DISTINCT ON picks each lead's first (or latest)
+    touch in one sorted pass, instead of a correlated subquery per row; a
+    contact's first payment is one grouped pass too."""
     # Only table names and the fixed expressions above are interpolated; every
     # value (businesses, times, currency, labels) is a query parameter.
-    if by == "owner":
-        return f"""lead_key AS (
-            SELECT l.id AS lead_id, COALESCE(u.username, %(none)s) AS key
-            FROM {t["lead"]} l LEFT JOIN {t["member"]} m ON m.id = l.owner_id
-            LEFT JOIN {t["user"]} u ON u.id = m.user_id
-            WHERE l.business_id = ANY(%(businesses)s))"""  # noqa: S608
     order = "ASC" if touch == "first" else "DESC"
-    return f"""touch_key AS (
-            SELECT DISTINCT ON (t.lead_id) t.lead_id, {TOUCH_VALUE[by]} AS key
+    value = "NULL::text" if by == "owner" else TOUCH_VALUE[by]
+    repeat = "COALESCE(fp.at < l.created_at AND fp.lead_id <> l.id, FALSE)"
+    owner = ""
+    if by == "owner":
+        key = "COALESCE(u.username, %(none)s)"
+        owner = f"""LEFT JOIN {t["member"]} m ON m.id = l.owner_id
+            LEFT JOIN {t["user"]} u ON u.id = m.user_id"""
+    else:
+        key = f"CASE WHEN %(exclude_repeat)s AND {repeat} THEN %(repeat)s ELSE COALESCE(tk.key, %(none)s) END"
+    # A contact's first payment, and whose it was: a lead is a repeat customer's
+    # when another lead of the contact was paid before it came in.
+    return f"""first_paid AS (
+            SELECT DISTINCT ON (pl.contact_id) pl.contact_id, p.received_at AS at, p.lead_id
+            FROM {t["payment"]} p JOIN {t["lead"]} pl ON pl.id = p.lead_id
+            WHERE p.business_id = ANY(%(businesses)s)
+            ORDER BY pl.contact_id, p.received_at, p.id),
+        touch_key AS (
+            SELECT DISTINCT ON (t.lead_id) t.lead_id, {value} AS key, t.received_at AS clicked_at
             FROM {t["touch"]} t LEFT JOIN {t["source"]} s ON s.id = t.source_id
             WHERE t.business_id = ANY(%(businesses)s)
             ORDER BY t.lead_id, t.received_at {order}, t.id {order}),
         lead_key AS (
-            SELECT l.id AS lead_id, COALESCE(tk.key, %(none)s) AS key
+            SELECT l.id AS lead_id, {key} AS key,
+                COALESCE(tk.clicked_at, l.created_at) AS clicked_at, {repeat} AS repeat
             FROM {t["lead"]} l LEFT JOIN touch_key tk ON tk.lead_id = l.id
+            LEFT JOIN first_paid fp ON fp.contact_id = l.contact_id
+            {owner}
             WHERE l.business_id = ANY(%(businesses)s))"""  # noqa: S608
 
 
@@ -157,7 +198,10 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
     # Test leads (a provider's "send test data") are no one's demand.
     lead_with = "JOIN {lead} l ON l.id = r.lead_id".format(lead=t["lead"])
     return [
-        _Metric("leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test"),
+        # `total` counts the repeat customers among them (one pass over the leads for both).
+        _Metric(
+            "leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test", total="COUNT(*) FILTER (WHERE k.repeat)"
+        ),
         _Metric("contacted", f"{t['lead']} r", "r.id", "r.first_response_at", "NOT r.is_test"),
         _Metric("won", f"{t['lead']} r", "r.id", "r.closed_at", f"NOT r.is_test AND r.stage = '{Stage.WON}'"),
         _Metric(
@@ -211,6 +255,23 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.currency = %(currency)s",
             total="SUM(r.amount)",
         ),
+        # Money by the date of its lead's click (`k`: the lead's key row).
+        _Metric(
+            "collected_by_click",
+            f"{t['payment']} r",
+            "r.lead_id",
+            "k.clicked_at",
+            "r.currency = %(currency)s AND r.lead_id IS NOT NULL",
+            total="SUM(r.amount)",
+        ),
+        _Metric(
+            "refunded_by_click",
+            f"{t['refund']} r JOIN {t['payment']} p ON p.id = r.payment_id",
+            "p.lead_id",
+            "k.clicked_at",
+            "r.currency = %(currency)s AND p.lead_id IS NOT NULL",
+            total="SUM(r.amount)",
+        ),
     ]
 
 
@@ -247,12 +308,18 @@ def revenue_report(
     touch: str = "first",
     since: datetime | None = None,
     until: datetime | None = None,
+    repeat: str = "exclude",
 ) -> RevenueReport:
     """The revenue report for the given businesses, in one currency: money in
     other currencies is left out, never converted. One query, whatever the
-    number of leads."""
+    number of leads. `repeat`: whether repeat customers are credited to their
+    touch ("include") or counted apart ("exclude", the default)."""
+    if repeat not in REPEAT_CHOICES:
+        raise ReportError(f"repeat must be one of {', '.join(REPEAT_CHOICES)}")
     sql = revenue_sql(by, touch, since=since is not None, until=until is not None)
-    params = {
+    params: dict[str, Any] = {
+        "exclude_repeat": repeat == "exclude",
+        "repeat": REPEAT,
         "businesses": list(business_ids),
         "currency": currency,
         "since": since,
@@ -269,18 +336,22 @@ def revenue_report(
                 setattr(row, metric, total if total is not None else ZERO)
             elif metric == "estimates":
                 row.estimates, row.estimates_amount = count, total if total is not None else ZERO
+            elif metric == "leads":
+                row.leads, row.repeat_leads = count, int(total or 0)
             else:
                 setattr(row, metric, count)
-    report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until)
+    report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until, repeat=repeat)
     report.rows = sorted(rows.values(), key=lambda r: (-r.net, -r.leads, r.key))
     return report
 
 
 def revenue_csv_rows(report: RevenueReport) -> list[list[str]]:
     """The report as CSV rows: a header, one row per key and the totals."""
-    names = ["key", *COUNTS[:5], "estimates_amount", *COUNTS[5:], "invoiced", "collected", "refunded", "net"]
-    lines = [[*names, "currency"]]
+    names = ["key", *COUNTS[:5], "estimates_amount", *COUNTS[5:7], "invoiced", "collected", "refunded", "net"]
+    # Added later: after the currency, so the earlier columns keep their places.
+    more = ["repeat_leads", "collected_by_click", "refunded_by_click", "net_by_click"]
+    lines = [[*names, "currency", *more]]
     for row in [*report.rows, report.totals]:
         values = row.as_dict()
-        lines.append([str(values[name]) for name in names] + [report.currency])
+        lines.append([str(values[name]) for name in names] + [report.currency] + [str(values[name]) for name in more])
     return lines

@@ -61,6 +61,7 @@ from crm.services.records import (
     refund_record,
     task_create,
     tasks_close,
+    touch_add,
 )
 from crm.services.webhooks import webhook_subscription_save
 
@@ -198,6 +199,8 @@ class _Person:
     arrived: When = 60
     story: tuple[_Line, ...] = ()
     notes: str = ""  # what the team keeps on the contact
+    # Another source the person came through first (a day before), e.g. a Meta lead form.
+    also_from: str = ""
 
 
 def _l(at: When, kind: str, text: str = "", **more: Any) -> _Line:
@@ -468,6 +471,8 @@ PEOPLE = [
         Stage.WON,
         Decimal("12400.00"),
         arrived=(-10, "08:50"),
+        # Answered a Meta lead ad the day before: his paid job goes back to Google and Meta.
+        also_from="fb",
         story=(
             _l((-10, "08:51"), "ack"),
             _l(
@@ -705,6 +710,7 @@ class _Builder:
         self.sources = {source.key: source for source in business.sources.all()}
         self.templates = {t.key: t for t in MessageTemplate.objects.filter(business=business)}
         self.invoice_number = 1000
+        self.meta_leads = 0
 
     def at(self, days: int, hour: int, minute: int = 0) -> datetime:
         """A wall-clock time in the business's zone, `days` from today."""
@@ -738,9 +744,16 @@ class _Builder:
             service_line=self.lines.get(person.service),
             request_text=person.request,
             source=source,
-            touch=dict(TOUCHES.get(person.source, {"channel": "form"})),
+            touch=self.touch(person.source),
             received_at=arrived,
         )
+        if person.also_from:
+            touch_add(
+                lead=lead,
+                source=self.sources[person.also_from],
+                received_at=arrived - timedelta(days=1),
+                **self.touch(person.also_from),
+            )
         if person.source in CONSENT_SOURCES:
             self.consent(lead, TOUCHES[person.source], arrived)
         if person.setter:
@@ -764,6 +777,14 @@ class _Builder:
             lead_set_next_action(lead, action, due_at, actor=person.setter or ACTOR, reason="demo")
             task_create(lead=lead, title=action, due_at=due_at, actor=person.setter or ACTOR)
         return lead
+
+    def touch(self, source: str) -> dict[str, Any]:
+        """Where the lead came from; a Meta lead form's touch with its own lead id, as Meta gives one."""
+        touch = dict(TOUCHES.get(source, {"channel": "form"}))
+        if source == "fb":
+            self.meta_leads += 1
+            touch["meta_lead_id"] = f"{1200000000000000 + self.meta_leads}"
+        return touch
 
     def consent(self, lead: Lead, touch: dict[str, Any], at: datetime) -> None:
         """The form's ticked box: calls and texts about the request."""

@@ -12,7 +12,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from crm.api.revenue import report_businesses, revenue_for
 from crm.exports import SafeCsvWriter
 from crm.localtime import zone_name
-from crm.reports import BY_CHOICES, TOUCH_CHOICES, revenue_csv_rows
+from crm.reports import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 
 
 @staff_member_required
@@ -23,6 +23,7 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         "businesses": report_businesses(request.user),
         "by_choices": BY_CHOICES,
         "touch_choices": TOUCH_CHOICES,
+        "repeat_choices": REPEAT_CHOICES,
         "params": params,
     }
     try:

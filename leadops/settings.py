@@ -177,6 +177,29 @@ for _name in ("LLM_PRICE_INPUT_PER_MTOK", "LLM_PRICE_OUTPUT_PER_MTOK"):
     if not re.fullmatch(r"\d+(\.\d+)?", vars()[_name]):
         raise environ.ImproperlyConfigured(f"{_name} must be a price like 0.15, not {vars()[_name]!r}")
 
+# --- Conversions to the ad platforms (agents.conversions) -----------------------
+# dry_run records what would be uploaded and uploads nothing; live uploads.
+CONVERSIONS_MODE = env.str("CONVERSIONS_MODE", default=SEND_MODE)
+if CONVERSIONS_MODE not in ("dry_run", "live"):
+    raise environ.ImproperlyConfigured(f"CONVERSIONS_MODE must be 'dry_run' or 'live', not {CONVERSIONS_MODE!r}")
+# Google Ads credentials an agency shares across its businesses; a business
+# file's `conversions.google` values win over these.
+GOOGLE_ADS_DEVELOPER_TOKEN = env.str("GOOGLE_ADS_DEVELOPER_TOKEN", default="")
+GOOGLE_ADS_CLIENT_ID = env.str("GOOGLE_ADS_CLIENT_ID", default="")
+GOOGLE_ADS_CLIENT_SECRET = env.str("GOOGLE_ADS_CLIENT_SECRET", default="")
+GOOGLE_ADS_REFRESH_TOKEN = env.str("GOOGLE_ADS_REFRESH_TOKEN", default="")
+GOOGLE_ADS_LOGIN_CUSTOMER_ID = env.str("GOOGLE_ADS_LOGIN_CUSTOMER_ID", default="")
+# Empty: Google's own API over TLS. Set (host:port) only for a Google Ads
+# API stand-in on this machine (tests, development): reached with gRPC's
+# local credentials, which loopback connections only satisfy.
+GOOGLE_ADS_ENDPOINT = env.str("GOOGLE_ADS_ENDPOINT", default="")
+GOOGLE_OAUTH_TOKEN_URL = env.str("GOOGLE_OAUTH_TOKEN_URL", default="https://oauth2.googleapis.com/token")
+# Seconds one upload call may take (the OAuth refresh has its own ten).
+GOOGLE_ADS_TIMEOUT = env.float("GOOGLE_ADS_TIMEOUT", default=20.0)
+# Meta's Conversions API (at META_GRAPH_URL): a token for every dataset, where
+# a business file's `conversions.meta.access_token` does not name its own.
+META_CONVERSIONS_ACCESS_TOKEN = env.str("META_CONVERSIONS_ACCESS_TOKEN", default="")
+
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of
 # the provider, never blindly resent. One `queued` longer than this with no

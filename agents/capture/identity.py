@@ -215,7 +215,21 @@ def capture_apply(
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
 
-TOUCH_COLUMNS = ("provider", "campaign_id", "adgroup_id", "ad_id", "form_id", "gclid", "fbclid", "utm", "landing_page")
+TOUCH_COLUMNS = (
+    "provider",
+    "campaign_id",
+    "adgroup_id",
+    "ad_id",
+    "form_id",
+    "gclid",
+    "fbclid",
+    "gbraid",
+    "wbraid",
+    "meta_lead_id",
+    "utm",
+    "landing_page",
+)
+CLICK_COLUMNS = ("gclid", "fbclid", "gbraid", "wbraid")
 
 
 def _touch_columns(capture: Capture) -> dict[str, object]:
@@ -227,7 +241,15 @@ def _touch_columns(capture: Capture) -> dict[str, object]:
         if value in (None, "", {}):
             continue
         if isinstance(value, str):
-            value = value[: 1000 if key == "landing_page" else 300 if key in ("gclid", "fbclid") else 100]
+            value = value[
+                : 1000
+                if key == "landing_page"
+                else 300
+                if key in CLICK_COLUMNS
+                else 32
+                if key == "meta_lead_id"
+                else 100
+            ]
         columns[key] = value
     return columns
 

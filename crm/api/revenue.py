@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from crm.api.common import AUTH_ERRORS, ErrorSerializer
 from crm.models import Business
 from crm.permissions import business_ids_where
-from crm.reports import BY_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
+from crm.reports import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
 
 
 class RevenueQuerySerializer(serializers.Serializer):
@@ -47,6 +47,13 @@ class RevenueQuerySerializer(serializers.Serializer):
     currency = serializers.CharField(
         required=False, allow_blank=True, max_length=3, help_text="Default: the currency of the businesses"
     )
+    repeat = serializers.ChoiceField(
+        choices=REPEAT_CHOICES,
+        required=False,
+        allow_blank=True,
+        help_text="Repeat customers (a contact who paid for an earlier job): counted apart under "
+        "'(repeat customer)' (exclude, the default) or credited to their touch (include)",
+    )
 
 
 class RevenueRowSerializer(serializers.Serializer):
@@ -63,12 +70,21 @@ class RevenueRowSerializer(serializers.Serializer):
     collected = serializers.DecimalField(max_digits=14, decimal_places=2)
     refunded = serializers.DecimalField(max_digits=14, decimal_places=2)
     net = serializers.DecimalField(max_digits=14, decimal_places=2)
+    repeat_leads = serializers.IntegerField(help_text="Leads of repeat customers among this row's")
+    collected_by_click = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text="Payments of the leads whose click fell in the period, whenever paid"
+    )
+    refunded_by_click = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text="Refunds of those payments, whenever made"
+    )
+    net_by_click = serializers.DecimalField(max_digits=14, decimal_places=2)
 
 
 class RevenueReportSerializer(serializers.Serializer):
     businesses = serializers.ListField(child=serializers.CharField())
     by = serializers.CharField()
     touch = serializers.CharField()
+    repeat = serializers.CharField()
     currency = serializers.CharField()
     since = serializers.DateTimeField(allow_null=True)
     until = serializers.DateTimeField(allow_null=True)
@@ -140,6 +156,7 @@ def revenue_for(user: Any, params: dict[str, Any]) -> tuple[RevenueReport, list[
         touch=data.get("touch") or "first",
         since=since,
         until=until,
+        repeat=data.get("repeat") or "exclude",
     )
     return report, businesses
 
@@ -150,6 +167,7 @@ def report_json(report: RevenueReport, businesses: list[Business]) -> dict[str, 
             "businesses": [b.slug for b in businesses],
             "by": report.by,
             "touch": report.touch,
+            "repeat": report.repeat,
             "currency": report.currency,
             "since": report.since,
             "until": report.until,
@@ -162,7 +180,9 @@ def report_json(report: RevenueReport, businesses: list[Business]) -> dict[str, 
 class RevenueReportView(APIView):
     """Revenue by source, campaign, ad or owner: counts and money, each from
     its own records at its own time; collected is payments, net is payments
-    minus refunds; a booking or an estimate is never money."""
+    minus refunds; a booking or an estimate is never money. Money also by the
+    date of its lead's click (`*_by_click`), and repeat customers apart unless
+    `repeat=include`."""
 
     @extend_schema(
         summary="Revenue attribution by source, campaign, ad or owner",

@@ -25,6 +25,15 @@ from crm.models.contacts import (
     RejectedDelivery,
     Source,
 )
+from crm.models.conversions import (
+    CONVERSION_MAX_ERRORS,
+    MAPPED_KINDS,
+    ConversionAccount,
+    ConversionAttempt,
+    ConversionKind,
+    ConversionPlatform,
+    ConversionUpload,
+)
 from crm.models.jobs import JobRun
 from crm.models.leads import (
     CLOSED_STAGES,
@@ -57,8 +66,10 @@ __all__ = [
     "ANSWERING_STATUSES",
     "BLOCK_REASONS",
     "CLOSED_STAGES",
+    "CONVERSION_MAX_ERRORS",
     "DAYS",
     "INTENTS",
+    "MAPPED_KINDS",
     "MESSAGE_STATUSES",
     "Appointment",
     "Availability",
@@ -73,6 +84,11 @@ __all__ = [
     "ContactPointKind",
     "Conversation",
     "ConversationRead",
+    "ConversionAccount",
+    "ConversionAttempt",
+    "ConversionKind",
+    "ConversionPlatform",
+    "ConversionUpload",
     "Enrollment",
     "Estimate",
     "EventType",

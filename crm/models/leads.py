@@ -164,6 +164,12 @@ class LeadTouch(models.Model):
     form_id = models.CharField(max_length=100, blank=True)
     gclid = models.CharField(max_length=300, blank=True)
     fbclid = models.CharField(max_length=300, blank=True)
+    # Google's click ids for iOS app and web-to-app clicks, where there is no gclid.
+    gbraid = models.CharField(max_length=300, blank=True)
+    wbraid = models.CharField(max_length=300, blank=True)
+    # Meta Lead Ads: the lead's id at Meta (its leadgen_id), what Meta's
+    # Conversions API for CRM matches the lead's later stages on.
+    meta_lead_id = models.CharField(max_length=32, blank=True)
     utm = models.JSONField(default=dict, blank=True)
     landing_page = models.URLField(max_length=1000, blank=True)
     answers = models.JSONField(default=dict, blank=True)

@@ -54,13 +54,13 @@ def test_the_scheduler_hands_each_job_to_the_cluster_with_its_own_timeout_below_
     OrmQ.objects.all().delete()
 
     scheduler(broker=get_broker())  # django-q2's own scheduler loop, one pass
-    # The webhooks cluster (Q_CLUSTER_NAME=leadops-webhooks) schedules its own job, on its own queue.
+    # The webhooks cluster (Q_CLUSTER_NAME=leadops-webhooks) schedules its own jobs, on its own queue.
     monkeypatch.setattr(Conf, "CLUSTER_NAME", settings.WEBHOOKS_CLUSTER)
     scheduler(broker=get_broker(settings.WEBHOOKS_CLUSTER))
 
     queues = {q.task["group"]: q.key for q in OrmQ.objects.all()}
     assert queues == {job.name: job.cluster or settings.Q_CLUSTER["name"] for job in JOBS}
-    assert {job.name for job in JOBS if job.cluster} == {"leadops.webhooks_sweep"}
+    assert {job.name for job in JOBS if job.cluster} == {"leadops.webhooks_sweep", "leadops.conversions_sweep"}
     tasks = {q.task["group"]: q.task for q in OrmQ.objects.all()}
     for job in JOBS:
         assert tasks[job.name]["func"] == job.func

@@ -283,9 +283,11 @@ def test_the_page_shows_the_report_and_exports_it_as_csv(business, sources, mana
     export = client.get("/admin/revenue/", {"by": "source", "format": "csv"})
     assert export["Content-Type"].startswith("text/csv")
     lines = list(csv.reader(io.StringIO(export.content.decode())))
-    assert lines[0][:3] == ["key", "leads", "contacted"] and lines[0][-2:] == ["net", "currency"]
+    # The columns added later (repeat customers, money by click date) follow the currency.
+    assert lines[0][:3] == ["key", "leads", "contacted"] and lines[0][12:14] == ["net", "currency"]
+    assert lines[0][14:] == ["repeat_leads", "collected_by_click", "refunded_by_click", "net_by_click"]
     total = lines[-1]
-    assert total[0] == "total" and total[-2:] == ["396.00", "USD"]
+    assert total[0] == "total" and total[12:14] == ["396.00", "USD"]
 
 
 def test_the_page_asks_a_setter_to_leave_and_requires_staff_login(business):
@@ -295,3 +297,70 @@ def test_the_page_asks_a_setter_to_leave_and_requires_staff_login(business):
     client.force_login(sam.user)
     response = client.get("/admin/revenue/")
     assert response.status_code == 403 and "owners and managers" in response.content.decode()
+
+
+def test_money_by_click_date_and_by_payment_date_side_by_side(business, sources):
+    """A March click paid in April: April's money by payment date, March's by click."""
+    march = datetime(2026, 3, 10, 15, tzinfo=UTC)
+    april = datetime(2026, 4, 12, 15, tzinfo=UTC)
+    clicked_in_march = lead_from(business, sources["gads"], at=march)
+    pay(clicked_in_march, "1200.00", at=april)
+    refund_add(Payment.objects.get(lead=clicked_in_march), amount=D("200.00"), actor="t", refunded_at=april)
+    clicked_in_april = lead_from(business, sources["fb"], at=april)
+    pay(clicked_in_april, "300.00", at=april + timedelta(days=1))
+
+    def month(start, end):
+        return revenue_report([business.pk], currency="USD", since=start, until=end)
+
+    in_march = month(march.replace(day=1), april.replace(day=1))
+    in_april = month(april.replace(day=1), april.replace(day=30))
+    gads_march, gads_april = row(in_march, "gads"), row(in_april, "gads")
+    assert (gads_march.net, gads_march.net_by_click) == (D("0"), D("1000.00"))
+    assert (gads_march.collected_by_click, gads_march.refunded_by_click) == (D("1200.00"), D("200.00"))
+    assert (gads_april.net, gads_april.net_by_click) == (D("1000.00"), D("0"))
+    assert (row(in_april, "fb").net, row(in_april, "fb").net_by_click) == (D("300.00"), D("300.00"))
+    # Over all time the two views agree, to the cent.
+    everything = revenue_report([business.pk], currency="USD")
+    assert everything.totals.net == everything.totals.net_by_click == D("1300.00")
+
+
+def test_a_repeat_customer_is_not_credited_to_the_campaign_unless_asked(business, sources):
+    first = lead_from(business, sources["gads"], campaign="spring", at=timezone.now() - timedelta(days=60))
+    pay(first, "500.00", at=timezone.now() - timedelta(days=50))
+    walk(first, Stage.CONTACTED, Stage.QUALIFIED, Stage.LOST)
+    # The same person again, through a new click of another campaign.
+    again = lead_open(
+        contact=first.contact,
+        actor="t",
+        source=sources["gads"],
+        received_at=timezone.now() - timedelta(days=5),
+        touch={"channel": "form", "campaign_id": "fall"},
+    )
+    pay(again, "800.00")
+    newcomer = lead_from(business, sources["gads"], campaign="fall")
+    pay(newcomer, "100.00")
+
+    report = revenue_report([business.pk], currency="USD", by="campaign")
+    assert {r.key: (r.leads, r.net, r.repeat_leads) for r in report.rows} == {
+        "spring": (1, D("500.00"), 0),
+        "fall": (1, D("100.00"), 0),
+        "(repeat customer)": (1, D("800.00"), 1),
+    }
+    assert report.totals.net == D("1400.00")  # reconciles still
+    included = revenue_report([business.pk], currency="USD", by="campaign", repeat="include")
+    assert {r.key: (r.leads, r.net, r.repeat_leads) for r in included.rows} == {
+        "spring": (1, D("500.00"), 0),
+        "fall": (2, D("900.00"), 1),
+    }
+
+    client = APIClient()
+    manager = member_create(business, Role.MANAGER, username="mia")
+    client.force_authenticate(manager.user)
+    body = client.get("/api/v1/reports/revenue/", {"by": "campaign"}).json()
+    assert body["repeat"] == "exclude"
+    assert {r["key"]: r["repeat_leads"] for r in body["rows"]} == {"spring": 0, "fall": 0, "(repeat customer)": 1}
+    fall = next(r for r in body["rows"] if r["key"] == "fall")
+    assert {"collected", "net", "collected_by_click", "refunded_by_click", "net_by_click"} <= set(fall)
+    body = client.get("/api/v1/reports/revenue/", {"by": "campaign", "repeat": "include"}).json()
+    assert next(r for r in body["rows"] if r["key"] == "fall")["net"] == "900.00"
+    assert client.get("/api/v1/reports/revenue/", {"repeat": "sometimes"}).status_code == 400

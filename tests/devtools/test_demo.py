@@ -9,12 +9,14 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from agents.conversions.delivery import conversions_pump
 from agents.webhooks.delivery import webhooks_pump
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
     Business,
     Contact,
+    ConversionUpload,
     Estimate,
     Invoice,
     Job,
@@ -177,3 +179,38 @@ def test_a_paid_demo_lead_shows_its_webhook_events_in_the_delivery_log_in_dry_ru
     log = client.get(reverse("admin:crm_webhookdelivery_changelist") + "?event_type=payment.recorded")
     assert log.status_code == 200
     assert deliveries.get(event__type="payment.recorded").public_id in log.content.decode()
+
+
+def test_a_paid_demo_lead_shows_its_google_and_meta_uploads_and_its_webhook_events_in_dry_run() -> None:
+    load_demo()
+    # One run of the outbound cluster: the webhooks' and the conversions'
+    # (dry run records what would be sent, and sends nothing).
+    webhooks_pump(seconds=60)
+    conversions_pump(seconds=60)
+
+    lead = Lead.objects.get(business__slug=DEMO_SLUG, contact__first_name="Robert", contact__last_name="Chen")
+    assert lead.stage == Stage.WON and lead.payments.exists()
+    uploads = ConversionUpload.objects.filter(lead=lead)
+    assert {(u.platform, u.kind) for u in uploads} == {
+        (platform, kind)
+        for platform in ("google", "meta")
+        for kind in ("qualified", "booked", "appointment_held", "won", "paid")
+    }
+    assert set(uploads.values_list("status", flat=True)) == {"dry_run"}
+    google = uploads.get(platform="google", kind="paid")
+    conversion = google.payload["request"]["conversions"][0]
+    assert conversion["gclid"] == "EAIaIQobChMI-demo-acme-hvac" and conversion["conversion_value"] == 12400.0
+    meta = uploads.get(platform="meta", kind="paid")
+    assert meta.payload["body"]["data"][0]["custom_data"]["value"] == 12400.0
+    payment_event = WebhookDelivery.objects.get(lead=lead, event__type="payment.recorded")
+    assert payment_event.status == "dry_run"
+
+    client = Client()
+    client.force_login(User.objects.get(username="mia"))
+    page = client.get(reverse("admin:crm_conversionupload_changelist") + f"?q={lead.public_id}&status=dry_run")
+    assert page.status_code == 200
+    assert google.public_id in page.content.decode() and meta.public_id in page.content.decode()
+    detail = client.get(reverse("admin:crm_conversionupload_change", args=[google.pk])).content.decode()
+    assert "ConversionUploadService.UploadClickConversions" in detail
+    log = client.get(reverse("admin:crm_webhookdelivery_changelist") + "?event_type=payment.recorded")
+    assert payment_event.public_id in log.content.decode()

@@ -14,7 +14,12 @@ per `default`:
 - "hold": a send is taken, `held` is set, and the answer waits for `release`;
 - "window": Meta's refusal outside the 24-hour window (400, code 10,
   subcode 2534022, as Instagram answers it);
-- "throttle": Meta's rate limit (400, code 613).
+- "throttle": Meta's rate limit (400, code 613);
+- "invalid": Meta's refusal of a bad parameter (400, code 100), final.
+
+The Conversions API for CRM (`POST …/<dataset id>/events`) takes a body
+`{"data": [events]}` and answers `{"events_received", "messages",
+"fbtrace_id"}`; each event taken is kept in `events` (with its dataset).
 
 Every request is kept in `seen`; every DM the server took in `sent`.
 """
@@ -38,6 +43,7 @@ ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
         {"message": "This message is sent outside of allowed window.", "type": "IGApiException", "code": 10},
     ),
     "throttle": (400, {"message": "Calls to this api have exceeded the rate limit.", "code": 613}),
+    "invalid": (400, {"message": "Invalid parameter", "type": "OAuthException", "code": 100}),
 }
 SUBCODES = {"window": 2534022}
 
@@ -49,6 +55,7 @@ class GraphServer:
         self.default: Behaviour = 200
         self.seen: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
         self.held = threading.Event()
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -79,6 +86,9 @@ class GraphServer:
                     body = None
                 request = {"method": "POST", "path": url.path, "query": parse_qs(url.query), "json": body}
                 behaviour = graph._next({**request, **self._auth()})
+                if url.path.endswith("/events") and isinstance(body, dict):
+                    self._conversions(url.path, body, behaviour)
+                    return
                 if not url.path.endswith("/messages") or not isinstance(body, dict):
                     self._error(400)
                     return
@@ -93,6 +103,16 @@ class GraphServer:
                     self._answer(200, {"recipient_id": taken["recipient"], "message_id": taken["message_id"]})
                     return
                 self._error(behaviour)
+
+            def _conversions(self, path: str, body: dict[str, Any], behaviour: Behaviour) -> None:
+                data = body.get("data")
+                if behaviour != 200 or not isinstance(data, list) or not data:
+                    self._error(behaviour if behaviour != 200 else 400)
+                    return
+                dataset = path.rstrip("/").split("/")[-2]
+                with graph.lock:
+                    graph.events.extend({"dataset": dataset, **event} for event in data)
+                self._answer(200, {"events_received": len(data), "messages": [], "fbtrace_id": "AbCdEfGh"})
 
             def _auth(self) -> dict[str, str]:
                 return {"authorization": self.headers.get("Authorization", "")}

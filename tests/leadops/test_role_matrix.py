@@ -32,6 +32,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from agents.conversions.delivery import conversions_pump
 from agents.webhooks.delivery import webhooks_pump
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
@@ -276,6 +277,50 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     ),
     "admin/crm/webhookdelivery/<path:object_id>/": (
         "webhookdelivery",
+        "302 302 302 302 302 302",
+        "302 302 302 302 302 302",
+    ),
+    "admin/crm/conversionupload/": ("conversionupload", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    "admin/crm/conversionupload/add/": ("conversionupload", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/crm/conversionupload/<path:object_id>/history/": (
+        "conversionupload",
+        "200 200 302 302 302 302",
+        "200 200 302 302 302 302",
+    ),
+    "admin/crm/conversionupload/<path:object_id>/delete/": (
+        "conversionupload",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/conversionupload/<path:object_id>/change/": (
+        "conversionupload",
+        "200 200 403 403 302 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/conversionupload/<path:object_id>/": (
+        "conversionupload",
+        "302 302 302 302 302 302",
+        "302 302 302 302 302 302",
+    ),
+    "admin/crm/conversionaccount/": ("conversionaccount", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    "admin/crm/conversionaccount/add/": ("conversionaccount", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/crm/conversionaccount/<path:object_id>/history/": (
+        "conversionaccount",
+        "200 200 302 302 302 302",
+        "200 200 302 302 302 302",
+    ),
+    "admin/crm/conversionaccount/<path:object_id>/delete/": (
+        "conversionaccount",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/conversionaccount/<path:object_id>/change/": (
+        "conversionaccount",
+        "200 200 403 403 302 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/crm/conversionaccount/<path:object_id>/": (
+        "conversionaccount",
         "302 302 302 302 302 302",
         "302 302 302 302 302 302",
     ),
@@ -754,6 +799,8 @@ def world() -> Samples:
     )
     # The demo's receiver gets every event: one run of the webhooks cluster (dry run) logs their deliveries.
     webhooks_pump()
+    # And the conversions of its paid Google and Meta lead (dry run): the uploads page has rows.
+    conversions_pump()
     records: dict[str, Any] = {
         "none": None,
         "lead": lead,
@@ -781,6 +828,8 @@ def world() -> Samples:
         "source": m.Source.objects.filter(business=business).first(),
         "webhooksubscription": m.WebhookSubscription.objects.filter(business=business).first(),
         "webhookdelivery": m.WebhookDelivery.objects.filter(business=business).first(),
+        "conversionupload": m.ConversionUpload.objects.filter(business=business).first(),
+        "conversionaccount": m.ConversionAccount.objects.filter(business=business).first(),
         "teammember": team["sam"],
         "serviceline": m.ServiceLine.objects.filter(business=business).first(),
         "servicearea": m.ServiceArea.objects.filter(business=business).first(),

@@ -427,6 +427,8 @@ def lead_capture(lead: dict[str, Any], *, notified: dict[str, Any], received_at:
         "adgroup_id": _id(lead.get("adset_id")),
         "ad_id": _id(lead.get("ad_id")) or _id(notified.get("ad_id")),
         "form_id": _id(lead.get("form_id")) or _id(notified.get("form_id")),
+        # What Meta's Conversions API for CRM matches this lead's later stages on.
+        "meta_lead_id": _id(lead.get("id")) or _id(notified.get("leadgen_id")),
     }
     occurred_at = _graph_time(lead.get("created_time")) or _epoch(notified.get("created_time")) or received_at
     return Capture(

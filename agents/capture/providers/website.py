@@ -60,6 +60,8 @@ KNOWN_FIELDS = {
     "utm_term",
     "utm_content",
     "gclid",
+    "gbraid",
+    "wbraid",
     "fbclid",
     "nonce",
     "website_url",
@@ -160,6 +162,8 @@ def parse_form(
         touch={
             "utm": utm_from(fields),
             "gclid": fields.get("gclid", ""),
+            "gbraid": fields.get("gbraid", ""),
+            "wbraid": fields.get("wbraid", ""),
             "fbclid": fields.get("fbclid", ""),
             "landing_page": fields.get("page_url", ""),
         },

@@ -39,6 +39,7 @@ from crm.services.business_file.parsing import (
 )
 from crm.services.business_file.reading import BusinessFileError, Ref
 from crm.services.contact_numbers import source_numbers_refusals
+from crm.services.conversions import ConversionRefused, conversion_account_save
 from crm.services.receipts import receipt_write
 from crm.services.webhooks import WebhookRefused, webhook_subscription_save
 
@@ -173,6 +174,25 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
 
     for webhook in spec.webhooks:
         _apply_webhook(result, business, webhook, actor=actor)
+
+    for row in spec.conversions:
+        try:
+            _account, changed = conversion_account_save(
+                business=business,
+                platform=row.key,
+                config=row.fields["config"],
+                secrets=row.secrets,
+                is_active=row.fields["is_active"],
+                actor=actor,
+            )
+        except ConversionRefused as exc:
+            raise BusinessFileError(row.line, f"conversions.{row.key}: {exc}") from exc
+        result.record(
+            "conversions account",
+            row.key,
+            created=changed == ["created"],
+            fields=[] if changed == ["created"] else changed,
+        )
 
     if result.changed:
         receipt_write(

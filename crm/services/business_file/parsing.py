@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import models
 
-from crm.models import DAYS, Business, Provider, Role, Sequence, Stage, TeamMember
+from crm.models import DAYS, MAPPED_KINDS, Business, ConversionPlatform, Provider, Role, Sequence, Stage, TeamMember
 from crm.phones import email_normalize
 from crm.services.business_file.reading import (
     MISSING,
@@ -86,6 +86,14 @@ class WebhookRow(Row):
 
 
 @dataclass
+class ConversionRow(Row):
+    """A conversions account: `key` is its platform; `secrets` the credentials
+    the file names (the others stay as they are, or come from the environment)."""
+
+    secrets: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class AvailabilityRule:
     line: int
     members: list[Ref]
@@ -117,6 +125,7 @@ class BusinessSpec:
     # An `availability` section (even an empty one) replaces the business's rules.
     availability_given: bool = False
     webhooks: list[WebhookRow] = field(default_factory=list)
+    conversions: list[ConversionRow] = field(default_factory=list)
 
 
 _SECTIONS = (
@@ -133,6 +142,7 @@ _SECTIONS = (
     "webhooks",
     "ai",
     "playbook",
+    "conversions",
 )
 
 
@@ -168,6 +178,7 @@ def _parse(text: str, path: str) -> BusinessSpec:
     spec.availability = [_parse_availability(item, line) for item, line in doc.items("availability")]
     spec.availability_given = doc.has("availability")
     spec.webhooks = _unique(doc, "webhooks", "webhook", _parse_webhook)
+    spec.conversions = _parse_conversions(doc)
     return spec
 
 
@@ -718,6 +729,89 @@ def _parse_webhook(item: ItemMap) -> WebhookRow:
     if m.has("description"):
         fields["description"] = m.text("description")
     return WebhookRow(line=m.line, key=url, fields=fields, secret=secret, key_lines=dict(m.data.lines))
+
+
+GOOGLE_SECRETS = ("developer_token", "client_id", "client_secret", "refresh_token")
+_CUSTOMER_ID = re.compile(r"\d{3}-?\d{3}-?\d{4}")
+_ACTION = re.compile(r"customers/\d+/conversionActions/\d+")
+
+
+def _parse_conversions(doc: Map) -> list[ConversionRow]:
+    """conversions: {google: {...}, meta: {...}}: where the business's
+    conversion moments go. A platform the file leaves out is left as it is."""
+    if not doc.has("conversions"):
+        return []
+    m = Map(
+        doc.raw("conversions"), doc.line_of("conversions"), "conversions", optional=tuple(ConversionPlatform.values)
+    )
+    rows = []
+    if m.has("google"):
+        rows.append(_parse_google(Map(m.raw("google"), m.line_of("google"), "conversions.google", **_GOOGLE_KEYS)))
+    if m.has("meta"):
+        rows.append(_parse_meta(Map(m.raw("meta"), m.line_of("meta"), "conversions.meta", **_META_KEYS)))
+    return rows
+
+
+_GOOGLE_KEYS: dict[str, Any] = {
+    "required": ("customer_id", "actions"),
+    "optional": ("login_customer_id", "timezone", "enhanced_conversions", "active", *GOOGLE_SECRETS),
+}
+_META_KEYS: dict[str, Any] = {"required": ("dataset_id", "events"), "optional": ("access_token", "active")}
+
+
+def _customer_id(m: Map, key: str) -> str:
+    value = m.raw(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+        m.data[key] = value
+    text = m.text(key)
+    if not _CUSTOMER_ID.fullmatch(text):
+        raise m.error(key, f"{key!r} in {m.what} must be a Google Ads customer id like 123-456-7890, not {text!r}")
+    return text.replace("-", "")
+
+
+def _kind_map(m: Map, key: str, check: Any) -> dict[str, str]:
+    names = Map(m.raw(key), m.line_of(key), f"{key!r} in {m.what}", optional=tuple(MAPPED_KINDS))
+    mapped: dict[str, str] = {str(kind): check(names, kind) for kind in MAPPED_KINDS if names.has(kind)}
+    if not mapped:
+        raise m.error(key, f"{key!r} in {m.what} maps no moment (one or more of {', '.join(MAPPED_KINDS)})")
+    return mapped
+
+
+def _parse_google(m: Map) -> ConversionRow:
+    def action(names: Map, kind: str) -> str:
+        value = names.text(kind)
+        if not _ACTION.fullmatch(value):
+            raise names.error(
+                kind, f"{kind!r} must be a conversion action like customers/1234567890/conversionActions/111"
+            )
+        return value
+
+    config: dict[str, Any] = {
+        "customer_id": _customer_id(m, "customer_id"),
+        "actions": _kind_map(m, "actions", action),
+        "enhanced_conversions": m.boolean("enhanced_conversions", False),
+    }
+    if m.has("login_customer_id"):
+        config["login_customer_id"] = _customer_id(m, "login_customer_id")
+    if m.has("timezone"):
+        config["timezone"] = m.zone("timezone")
+    secrets = {name: m.text(name) for name in GOOGLE_SECRETS if m.has(name)}
+    return ConversionRow(
+        line=m.line, key="google", fields={"config": config, "is_active": m.boolean("active", True)}, secrets=secrets
+    )
+
+
+def _parse_meta(m: Map) -> ConversionRow:
+    raw = m.raw("dataset_id")
+    dataset = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else m.text("dataset_id")
+    if not dataset.isdigit():
+        raise m.error("dataset_id", f"'dataset_id' in {m.what} is Meta's dataset (pixel) id, digits only: {dataset!r}")
+    config = {"dataset_id": dataset, "events": _kind_map(m, "events", lambda names, kind: names.text(kind)[:100])}
+    secrets = {"access_token": m.text("access_token")} if m.has("access_token") else {}
+    return ConversionRow(
+        line=m.line, key="meta", fields={"config": config, "is_active": m.boolean("active", True)}, secrets=secrets
+    )
 
 
 def _parse_availability(value: Any, line: int) -> AvailabilityRule:

@@ -158,6 +158,8 @@ def test_a_lead_is_stored_raw_then_read_from_the_graph_api_into_a_lead(
         "900000000000001",
     )
     assert touch.fbclid == ""
+    # Meta's id of the lead: what the Conversions API for CRM matches its later stages on.
+    assert touch.meta_lead_id == event.external_id and touch.meta_lead_id.isdigit()
     assert touch.answers == {"what_service_do_you_need?": "roof_repair", "is_organic": False, "platform": "fb"}
     assert touch.received_at == datetime(2026, 3, 14, 15, 2, 11, tzinfo=UTC)
     event.refresh_from_db()

@@ -26,6 +26,7 @@ FORM = {
     "utm_source": "google",
     "utm_campaign": "fall-tuneup",
     "gclid": "Cj0KCQ-abc",
+    "wbraid": "WBR-web-to-app-1",
     "favourite_colour": "teal",
 }
 
@@ -53,6 +54,7 @@ def test_a_form_is_stored_raw_then_processed_into_a_lead(website_source, django_
     touch = lead.touches.get()
     assert touch.inbound_event == event and touch.source == website_source
     assert touch.utm == {"source": "google", "campaign": "fall-tuneup"} and touch.gclid == "Cj0KCQ-abc"
+    assert (touch.wbraid, touch.gbraid) == ("WBR-web-to-app-1", "")  # Google's other click ids
     assert touch.answers == {"favourite_colour": "teal"}
     assert lead.request_text == "Furnace makes a banging noise"
     sms = ConsentState.objects.get(contact_point__value="+12125550147", channel="sms")

@@ -1,0 +1,299 @@
+"""Uploading conversions: claim an upload, build its request, send it
+outside any transaction, record the platform's answer.
+
+It runs on the outbound cluster (settings.WEBHOOKS_CLUSTER, beside the
+webhooks), never on the queue that processes leads:
+
+- `conversions_pump` (task `agents.tasks.conversions_pump`, enqueued after
+  the commit of a sequencer run that made uploads) numbers new outbox events
+  first (which makes their uploads: crm.services.conversions), then claims
+  and sends due uploads until none is left or its time is up;
+- `conversions_sweep` (job `leadops.conversions_sweep`, every minute) takes
+  back claims whose worker died, then runs a pump for what is due.
+
+A claim is one conditional UPDATE (pending → sending) of the first due
+upload no concurrent claim has locked (SKIP LOCKED); a restatement is not
+claimable before the paid upload it restates is finished. Concurrent pumps
+and sweeps therefore send an upload once; a worker killed mid-call leaves a
+claim the sweep records as `lost` and retries, and the platform recognizes
+the retry (Google by the order id, Meta by the event id).
+
+After an answer: `sent`; Google's `not_yet` tried again (1 h, doubling to a
+day) until the click's window ends, then failed; a passing failure retried
+with exponential backoff and jitter, failed after the upload's error limit;
+a refusal failed at once. A failed upload opens an exception item for the
+manager; a replay that then goes through resolves it. With
+CONVERSIONS_MODE=dry_run nothing is sent: the request that would have gone
+is recorded, as `dry_run`. Every final outcome writes a receipt.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents.conversions.base import Answer, Built, Skip
+from agents.conversions.google import google_build, google_send
+from agents.conversions.meta import meta_build, meta_send
+from agents.queue import task_enqueue
+from crm.models import ConversionAttempt, ConversionPlatform, ConversionUpload
+from crm.services.conversions import CONVERSIONS_WAKE, conversion_failed_open, conversion_failed_resolve
+from crm.services.outbox import outbox_sequence_all
+from crm.services.receipts import receipt_write
+
+log = logging.getLogger(__name__)
+S = ConversionUpload.Status
+Outcome = ConversionAttempt.Outcome
+ACTOR = "agent:conversions"
+PUMP_FUNC = "agents.tasks.conversions_pump"
+PUMP_SECONDS = 40
+# An upload `sending` this long lost its worker (a call gives up after 20 s).
+STALE_CLAIM = timedelta(minutes=2)
+# Passing failures: 1 min, 4 min, 16 min, 64 min, 4.3 h, then 12 h, ±10%:
+# eight tries span more than a day.
+BACKOFF_FIRST = timedelta(minutes=1)
+BACKOFF_FACTOR = 4
+BACKOFF_CAP = timedelta(hours=12)
+# Google's "not yet": 1 h, doubling, at most a day apart, until the window ends.
+NOT_YET_FIRST = timedelta(hours=1)
+NOT_YET_CAP = timedelta(days=1)
+JITTER = 0.1
+
+
+@dataclass(frozen=True)
+class Platform:
+    build: Callable[..., Built]
+    send: Callable[[ConversionUpload, Built], Answer]
+    name: str
+
+
+PLATFORMS = {
+    ConversionPlatform.GOOGLE: Platform(google_build, google_send, "Google Ads"),
+    ConversionPlatform.META: Platform(meta_build, meta_send, "Meta"),
+}
+
+
+def conversions_mode() -> str:
+    return str(settings.CONVERSIONS_MODE)
+
+
+def _jittered(base: timedelta, rng: Callable[[float, float], float]) -> timedelta:
+    return base * rng(1 - JITTER, 1 + JITTER)
+
+
+def retry_delay(errors: int, rng: Callable[[float, float], float] = random.uniform) -> timedelta:
+    """The wait after the `errors`-th passing failure."""
+    return _jittered(min(BACKOFF_FIRST * BACKOFF_FACTOR ** max(errors - 1, 0), BACKOFF_CAP), rng)
+
+
+def not_yet_delay(times: int, rng: Callable[[float, float], float] = random.uniform) -> timedelta:
+    """The wait after Google's `times`-th "not yet"."""
+    return _jittered(min(NOT_YET_FIRST * 2 ** max(times - 1, 0), NOT_YET_CAP), rng)
+
+
+# --- claiming ---------------------------------------------------------------------------
+
+_CLAIM_SQL = """
+UPDATE crm_conversionupload SET status = 'sending', attempts = attempts + 1, claimed_at = %(now)s
+WHERE id = (
+    SELECT u.id FROM crm_conversionupload AS u
+    WHERE u.status = 'pending' AND u.next_attempt_at <= %(now)s
+      AND (u.restates_id IS NULL OR EXISTS (
+          SELECT 1 FROM crm_conversionupload AS p
+          WHERE p.id = u.restates_id AND p.status IN ('sent', 'failed', 'skipped', 'dry_run')))
+    ORDER BY u.next_attempt_at, u.id
+    LIMIT 1
+    FOR UPDATE OF u SKIP LOCKED
+) AND status = 'pending'
+RETURNING id, attempts
+"""
+
+
+def upload_claim(*, now: datetime) -> tuple[int, int] | None:
+    """Claim the next due upload: (id, its attempt number), or None. One
+    statement in autocommit: every other worker sees the claim at once."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, {"now": now})
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+# --- one attempt ------------------------------------------------------------------------
+
+
+def upload_attempt(upload_id: int, number: int, *, now: datetime) -> str:
+    """Make attempt `number` of a claimed upload and record it; returns the
+    upload's status afterwards ("stale" when its claim was taken back)."""
+    upload = ConversionUpload.objects.select_related("account", "business", "lead__contact", "touch", "restates").get(
+        pk=upload_id
+    )
+    platform = PLATFORMS[ConversionPlatform(upload.platform)]
+    try:
+        built = platform.build(upload, now=now)
+    except Skip as skip:
+        return _record(upload, number, Answer("skipped", "", str(skip)), None, now=now)
+    except Exception as exc:  # a record it cannot build from: a passing failure, visible, never a stuck claim
+        log.exception("conversion upload %s: the request could not be built", upload.public_id)
+        return _record(upload, number, Answer("retry", type(exc).__name__, str(exc)[:500]), None, now=now)
+    if conversions_mode() != "live":
+        answer = Answer("dry_run", "", f"dry run: nothing sent to {platform.name}")
+        return _record(upload, number, answer, built, now=now)
+    try:
+        answer = platform.send(upload, built)
+    except Exception as exc:  # a bug or an SDK surprise: recorded as a passing failure, never a lost claim
+        log.exception("conversion upload %s: the send raised", upload.public_id)
+        answer = Answer("retry", type(exc).__name__, str(exc)[:500])
+    return _record(upload, number, answer, built, now=now)
+
+
+def _claimed(upload: ConversionUpload, number: int) -> Any:
+    # This worker's claim only: one the sweep took back has moved on.
+    return ConversionUpload.objects.filter(pk=upload.pk, status=S.SENDING, attempts=number)
+
+
+def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built | None, *, now: datetime) -> str:
+    fields: dict[str, Any] = {"last_code": answer.code[:120], "last_error": answer.message[:500]}
+    if built is not None:
+        fields.update(payload=built.payload, value_amount=built.value, currency=built.currency)
+    fields["response"] = answer.response
+    outcome = answer.outcome
+    status = {"sent": S.SENT, "failed": S.FAILED, "skipped": S.SKIPPED, "dry_run": S.DRY_RUN}.get(outcome, S.PENDING)
+    if outcome == "not_yet":
+        due = now + not_yet_delay(max(upload.attempts - upload.errors, 1))
+        if upload.window_ends_at is None or due > upload.window_ends_at:
+            status = S.FAILED
+            fields["last_error"] = f"{answer.message} (still not found when the click's 90-day window ended)"[:500]
+        else:
+            fields["next_attempt_at"] = due
+    elif outcome == "retry":
+        errors = upload.errors + 1
+        fields["errors"] = F("errors") + 1
+        if errors >= upload.error_limit:
+            status = S.FAILED
+            fields["last_error"] = f"{answer.message} (after {errors} failed tries)"[:500]
+        else:
+            fields["next_attempt_at"] = now + retry_delay(errors)
+    if status == S.SENT:
+        fields["sent_at"] = now
+    elif status == S.DRY_RUN:
+        fields["sent_at"] = None
+    with transaction.atomic():
+        if not _claimed(upload, number).update(status=status, claimed_at=None, **fields):
+            return "stale"
+        ConversionAttempt.objects.create(
+            upload=upload,
+            number=number,
+            at=now,
+            outcome=outcome,
+            code=answer.code[:120],
+            message=answer.message[:500],
+            duration_ms=answer.duration_ms or None,
+            response=answer.response,
+        )
+        if status in ConversionUpload.FINAL:
+            _finished(upload, status, fields.get("last_error", ""), built)
+    return status
+
+
+def _finished(upload: ConversionUpload, status: str, why: str, built: Built | None) -> None:
+    after: dict[str, Any] = {"status": status, "kind": upload.kind, "platform": upload.platform}
+    if built is not None and built.value is not None:
+        after.update(value=str(built.value), currency=built.currency)
+    receipt_write(
+        business=upload.business,
+        lead=upload.lead,
+        subject=upload.public_id,
+        actor=ACTOR,
+        action=f"conversion.{status}",
+        reason=why[:300],
+        before={"status": S.SENDING},
+        after=after,
+    )
+    if status == S.FAILED:
+        platform = PLATFORMS[ConversionPlatform(upload.platform)].name
+        conversion_failed_open(
+            upload, f"{platform} did not take {upload.kind} of {upload.lead.public_id} ({upload.public_id}): {why}"
+        )
+    elif status == S.SENT:
+        conversion_failed_resolve(upload, actor=ACTOR)  # a replay went through: its item is settled
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def pump_enqueue() -> None:
+    """An upload run on the outbound cluster's queue, after the caller's commit."""
+    task_enqueue(PUMP_FUNC, group="conversions", save=False, cluster=settings.WEBHOOKS_CLUSTER)
+
+
+def conversions_pump(*, now: datetime | None = None, seconds: float = PUMP_SECONDS) -> dict[str, int]:
+    """Number new events (making their uploads), then send what is due until
+    nothing is or `seconds` have passed (then a fresh run is enqueued). `now`
+    fixes the clock claims and retries go by (tests)."""
+    clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
+    counts: Counter[str] = Counter(sequenced=outbox_sequence_all())
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        claimed = upload_claim(now=clock())
+        if claimed is None:
+            numbered = outbox_sequence_all()  # events committed since the run began
+            counts["sequenced"] += numbered
+            if not numbered:
+                break
+            continue
+        counts[str(upload_attempt(*claimed, now=clock()))] += 1
+    else:
+        pump_enqueue()
+    return dict(counts)
+
+
+def _lost_claims(now: datetime) -> int:
+    """Uploads whose worker died between claim and record: the try counts as
+    a passing failure (the platform may have it: the retry says the same key)."""
+    lost, why = 0, "the worker stopped before the answer was recorded"
+    stale = ConversionUpload.objects.filter(status=S.SENDING, claimed_at__lt=now - STALE_CLAIM)
+    for upload in stale.select_related("business", "lead").order_by("claimed_at")[:100]:
+        number = upload.attempts
+        errors = upload.errors + 1
+        out = errors >= upload.error_limit
+        with transaction.atomic():
+            moved = (
+                _claimed(upload, number)
+                .filter(claimed_at=upload.claimed_at)
+                .update(
+                    status=S.FAILED if out else S.PENDING,
+                    errors=F("errors") + 1,
+                    claimed_at=None,
+                    next_attempt_at=now + retry_delay(errors),
+                    last_error=why,
+                )
+            )
+            if not moved:
+                continue
+            ConversionAttempt.objects.create(upload=upload, number=number, at=now, outcome=Outcome.LOST, message=why)
+            if out:
+                _finished(upload, S.FAILED, why, None)
+        lost += 1
+    return lost
+
+
+def conversions_sweep(*, now: datetime | None = None, seconds: float = PUMP_SECONDS) -> dict[str, int]:
+    """The periodic job: take back dead workers' claims, then send what is due."""
+    counts = {"lost": _lost_claims(now or timezone.now())}
+    counts.update(conversions_pump(now=now, seconds=seconds))
+    return counts
+
+
+def register() -> None:
+    CONVERSIONS_WAKE.register("conversions", pump_enqueue)
