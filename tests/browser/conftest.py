@@ -46,6 +46,17 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where a test's screenshots go: SCREENSHOT_DIR when it is set (to
+    refresh the ones docs/ shows: `SCREENSHOT_DIR=docs/workspace pytest
+    tests/browser/test_workspace.py`), else the test's own temporary folder,
+    so that a test run leaves the repository as it found it."""
+    folder = Path(os.environ.get("SCREENSHOT_DIR") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
 def browser_context(browser: Browser) -> Iterator[BrowserContext]:
     """A fresh context per test: no cookie, storage or cache of an earlier test."""
     context = browser.new_context()

@@ -4,10 +4,8 @@ and the surviving lead's thread shows both histories as one conversation."""
 from __future__ import annotations
 
 from datetime import time, timedelta
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from agents.capture.base import Capture
@@ -20,7 +18,6 @@ from tests.factories import BusinessFactory, member_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "pw-for-tests-1"
-SHOTS = Path(settings.BASE_DIR) / "docs" / "workspace"
 PHONE, EMAIL = "+13125550177", "rosa.diaz@example.com"
 
 
@@ -40,7 +37,7 @@ def captured(business: Business, **kw: object) -> Lead:
     return capture_apply(business=business, capture=capture).lead
 
 
-def test_a_manager_approves_a_merge_and_the_thread_shows_both_histories(live_server, browser_context, business):
+def test_a_manager_approves_a_merge_and_the_thread_shows_both_histories(live_server, browser_context, business, shots):
     member_create(business, Role.MANAGER, username="mia", display_name="Mia Manager")
     # One person, twice: a text from her phone, a form with her email.
     by_phone = captured(business, phones=[PHONE], first_name="Rosa")
@@ -84,4 +81,4 @@ def test_a_manager_approves_a_merge_and_the_thread_shows_both_histories(live_ser
         assert said in conversation, said
     header = page.locator("#thread-head").inner_text()
     assert "Rosa Diaz" in header and PHONE in header and EMAIL in header
-    page.screenshot(path=str(SHOTS / "merged-thread.png"), full_page=True)
+    page.screenshot(path=str(shots / "merged-thread.png"), full_page=True)

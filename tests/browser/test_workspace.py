@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import re
 from datetime import time, timedelta
-from pathlib import Path
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
@@ -33,7 +31,6 @@ from tests.helpers.followup import NO_REPLY_STEPS, consent_all
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "pw-for-tests-1"
-SHOTS = Path(settings.BASE_DIR) / "docs" / "workspace"
 LINE = "+13125550100"
 TWILIO_TOKEN = "workspace-browser-token"
 BASE_URL = "https://backoffice.example.com"
@@ -291,13 +288,13 @@ def test_a_new_inbound_sms_appears_in_an_open_inbox_thread_and_badge_without_a_r
 # ------------------------------------------------------------------ phone width
 
 
-def test_the_inbox_and_a_thread_at_phone_width_are_one_column_and_reply(live_server, browser, business, sam):
+def test_the_inbox_and_a_thread_at_phone_width_are_one_column_and_reply(live_server, browser, business, sam, shots):
     lead = _living_business(business, sam)["rosa"]
     context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
     try:
         page = log_in(context, live_server, "sam")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
-        page.screenshot(path=str(SHOTS / "inbox-phone.png"))
+        page.screenshot(path=str(shots / "inbox-phone.png"))
         page.click(f'#rows .row[data-lead="{lead.public_id}"] .row-name')
         page.wait_for_url(f"**/app/leads/{lead.public_id}/")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
@@ -305,7 +302,7 @@ def test_the_inbox_and_a_thread_at_phone_width_are_one_column_and_reply(live_ser
         assert all(b is not None and b["width"] <= 390 for b in boxes)
         assert [round(b["x"]) for b in boxes[1:]] == [round(boxes[1]["x"])] * 3, "one column"
         assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"] < boxes[3]["y"]
-        page.screenshot(path=str(SHOTS / "thread-phone.png"), full_page=True)
+        page.screenshot(path=str(shots / "thread-phone.png"), full_page=True)
 
         page.fill("#id_body", "Thanks Rosa! Which address is the furnace at?")
         page.click("#send-reply")
@@ -470,9 +467,8 @@ def _living_business(business: Business, sam: TeamMember) -> dict[str, Lead]:
     return {"rosa": rosa, "diego": diego}
 
 
-def test_screenshots_of_a_living_inbox_and_thread(live_server, browser, business, sam):
+def test_screenshots_of_a_living_inbox_and_thread(live_server, browser, business, sam, shots):
     leads = _living_business(business, sam)
-    SHOTS.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     try:
         page = log_in(context, live_server, "sam")
@@ -481,17 +477,17 @@ def test_screenshots_of_a_living_inbox_and_thread(live_server, browser, business
         assert page.inner_text("#rows .row:first-child .row-name") == "Rosa Diaz"
         assert "waiting 14 min" in page.inner_text("#rows .row:first-child")
         assert page.locator("text=SLA due in").count() == 1 and page.locator("text=overdue 2 h").count() == 1
-        page.screenshot(path=str(SHOTS / "inbox.png"), full_page=True)
+        page.screenshot(path=str(shots / "inbox.png"), full_page=True)
 
         page.goto(f"{live_server.url}/app/leads/{leads['rosa'].public_id}/")
         assert "Can someone come Tuesday morning?" in page.inner_text("#conversation")
         assert page.locator("#conversation .note").count() == 1
-        page.screenshot(path=str(SHOTS / "thread.png"), full_page=True)
+        page.screenshot(path=str(shots / "thread.png"), full_page=True)
 
         page.goto(f"{live_server.url}/app/leads/{leads['diego'].public_id}/")
         steps = page.locator("#planned-steps .step")
         assert steps.count() == 3
         assert "Gate now: would go out (dry run)" in steps.first.inner_text()
-        page.locator("#automation").screenshot(path=str(SHOTS / "automation.png"))
+        page.locator("#automation").screenshot(path=str(shots / "automation.png"))
     finally:
         context.close()
