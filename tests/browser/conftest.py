@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from django.core.servers.basehttp import ThreadedWSGIServer
 from django.db import connections
 
 if TYPE_CHECKING:
@@ -80,5 +81,13 @@ def _join_request_threads(timeout: float = 10.0) -> None:
     current = threading.current_thread()
     for thread in threading.enumerate():
         target = getattr(thread, "_target", None)
-        if thread is not current and getattr(target, "__name__", "") == "process_request_thread":
+        # The live server's own request threads only: a local HTTP server
+        # another test ran (a webhook receiver, a fake provider) has request
+        # threads of the same name that hold no database connection, and
+        # waiting for each of those kept a browser test ten seconds a thread.
+        if (
+            thread is not current
+            and getattr(target, "__name__", "") == "process_request_thread"
+            and isinstance(getattr(target, "__self__", None), ThreadedWSGIServer)
+        ):
             thread.join(timeout)
