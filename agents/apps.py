@@ -30,9 +30,10 @@ class AgentsConfig(AppConfig):
         from agents import followup
 
         followup.register()  # sequence steps, estimate clocks, follow-up calls
-        from agents.reporting import alerts, brief, call_scoring
+        from agents.reporting import alerts, brief, call_scoring, call_transcription
 
         call_scoring.register()  # processing of Twilio's recording callbacks
+        call_transcription.register()  # a recording's speech to text (own job)
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         brief.register()  # so are the daily briefs
         from agents.webhooks import delivery as webhooks

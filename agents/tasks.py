@@ -184,12 +184,14 @@ def notice_deliver(email: str, subject: str, text: str, slack_url: str = "") -> 
 
 @_job("leadops.ai")
 def ai_sweep() -> dict[str, int]:
-    """Model readings whose fast path was lost (a failed enqueue, a worker
+    """Model readings and call transcriptions whose fast path was lost (a failed enqueue, a worker
     that died): one at a time, claiming no more after AI_SWEEP_BUDGET, so the
     last call it starts still ends inside the job's timeout."""
     from agents.ai.inbound import TIMER_KIND
+    from agents.reporting.call_scoring import TRANSCRIBE_KIND
 
-    run = timers_run_due(kinds=[TIMER_KIND], batch=1, limit=AI_SWEEP_LIMIT, budget=AI_SWEEP_BUDGET)
+    kinds = [TIMER_KIND, TRANSCRIBE_KIND]
+    run = timers_run_due(kinds=kinds, batch=1, limit=AI_SWEEP_LIMIT, budget=AI_SWEEP_BUDGET)
     return {"claimed": run.claimed, "done": run.done, "failed": run.failed}
 
 
@@ -202,3 +204,8 @@ def orchestrate(timer_id: int) -> str:
     from agents.orchestrator import orchestrate as _orchestrate
 
     return _orchestrate(timer_id)
+
+
+def call_transcribe(timer_id: int) -> str:
+    """The fast path of one call's transcription (agents.reporting.call_transcription)."""
+    return timer_run(timer_id)

@@ -177,6 +177,35 @@ for _name in ("LLM_PRICE_INPUT_PER_MTOK", "LLM_PRICE_OUTPUT_PER_MTOK"):
     if not re.fullmatch(r"\d+(\.\d+)?", vars()[_name]):
         raise environ.ImproperlyConfigured(f"{_name} must be a price like 0.15, not {vars()[_name]!r}")
 
+# --- Speech to text for recorded calls (agents/ai/speech.py, docs/ai.md) ---------
+# The `openai` SDK's audio transcriptions, which Whisper-compatible servers also
+# speak. On with LLM_PROVIDER=openai (same server and key unless these say
+# otherwise) or with STT_BASE_URL set; Anthropic has no speech to text.
+STT_BASE_URL = env.str("STT_BASE_URL", default=LLM_BASE_URL if LLM_PROVIDER == "openai" else "")
+if STT_BASE_URL and not re.fullmatch(r"https?://\S+", STT_BASE_URL):
+    raise environ.ImproperlyConfigured(f"STT_BASE_URL must be an http(s) URL, not {STT_BASE_URL!r}")
+STT_API_KEY = env.str("STT_API_KEY", default=LLM_API_KEY if LLM_PROVIDER == "openai" else "")
+STT_MODEL = env.str("STT_MODEL", default="whisper-1")
+# Audio takes longer than text: one attempt of up to 40 s by default. The
+# recording's download (RECORDING_DOWNLOAD_TIMEOUT_SECONDS) and every attempt
+# together stay inside the 55 s a task's model call may take.
+STT_TIMEOUT_SECONDS = env.float("STT_TIMEOUT_SECONDS", default=40.0)
+STT_MAX_RETRIES = env.int("STT_MAX_RETRIES", default=0)
+RECORDING_DOWNLOAD_TIMEOUT_SECONDS = env.float("RECORDING_DOWNLOAD_TIMEOUT_SECONDS", default=10.0)
+if min(STT_TIMEOUT_SECONDS, RECORDING_DOWNLOAD_TIMEOUT_SECONDS) <= 0 or not 0 <= STT_MAX_RETRIES <= 3:
+    raise environ.ImproperlyConfigured("STT and recording timeouts must be above 0 seconds and STT_MAX_RETRIES 0 to 3")
+if (STT_MAX_RETRIES + 1) * (
+    STT_TIMEOUT_SECONDS + LLM_CONNECT_TIMEOUT_SECONDS
+) + RECORDING_DOWNLOAD_TIMEOUT_SECONDS > 55:
+    raise environ.ImproperlyConfigured(
+        "(STT_MAX_RETRIES + 1) × (STT_TIMEOUT_SECONDS + LLM_CONNECT_TIMEOUT_SECONDS) + "
+        "RECORDING_DOWNLOAD_TIMEOUT_SECONDS must be at most 55 seconds"
+    )
+# USD per minute of audio, for the cost estimate on each transcription's receipt.
+STT_PRICE_PER_MINUTE = env.str("STT_PRICE_PER_MINUTE", default="0")
+if not re.fullmatch(r"\d+(\.\d+)?", STT_PRICE_PER_MINUTE):
+    raise environ.ImproperlyConfigured(f"STT_PRICE_PER_MINUTE must be a price like 0.006, not {STT_PRICE_PER_MINUTE!r}")
+
 # --- Conversions to the ad platforms (agents.conversions) -----------------------
 # dry_run records what would be uploaded and uploads nothing; live uploads.
 CONVERSIONS_MODE = env.str("CONVERSIONS_MODE", default=SEND_MODE)

@@ -1,7 +1,9 @@
 """Every model call on behalf of a business: claimed against its monthly
 cap, made, and recorded as a `ModelCall` row and a receipt.
 
-`model_call` is the only way agents/ai calls a model for a business:
+`model_call` (a message read and its reply drafted) and `transcription_call`
+(a call's recording turned into text) are the only ways agents/ai calls a
+model for a business:
 
 1. The cap. Unless the business file says `ai: {enabled: false}`, one call
    is claimed from the business's counter for the current calendar month of
@@ -13,13 +15,16 @@ cap, made, and recorded as a `ModelCall` row and a receipt.
 2. The call, outside any transaction (agents/ai/client.py).
 3. The record, in one transaction: a `ModelCall` row (model, digests of the
    prompt and the answer, tokens, cost estimate, duration) and a receipt
-   (`ai.called`, or `ai.failed` saying the rules answered instead).
+   (`ai.called`, or `ai.failed` saying what happens instead: the rules
+   answer, or the call waits without a transcript).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
+from functools import partial
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
@@ -28,11 +33,19 @@ from django.utils import timezone
 from agents.ai.client import ModelFailure, ModelRequest, ModelSettings, Usage, cost_of, model_ask
 from agents.ai.grounding import ANSWER_DESCRIPTION, ANSWER_NAME, ANSWER_SCHEMA, SYSTEM_PROMPT, Grounding, prompt_of
 from agents.ai.intents import INTENTS
-from crm.models import Business, Lead, Message, ModelCall
+from agents.ai.speech import SpeechSettings, cost_of_audio, speech_to_text
+from crm.models import Business, Call, Lead, Message, ModelCall
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:ai_assistant"
 REPLY = "reply"  # the purpose of a call that reads a message and drafts its answer
+TRANSCRIPTION = "transcription"  # the purpose of a call that turns a call's recording into text
+# What each purpose's receipt says it did, and what happens instead when it gives no answer.
+DONE = {REPLY: "read the message and drafted a reply", TRANSCRIPTION: "transcribed the call's recording"}
+INSTEAD = {
+    REPLY: "the rules answered instead",
+    TRANSCRIPTION: "the call stays without a transcript until its transcription is retried",
+}
 CONFIDENCE_DEFAULT = 0.5
 
 
@@ -170,6 +183,44 @@ def model_call(
     return CallOutcome(understanding, call)
 
 
+@dataclass(frozen=True)
+class TranscriptionOutcome:
+    """What `transcription_call` got: the text, or why there is none."""
+
+    text: str
+    call: ModelCall
+    failure: str = ""  # the failure's kind, or over_cap
+
+
+def transcription_call(
+    *, business: Business, config: SpeechSettings, audio: bytes, filename: str, content_type: str, call: Call
+) -> TranscriptionOutcome:
+    """Claim, call and record one transcription of `call`'s recording for
+    `business`, counted against the same monthly cap as every model call.
+    Call it outside a transaction: the upload and the answer take seconds."""
+    record = partial(
+        _record,
+        business=business,
+        lead=call.lead,
+        message=None,
+        call=call,
+        purpose=TRANSCRIPTION,
+        config=config.as_model_settings(),
+    )
+    if not quota_claim(business):
+        detail = f"this month's {business.ai_monthly_calls} model calls are used up"
+        row = record(status=ModelCall.Status.REFUSED, usage=Usage(), error="over_cap", detail=detail)
+        return TranscriptionOutcome("", row, "over_cap")
+    try:
+        transcript = speech_to_text(audio, filename, content_type, config)
+    except ModelFailure as failure:
+        row = record(status=ModelCall.Status.FAILED, usage=failure.usage, error=failure.kind, detail=failure.detail)
+        return TranscriptionOutcome("", row, failure.kind)
+    cost = cost_of_audio(call.duration_seconds, config)
+    row = record(status=ModelCall.Status.OK, usage=transcript.usage, cost=cost)
+    return TranscriptionOutcome(transcript.text, row)
+
+
 @transaction.atomic
 def _record(
     *,
@@ -182,11 +233,14 @@ def _record(
     usage: Usage,
     error: str = "",
     detail: str = "",
+    call: Call | None = None,
+    cost: Decimal | None = None,
 ) -> ModelCall:
-    call = ModelCall.objects.create(
+    row = ModelCall.objects.create(
         business=business,
         lead=lead,
         message=message,
+        call=call,
         purpose=purpose,
         provider=config.provider,
         model=config.model[:100],
@@ -197,36 +251,37 @@ def _record(
         answer_digest=usage.answer_digest,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
-        cost_amount=cost_of(usage, config),
+        cost_amount=cost_of(usage, config) if cost is None else cost,
         duration_ms=usage.duration_ms,
     )
     if status == ModelCall.Status.OK:
-        action, reason = "ai.called", f"{config.label} read the message and drafted a reply"
+        action, reason = "ai.called", f"{config.label} {DONE[purpose]}"
     elif status == ModelCall.Status.REFUSED:
-        action, reason = "ai.refused", f"no call: {detail}; the rules answered instead"
+        action, reason = "ai.refused", f"no call: {detail}; {INSTEAD[purpose]}"
     else:
-        action, reason = "ai.failed", f"{config.label} gave no usable answer ({error}); the rules answered instead"
+        action, reason = "ai.failed", f"{config.label} gave no usable answer ({error}); {INSTEAD[purpose]}"
     receipt_write(
         business=business,
         lead=lead,
-        subject=call.public_id,
+        subject=row.public_id,
         actor=ACTOR,
         action=action,
         reason=reason,
         after={
-            "provider": call.provider,
-            "model": call.model,
+            "provider": row.provider,
+            "model": row.model,
             "purpose": purpose,
             "status": status,
             "error": error,
             "message": message.public_id if message is not None else None,
-            "prompt_digest": call.prompt_digest,
-            "answer_digest": call.answer_digest,
-            "input_tokens": call.input_tokens,
-            "output_tokens": call.output_tokens,
-            "cost_amount": f"{call.cost_amount}",
-            "currency": call.currency,
-            "duration_ms": call.duration_ms,
-        },
+            "prompt_digest": row.prompt_digest,
+            "answer_digest": row.answer_digest,
+            "input_tokens": row.input_tokens,
+            "output_tokens": row.output_tokens,
+            "cost_amount": f"{row.cost_amount}",
+            "currency": row.currency,
+            "duration_ms": row.duration_ms,
+        }
+        | ({"call": call.public_id} if call is not None else {}),
     )
-    return call
+    return row

@@ -194,11 +194,11 @@ def _ask_openai(request: ModelRequest, config: ModelSettings) -> ModelAnswer:
     try:
         completion = client.chat.completions.create(**body)
     except openai.APITimeoutError as exc:
-        raise ModelFailure("timeout", _said(exc), sent.usage()) from exc
+        raise ModelFailure("timeout", said_of(exc), sent.usage()) from exc
     except openai.RateLimitError as exc:
-        raise ModelFailure("rate_limited", _said(exc), sent.usage()) from exc
+        raise ModelFailure("rate_limited", said_of(exc), sent.usage()) from exc
     except openai.APIError as exc:
-        raise ModelFailure("provider_error", _said(exc), sent.usage()) from exc
+        raise ModelFailure("provider_error", said_of(exc), sent.usage()) from exc
     usage = getattr(completion, "usage", None)
     tokens_in = getattr(usage, "prompt_tokens", 0) or 0
     tokens_out = getattr(usage, "completion_tokens", 0) or 0
@@ -251,11 +251,11 @@ def _ask_anthropic(request: ModelRequest, config: ModelSettings) -> ModelAnswer:
     try:
         message = client.messages.create(**body)
     except anthropic.APITimeoutError as exc:
-        raise ModelFailure("timeout", _said(exc), sent.usage()) from exc
+        raise ModelFailure("timeout", said_of(exc), sent.usage()) from exc
     except anthropic.RateLimitError as exc:
-        raise ModelFailure("rate_limited", _said(exc), sent.usage()) from exc
+        raise ModelFailure("rate_limited", said_of(exc), sent.usage()) from exc
     except anthropic.APIError as exc:
-        raise ModelFailure("provider_error", _said(exc), sent.usage()) from exc
+        raise ModelFailure("provider_error", said_of(exc), sent.usage()) from exc
     usage = getattr(message, "usage", None)
     tokens_in = getattr(usage, "input_tokens", 0) or 0
     tokens_out = getattr(usage, "output_tokens", 0) or 0
@@ -287,7 +287,7 @@ def _json_object(content: str, usage: Usage) -> dict[str, Any]:
     return data
 
 
-def _said(exc: Exception) -> str:
+def said_of(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return (f"HTTP {status}: " if status else "") + text[:200]

@@ -9,7 +9,9 @@ whose SMS and email paths ran without a reply.
   pointing Twilio at our TwiML (`agents/followup/views.py`) with answering-
   machine detection. Not eligible → the step is skipped, with a receipt.
 - The TwiML: a person hears the approved script (the voice template, as
-  rendered when the call was placed) and two choices. 1 connects them to the
+  rendered when the call was placed) and two choices. Every other prompt
+  (the menu, the goodbyes, the call-back promise) is the business's approved
+  voice template of that key, else our wording (agents/playbook/voice_prompts.py). 1 connects them to the
   lead's owner (`<Dial>` to the owner's phone); when the owner has no phone or
   does not answer, the owner gets a call-back task. 9 revokes voice consent at
   once (the consent ledger) and ends every path of the person. An answering
@@ -39,6 +41,7 @@ from agents.followup.sequences.preview import CHANNEL_PREVIEWS
 from agents.followup.sequences.steps import CHANNEL_RUNNERS, Step, message_step, sent_on_path, step_context
 from agents.outbound.gate import recipient_point
 from agents.playbook.templates import TemplateError, template_for_automation, template_render
+from agents.playbook.voice_prompts import voice_prompt
 from crm.models import Call, ConsentEvent, Enrollment, InboundEvent, Lead, Message, Provider, Task, TeamMember
 from crm.phones import phone_to_e164
 from crm.selectors import business_manager
@@ -150,6 +153,15 @@ def _owner_name(lead: Lead) -> str:
     return (owner.display_name or owner.user.get_username()).split()[0]
 
 
+def prompt(message: Message, key: str) -> str:
+    """One of the call's prompts, from the business's playbook (its approved
+    voice template `key`, else our wording); `{owner_first_name}` is whoever
+    pressing 1 would reach."""
+    assert message.lead is not None
+    context = {**step_context(message.lead), "owner_first_name": _owner_name(message.lead)}
+    return voice_prompt(message.business, key, context)
+
+
 def answer_twiml(message: Message, call: Call | None) -> VoiceResponse:
     response = VoiceResponse()
     outcome = call.outcome if call else ""
@@ -165,8 +177,8 @@ def answer_twiml(message: Message, call: Call | None) -> VoiceResponse:
         num_digits=1, action=twiml_url("followup-voice-gather", message), method="POST", timeout=GATHER_SECONDS
     )
     gather.say(message.body)
-    gather.say(f"Press 1 to talk to {_owner_name(message.lead)} now. Press 9 and we will not call you again.")
-    response.say("Thank you. Goodbye.")
+    gather.say(prompt(message, "voice_menu"))
+    response.say(prompt(message, "voice_goodbye"))
     response.hangup()
     return response
 
@@ -185,11 +197,11 @@ def gather_twiml(message: Message, call: Call | None) -> VoiceResponse:
         dial.number(owner_phone(message.lead))
         return response
     if outcome == "callback_task":
-        response.say(f"{_owner_name(message.lead)} will call you back shortly. Goodbye.")
+        response.say(prompt(message, "voice_callback"))
     elif outcome == "opted_out":
-        response.say(f"You will get no more calls from {message.business.name}. Goodbye.")
+        response.say(prompt(message, "voice_opted_out"))
     else:
-        response.say("Thank you. Goodbye.")
+        response.say(prompt(message, "voice_goodbye"))
     response.hangup()
     return response
 
@@ -197,7 +209,7 @@ def gather_twiml(message: Message, call: Call | None) -> VoiceResponse:
 def dial_twiml(message: Message, call: Call | None) -> VoiceResponse:
     response = VoiceResponse()
     if call is None or call.outcome != "connected":
-        response.say("Sorry, nobody could pick up. We will call you back shortly. Goodbye.")
+        response.say(prompt(message, "voice_no_answer"))
         response.hangup()
     return response
 

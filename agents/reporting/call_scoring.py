@@ -3,8 +3,10 @@ the calls a manager should listen to in a review queue.
 
 Input: Twilio's recording status callback (`POST /hooks/twilio/voice/recording/`,
 signed like every Twilio hook; it also accepts Twilio's transcription
-callback, whose `TranscriptionText` becomes the transcript), or a transcript
-imported by hand (`python manage.py import_transcript CALL FILE`).
+callback, whose `TranscriptionText` becomes the transcript), the server's
+speech to text on the recording where the business says
+`calls: {transcription: model}` (agents/reporting/call_transcription.py), or
+a transcript imported by hand (`python manage.py import_transcript CALL FILE`).
 
 The rubric, each item with the words that decided it:
 
@@ -30,18 +32,24 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from agents.ai.inbound import AI_TASK_TIMEOUT
+from agents.ai.speech import speech_settings_for
 from agents.capture.base import MalformedPayload
 from agents.capture.processing import handler_register
 from agents.capture.providers.twilio import form_params, signature_problem, signing_account
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.playbook.claims_guard import claims_scan
-from crm.models import Appointment, Business, Call, InboundEvent, Provider
+from agents.queue import task_enqueue
+from crm.models import Appointment, Business, Call, InboundEvent, Provider, Timer
 from crm.services.receipts import receipt_write
+from crm.services.timers import timer_schedule
 
 ACTOR = "agent:call_scoring"
+TRANSCRIBE_KIND = "call.transcribe"
 SHORT_SECONDS = 30
 # Arrival times are left out: a setter booking a visit on the phone names one.
 PROMISE_KINDS = ("price", "discount", "warranty")
@@ -244,17 +252,46 @@ def _process_recording(event: InboundEvent) -> str:
     if call.duration_seconds is None and duration.isdigit():
         changes["duration_seconds"] = int(duration)
     Call.objects.filter(pk=call.pk).update(**changes)
+    transcription = "twilio" if text else transcription_schedule(call, params)
     receipt_write(
         business=call.business,
         lead=call.lead,
         subject=call.public_id,
         actor=ACTOR,
         action="call.recording_added",
-        after={"recording": params.get("RecordingSid", ""), "duration": duration},
+        after={"recording": params.get("RecordingSid", ""), "duration": duration, "transcription": transcription},
     )
     if text:
         call_transcript_set(call, text, actor=ACTOR, source="twilio")
     return InboundEvent.Status.PROCESSED
+
+
+def transcription_schedule(call: Call, params: dict[str, str]) -> str:
+    """Leave the recording's transcription for after commit when the business
+    transcribes with a model (`calls: {transcription: model}`) and the server
+    has speech to text: a timer (`call.transcribe`, one per recording) run by
+    the AI tasks (agents/reporting/call_transcription.py). Joins the caller's
+    transaction. Says what was done, for the recording's receipt."""
+    business = call.business
+    if business.call_transcription != "model":
+        return "off"
+    if speech_settings_for(business) is None:
+        return "off: no speech to text configured, or the business does not use models"
+    if call.transcript.strip():
+        return "already transcribed"
+    recording = params.get("RecordingSid", "")
+    timer = timer_schedule(
+        business=business,
+        lead=call.lead,
+        kind=TRANSCRIBE_KIND,
+        due_at=timezone.now(),
+        payload={"call": call.pk, "recording": recording, "recording_url": params.get("RecordingUrl", "")},
+        dedupe_key=f"{TRANSCRIBE_KIND}:{recording}",
+    )
+    if timer.status == Timer.Status.PENDING:
+        # A lost enqueue leaves the timer due: the AI job's sweep runs it.
+        task_enqueue("agents.tasks.call_transcribe", timer.pk, group="ai", save=False, timeout=AI_TASK_TIMEOUT)
+    return f"model ({timer.public_id})"
 
 
 def register() -> None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from crm.ids import PublicIdField
 from crm.models.base import Business
-from crm.models.comms import Message
+from crm.models.comms import Call, Message
 from crm.models.leads import Lead
 
 
@@ -34,6 +34,8 @@ class ModelCall(models.Model):
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     # The inbound message the call read (and drafted an answer to).
     message = models.ForeignKey(Message, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    # The recorded call whose audio the call transcribed (purpose `transcription`).
+    call = models.ForeignKey(Call, on_delete=models.PROTECT, null=True, blank=True, related_name="model_calls")
     purpose = models.CharField(max_length=32)
     provider = models.CharField(max_length=16)
     model = models.CharField(max_length=100)

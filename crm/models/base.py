@@ -76,6 +76,13 @@ class Business(models.Model):
     # The approved facts a drafted reply may state besides the records (the
     # business file's `playbook`): {"booking_url": ..., "prices": [{"item", "amount"}], "facts": [...]}.
     playbook = models.JSONField(default=dict, blank=True)
+    # Forwarded calls (the business file's `calls`): recorded or not, how a
+    # recording is transcribed (off, model: the server's speech to text), and
+    # the US states the business operates in, for the recording-consent
+    # announcement (empty: unknown, so every recorded call is announced).
+    call_recording = models.BooleanField(default=False)
+    call_transcription = models.CharField(max_length=8, choices=[("off", "off"), ("model", "model")], default="off")
+    call_states = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -90,6 +97,10 @@ class Business(models.Model):
             models.CheckConstraint(
                 condition=models.Q(missed_call_text_back_window_hours__gte=1),
                 name="crm_business_missed_call_text_back_window_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(call_transcription__in=["off", "model"]),
+                name="crm_business_call_transcription_valid",
             ),
         ]
 

@@ -24,7 +24,13 @@ Answers (TwiML, text/xml, which Twilio reads):
   back to the missed-call detector. Without `forward_to` (or for an unknown
   number) nobody can pick up: a short `<Say>` promising a call back and
   `<Hangup/>`, and the call is recorded missed at once. No voicemail: the
-  call-back task is the follow-up, and recordings arrive with a later issue.
+  call-back task is the follow-up.
+- a business that records calls (`calls: {record: true}`) gets the same
+  `<Dial>` with `record="record-from-answer-dual"` and its recording status
+  callback (`/hooks/twilio/voice/recording/`, agents/reporting/call_scoring.py),
+  after a `<Say>` of the recording notice (its `recording_notice` voice
+  template, else ours) where agents/consent/recording.py says all parties
+  must consent or cannot tell.
 - voice status: an empty `<Response/>` (which ends the call after a `<Dial>`),
   with a short apology `<Say>` first when the forward was not answered.
 - sms: an empty `<Response/>`; replies are the messaging roles' job.
@@ -57,9 +63,11 @@ from agents.capture.missed_call import call_missed_record, call_status_record, s
 from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.consent.keywords import inbound_text_apply
+from agents.consent.recording import recording_notice_reason
 from agents.followup.replies import reply_log
 from agents.outbound.status import status_callback_process
 from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
+from agents.playbook.voice_prompts import voice_prompt
 from crm.locks import xact_lock
 from crm.models import Business, Call, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
@@ -189,6 +197,10 @@ def _store(
         raise WebhookError(400, "malformed_payload", f"no {missing}")
 
 
+def public_url(name: str) -> str:
+    return settings.PUBLIC_BASE_URL.rstrip("/") + reverse(name)
+
+
 def twiml(response: TwiML) -> HttpResponse:
     return HttpResponse(str(response), content_type=TWIML_CONTENT_TYPE)
 
@@ -203,16 +215,30 @@ def voice_answer(source: Source | None, params: QueryDict) -> tuple[VoiceRespons
     # forwarded to a number the business may not call (premium-rate, abroad).
     if source is not None and forward_to and not number_refusal(source.business, forward_to, "voice"):
         caller = params.get("From", "")
+        business = source.business
+        recording: dict[str, str] = {}
+        if business.call_recording:
+            # Before the dial: the caller hears it while they can still hang up.
+            if recording_notice_reason(business, params, caller):
+                response.say(voice_prompt(business, "recording_notice", {"business": business.name}))
+            recording = {
+                # Both legs, each on its own channel, from the moment someone picks up.
+                "record": "record-from-answer-dual",
+                "recording_status_callback": public_url("hook-twilio-voice-recording"),
+                "recording_status_callback_method": "POST",
+                "recording_status_callback_event": "completed",
+            }
         dial = response.dial(
-            action=settings.PUBLIC_BASE_URL.rstrip("/") + reverse("hook-twilio-voice-status"),
+            action=public_url("hook-twilio-voice-status"),
             method="POST",
             timeout=DIAL_TIMEOUT_SECONDS,
             # The caller's own number, so the contractor sees who is calling;
             # a withheld or odd caller id is left to Twilio's default.
             caller_id=caller if E164.fullmatch(caller) else None,
+            **recording,
         )
         dial.number(forward_to)
-        return response, f"dial {forward_to}"
+        return response, f"dial {forward_to}" + (" recorded" if recording else "")
     greeting = f"Thanks for calling {source.business.name}." if source else "Thanks for calling."
     response.say(f"{greeting} We can't take your call right now. We'll call you back shortly.")
     response.hangup()

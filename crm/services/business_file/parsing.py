@@ -33,6 +33,7 @@ from crm.services.business_file.reading import (
     yaml_load_with_lines,
 )
 from crm.services.webhooks import WebhookRefused, webhook_events_check, webhook_secret_check
+from crm.us_states import STATE_CODES
 
 # A template is sent on a channel that reaches the person: every step channel but a task.
 TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
@@ -142,6 +143,7 @@ _SECTIONS = (
     "webhooks",
     "ai",
     "playbook",
+    "calls",
     "conversions",
 )
 
@@ -218,6 +220,7 @@ def _parse_business(doc: Map, path: str) -> BusinessSpec:
         **_parse_notifications(doc),
         **_parse_ai(doc),
         **_parse_playbook(doc, currency),
+        **_parse_calls(doc),
     }
     return BusinessSpec(path=path, slug=m.slug("slug"), line=m.line, fields=fields)
 
@@ -407,6 +410,40 @@ def _parse_playbook(doc: Map, currency: str) -> dict[str, Any]:
     if facts:
         playbook["facts"] = facts
     return {"playbook": playbook}
+
+
+# How a recorded call is transcribed: not at all, or by the server's speech
+# to text (STT_*, agents/ai/speech.py).
+CALL_TRANSCRIPTION = ("off", "model")
+
+
+def _parse_calls(doc: Map) -> dict[str, Any]:
+    """calls: {record, transcription, states}: whether forwarded calls are
+    recorded, how a recording is transcribed (off or model), and the US
+    states the business operates in (for the recording-consent announcement:
+    left out, every recorded call is announced). Left out: as it is (a new
+    business: not recorded)."""
+    if not doc.has("calls"):
+        return {}
+    m = Map(doc.raw("calls"), doc.line_of("calls"), "calls", optional=("record", "transcription", "states"))
+    # YAML reads a bare `off` as false.
+    transcription = "off" if m.raw("transcription") is False else m.text("transcription", "off")
+    if transcription not in CALL_TRANSCRIPTION:
+        raise m.error(
+            "transcription", f"bad transcription {transcription!r} in calls (one of {', '.join(CALL_TRANSCRIPTION)})"
+        )
+    states: list[str] = []
+    for ref in m.texts("states"):
+        code = ref.name.strip().upper()
+        if code not in STATE_CODES:
+            raise BusinessFileError(ref.line, f"{ref.name!r} in calls states is not a two-letter US state code")
+        if code not in states:
+            states.append(code)
+    return {
+        "call_recording": m.boolean("record", False),
+        "call_transcription": transcription,
+        "call_states": states,
+    }
 
 
 def _fact_text(m: Map, key: str) -> str:

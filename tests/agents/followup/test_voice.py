@@ -184,6 +184,41 @@ def test_a_person_hears_the_approved_script_and_the_two_choices(lead: Lead) -> N
     assert (event.status, event.signature_ok) == ("processed", True)
 
 
+def test_the_calls_prompts_are_the_playbooks_approved_voice_templates_else_our_wording(lead: Lead, business) -> None:
+    run_path(lead)
+    path = f"/hooks/twilio/follow-up/{call_message(lead).public_id}/"
+    root = twiml(twilio_post(path, call_params(AnsweredBy="human")))
+    assert [say.text for say in root.iter("Say")][1:] == [
+        "Press 1 to talk to Sam now. Press 9 and we will not call you again.",
+        "Thank you. Goodbye.",
+    ]
+
+    def approved(key: str, body: str, *, is_approved: bool = True) -> None:
+        MessageTemplate.objects.create(business=business, key=key, channel="voice", approved=is_approved, body=body)
+
+    approved("voice_menu", "Pulse 1 para hablar con {owner_first_name}. Pulse 9 y no le llamaremos más.")
+    approved("voice_goodbye", "Gracias. Adiós.")
+    approved("voice_callback", "{owner_first_name} le devolverá la llamada. Adiós.")
+    approved("voice_no_answer", "Nobody at {business} could pick up.", is_approved=False)  # not approved: unused
+    other = "CA" + "e" * 32
+    root = twiml(twilio_post(path, call_params(AnsweredBy="human", CallSid=other)))
+    assert [say.text for say in root.iter("Say")][1:] == [
+        "Pulse 1 para hablar con Sam. Pulse 9 y no le llamaremos más.",
+        "Gracias. Adiós.",
+    ]
+    twiml(twilio_post(path + "gather/", call_params(Digits="1", CallSid=other)))
+    after = twiml(twilio_post(path + "dial/", call_params(DialCallStatus="busy", CallSid=other)))
+    assert after.findtext("Say") == "Sorry, nobody could pick up. We will call you back shortly. Goodbye."
+
+    # A menu that no longer offers 9 (how a person stops the calls) is not said.
+    MessageTemplate.objects.filter(business=business, key="voice_menu").update(body="Press 1 for {owner_first_name}.")
+    third = "CA" + "f" * 32
+    root = twiml(twilio_post(path, call_params(AnsweredBy="human", CallSid=third)))
+    assert [say.text for say in root.iter("Say")][1] == (
+        "Press 1 to talk to Sam now. Press 9 and we will not call you again."
+    )
+
+
 def test_pressing_9_revokes_voice_consent_at_once_and_ends_every_path(lead: Lead) -> None:
     enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
     for days in (0, 1, 3):
