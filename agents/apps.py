@@ -44,6 +44,9 @@ class AgentsConfig(AppConfig):
         from agents.ai import receptionist
 
         receptionist.register()  # the after-hours receptionist (own job: it may call a model)
+        from agents.ai import explain
+
+        explain.register()  # a model's words on a fit score (own job)
         from agents.conversions import delivery as conversions
 
         conversions.register()  # a sequencer run that made uploads wakes their sender

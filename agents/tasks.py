@@ -187,9 +187,9 @@ def ai_sweep() -> dict[str, int]:
     """Model readings whose fast path was lost (a failed enqueue, a worker
     that died): one at a time, claiming no more after AI_SWEEP_BUDGET, so the
     last call it starts still ends inside the job's timeout."""
-    from agents.ai import inbound, receptionist
+    from agents.ai import explain, inbound, receptionist
 
-    kinds = [inbound.TIMER_KIND, receptionist.TIMER_KIND]
+    kinds = [inbound.TIMER_KIND, receptionist.TIMER_KIND, explain.TIMER_KIND]
     run = timers_run_due(kinds=kinds, batch=1, limit=AI_SWEEP_LIMIT, budget=AI_SWEEP_BUDGET)
     return {"claimed": run.claimed, "done": run.done, "failed": run.failed}
 

@@ -18,8 +18,11 @@ cap, made, and recorded as a `ModelCall` row and a receipt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import partial
+from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
@@ -33,7 +36,18 @@ from crm.services.receipts import receipt_write
 
 ACTOR = "agent:ai_assistant"
 REPLY = "reply"  # the purpose of a call that reads a message and drafts its answer
+EXPLAIN = "explain"  # the purpose of a call that explains a lead's fit score and offer
+# What a call did, by its purpose, for its receipt.
+DONE = {REPLY: "read the message and drafted a reply", EXPLAIN: "explained the fit score in the lead's words"}
 CONFIDENCE_DEFAULT = 0.5
+
+
+class Answered(Protocol):
+    @property
+    def usage(self) -> Usage: ...
+
+
+A = TypeVar("A", bound=Answered)
 
 
 @dataclass(frozen=True)
@@ -129,45 +143,42 @@ def model_call(
 ) -> CallOutcome:
     """Claim, call and record one model call for `business` (see the module).
     Call it outside a transaction: the network call must not hold one open."""
-    if not quota_claim(business):
-        cap = business.ai_monthly_calls
-        call = _record(
-            business=business,
-            lead=lead,
-            message=message,
-            purpose=purpose,
-            config=config,
-            status=ModelCall.Status.REFUSED,
-            usage=Usage(),
-            error="over_cap",
-            detail=f"this month's {cap} model calls are used up",
-        )
-        return CallOutcome(None, call, "over_cap")
-    try:
-        understanding = understand(grounding, config)
-    except ModelFailure as failure:
-        call = _record(
-            business=business,
-            lead=lead,
-            message=message,
-            purpose=purpose,
-            config=config,
-            status=ModelCall.Status.FAILED,
-            usage=failure.usage,
-            error=failure.kind,
-            detail=failure.detail,
-        )
-        return CallOutcome(None, call, failure.kind)
-    call = _record(
+    answer, call, fallback = model_call_counted(
+        lambda: understand(grounding, config),
         business=business,
+        config=config,
         lead=lead,
         message=message,
         purpose=purpose,
-        config=config,
-        status=ModelCall.Status.OK,
-        usage=understanding.usage,
     )
-    return CallOutcome(understanding, call)
+    return CallOutcome(answer, call, fallback)
+
+
+def model_call_counted(
+    ask: Callable[[], A],
+    *,
+    business: Business,
+    config: ModelSettings,
+    lead: Lead | None = None,
+    message: Message | None = None,
+    purpose: str,
+) -> tuple[A | None, ModelCall, str]:
+    """Claim one call from the business's cap, make it (`ask`: a parsed
+    answer carrying its `usage`, or ModelFailure) and record it: the answer,
+    its ModelCall row, and "" or why there is no answer (the failure's kind,
+    or over_cap). Outside a transaction, as `model_call`."""
+    record = partial(_record, business=business, lead=lead, message=message, purpose=purpose, config=config)
+    if not quota_claim(business):
+        cap = business.ai_monthly_calls
+        detail = f"this month's {cap} model calls are used up"
+        call = record(status=ModelCall.Status.REFUSED, usage=Usage(), error="over_cap", detail=detail)
+        return None, call, "over_cap"
+    try:
+        answer = ask()
+    except ModelFailure as failure:
+        call = record(status=ModelCall.Status.FAILED, usage=failure.usage, error=failure.kind, detail=failure.detail)
+        return None, call, failure.kind
+    return answer, record(status=ModelCall.Status.OK, usage=answer.usage), ""
 
 
 @transaction.atomic
@@ -201,7 +212,7 @@ def _record(
         duration_ms=usage.duration_ms,
     )
     if status == ModelCall.Status.OK:
-        action, reason = "ai.called", f"{config.label} read the message and drafted a reply"
+        action, reason = "ai.called", f"{config.label} {DONE.get(purpose, purpose)}"
     elif status == ModelCall.Status.REFUSED:
         action, reason = "ai.refused", f"no call: {detail}; the rules answered instead"
     else:

@@ -25,6 +25,8 @@ runs after commit, outside any transaction while the model is asked
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -70,13 +72,19 @@ def inbound_read_schedule(message: Message, lead: Lead) -> Timer | None:
 def read_timer_leave(message: Message, lead: Lead, kind: str) -> Timer:
     """One timer of `kind` for `message` (a second call finds the first),
     enqueued to run after commit on the AI queue."""
+    return ai_timer_leave(lead, kind, key=message.public_id, payload={"message": message.pk})
+
+
+def ai_timer_leave(lead: Lead, kind: str, *, key: str, payload: dict[str, Any]) -> Timer:
+    """One timer of `kind` for the lead and `key` (a second call finds the
+    first), enqueued to run after commit on the AI queue."""
     timer = timer_schedule(
         business=lead.business,
         lead=lead,
         kind=kind,
         due_at=timezone.now(),
-        payload={"message": message.pk},
-        dedupe_key=f"{kind}:{message.public_id}",
+        payload=payload,
+        dedupe_key=f"{kind}:{key}",
     )
     if timer.status == Timer.Status.PENDING:
         # A lost enqueue leaves the timer due: the AI job's sweep runs it.
