@@ -167,7 +167,7 @@ def explanation_ask(lead: Lead, words: str, config: ModelSettings) -> Explanatio
 def explanation_run(timer: Timer) -> None:
     """The timer's work: ask, check every quote against the lead's words,
     keep or drop (see the module). A fit changed since is not explained."""
-    lead = Lead.objects.select_related("business").filter(pk=timer.lead_id).first()
+    lead = Lead.objects.select_related("business").filter(pk=timer.lead_id or 0).first()
     config = ai_settings_for(lead.business) if lead is not None else None
     if lead is None or config is None or timer.dedupe_key != f"{TIMER_KIND}:{lead.public_id}:{fit_digest(lead)}":
         return
