@@ -42,6 +42,12 @@ class AgentsConfig(AppConfig):
         from agents.ai import inbound as ai_inbound
 
         ai_inbound.register()  # a language model's reading of inbound messages (own job)
+        from agents.ai import receptionist
+
+        receptionist.register()  # the after-hours receptionist (own job: it may call a model)
+        from agents.ai import explain
+
+        explain.register()  # a model's words on a fit score (own job)
         from agents.conversions import delivery as conversions
 
         conversions.register()  # a sequencer run that made uploads wakes their sender

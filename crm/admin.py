@@ -336,6 +336,11 @@ class LeadAdmin(ScopedAdmin):
     @admin.display(description="Why this fit score")
     def fit_explained(self, lead: m.Lead) -> str:
         reasons = [f"{r.get('points', 0):+d} {r.get('rule', '')}: {r.get('why', '')}" for r in lead.fit_reasons]
+        # A model's words, when kept: they explain these points, never set them.
+        words = lead.facts.get("fit_explanation") or {}
+        if words.get("score") == lead.fit_score:
+            said = " ".join(part for part in (words.get("fit"), words.get("offer")) if part)
+            reasons.append(f"In the lead's words ({words.get('model', 'a model')}): {said}")
         return format_html("<br>".join(["{}"] * len(reasons)), *reasons) if reasons else "—"
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -1,8 +1,9 @@
 """Every model call on behalf of a business: claimed against its monthly
 cap, made, and recorded as a `ModelCall` row and a receipt.
 
-`model_call` (a message read and its reply drafted) and `transcription_call`
-(a call's recording turned into text) are the only ways agents/ai calls a
+`model_call` (a message read and its reply drafted), `transcription_call`
+(a call's recording turned into text) and `model_call_counted` beneath them
+(also an explanation of a fit score) are the only ways agents/ai calls a
 model for a business:
 
 1. The cap. Unless the business file says `ai: {enabled: false}`, one call
@@ -21,10 +22,12 @@ model for a business:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from functools import partial
+from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
@@ -40,13 +43,27 @@ from crm.services.receipts import receipt_write
 ACTOR = "agent:ai_assistant"
 REPLY = "reply"  # the purpose of a call that reads a message and drafts its answer
 TRANSCRIPTION = "transcription"  # the purpose of a call that turns a call's recording into text
+EXPLAIN = "explain"  # the purpose of a call that explains a lead's fit score and offer
 # What each purpose's receipt says it did, and what happens instead when it gives no answer.
-DONE = {REPLY: "read the message and drafted a reply", TRANSCRIPTION: "transcribed the call's recording"}
+DONE = {
+    REPLY: "read the message and drafted a reply",
+    TRANSCRIPTION: "transcribed the call's recording",
+    EXPLAIN: "explained the fit score in the lead's words",
+}
 INSTEAD = {
     REPLY: "the rules answered instead",
     TRANSCRIPTION: "the call stays without a transcript until its transcription is retried",
+    EXPLAIN: "the fit score stands without an explanation",
 }
 CONFIDENCE_DEFAULT = 0.5
+
+
+class Answered(Protocol):
+    @property
+    def usage(self) -> Usage: ...
+
+
+A = TypeVar("A", bound=Answered)
 
 
 @dataclass(frozen=True)
@@ -142,45 +159,47 @@ def model_call(
 ) -> CallOutcome:
     """Claim, call and record one model call for `business` (see the module).
     Call it outside a transaction: the network call must not hold one open."""
-    if not quota_claim(business):
-        cap = business.ai_monthly_calls
-        call = _record(
-            business=business,
-            lead=lead,
-            message=message,
-            purpose=purpose,
-            config=config,
-            status=ModelCall.Status.REFUSED,
-            usage=Usage(),
-            error="over_cap",
-            detail=f"this month's {cap} model calls are used up",
-        )
-        return CallOutcome(None, call, "over_cap")
-    try:
-        understanding = understand(grounding, config)
-    except ModelFailure as failure:
-        call = _record(
-            business=business,
-            lead=lead,
-            message=message,
-            purpose=purpose,
-            config=config,
-            status=ModelCall.Status.FAILED,
-            usage=failure.usage,
-            error=failure.kind,
-            detail=failure.detail,
-        )
-        return CallOutcome(None, call, failure.kind)
-    call = _record(
+    answer, call, fallback = model_call_counted(
+        lambda: understand(grounding, config),
         business=business,
+        config=config,
         lead=lead,
         message=message,
         purpose=purpose,
-        config=config,
-        status=ModelCall.Status.OK,
-        usage=understanding.usage,
     )
-    return CallOutcome(understanding, call)
+    return CallOutcome(answer, call, fallback)
+
+
+def model_call_counted(
+    ask: Callable[[], A],
+    *,
+    business: Business,
+    config: ModelSettings,
+    lead: Lead | None = None,
+    message: Message | None = None,
+    call: Call | None = None,
+    purpose: str,
+    cost: Callable[[A], Decimal] | None = None,
+) -> tuple[A | None, ModelCall, str]:
+    """Claim one call from the business's cap, make it (`ask`: a parsed
+    answer carrying its `usage`, or ModelFailure) and record it: the answer,
+    its ModelCall row, and "" or why there is no answer (the failure's kind,
+    or over_cap). `cost`: the answer's price where tokens do not make it (a
+    transcription is priced by the minute). Outside a transaction, as
+    `model_call`."""
+    record = partial(_record, business=business, lead=lead, message=message, call=call, purpose=purpose, config=config)
+    if not quota_claim(business):
+        cap = business.ai_monthly_calls
+        detail = f"this month's {cap} model calls are used up"
+        row = record(status=ModelCall.Status.REFUSED, usage=Usage(), error="over_cap", detail=detail)
+        return None, row, "over_cap"
+    try:
+        answer = ask()
+    except ModelFailure as failure:
+        row = record(status=ModelCall.Status.FAILED, usage=failure.usage, error=failure.kind, detail=failure.detail)
+        return None, row, failure.kind
+    row = record(status=ModelCall.Status.OK, usage=answer.usage, cost=cost(answer) if cost is not None else None)
+    return answer, row, ""
 
 
 @dataclass(frozen=True)
@@ -198,27 +217,16 @@ def transcription_call(
     """Claim, call and record one transcription of `call`'s recording for
     `business`, counted against the same monthly cap as every model call.
     Call it outside a transaction: the upload and the answer take seconds."""
-    record = partial(
-        _record,
+    transcript, row, failure = model_call_counted(
+        lambda: speech_to_text(audio, filename, content_type, config),
         business=business,
+        config=config.as_model_settings(),
         lead=call.lead,
-        message=None,
         call=call,
         purpose=TRANSCRIPTION,
-        config=config.as_model_settings(),
+        cost=lambda _: cost_of_audio(call.duration_seconds, config),
     )
-    if not quota_claim(business):
-        detail = f"this month's {business.ai_monthly_calls} model calls are used up"
-        row = record(status=ModelCall.Status.REFUSED, usage=Usage(), error="over_cap", detail=detail)
-        return TranscriptionOutcome("", row, "over_cap")
-    try:
-        transcript = speech_to_text(audio, filename, content_type, config)
-    except ModelFailure as failure:
-        row = record(status=ModelCall.Status.FAILED, usage=failure.usage, error=failure.kind, detail=failure.detail)
-        return TranscriptionOutcome("", row, failure.kind)
-    cost = cost_of_audio(call.duration_seconds, config)
-    row = record(status=ModelCall.Status.OK, usage=transcript.usage, cost=cost)
-    return TranscriptionOutcome(transcript.text, row)
+    return TranscriptionOutcome(transcript.text if transcript is not None else "", row, failure)
 
 
 @transaction.atomic

@@ -25,6 +25,8 @@ runs after commit, outside any transaction while the model is asked
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -64,13 +66,25 @@ def inbound_read_schedule(message: Message, lead: Lead) -> Timer | None:
         return None
     if ai_settings_for(lead.business) is None:
         return None
+    return read_timer_leave(message, lead, TIMER_KIND)
+
+
+def read_timer_leave(message: Message, lead: Lead, kind: str) -> Timer:
+    """One timer of `kind` for `message` (a second call finds the first),
+    enqueued to run after commit on the AI queue."""
+    return ai_timer_leave(lead, kind, key=message.public_id, payload={"message": message.pk})
+
+
+def ai_timer_leave(lead: Lead, kind: str, *, key: str, payload: dict[str, Any]) -> Timer:
+    """One timer of `kind` for the lead and `key` (a second call finds the
+    first), enqueued to run after commit on the AI queue."""
     timer = timer_schedule(
         business=lead.business,
         lead=lead,
-        kind=TIMER_KIND,
+        kind=kind,
         due_at=timezone.now(),
-        payload={"message": message.pk},
-        dedupe_key=f"{TIMER_KIND}:{message.public_id}",
+        payload=payload,
+        dedupe_key=f"{kind}:{key}",
     )
     if timer.status == Timer.Status.PENDING:
         # A lost enqueue leaves the timer due: the AI job's sweep runs it.
@@ -102,6 +116,18 @@ def inbound_read(timer: Timer) -> None:
 @transaction.atomic
 def _apply(message: Message, proposal: Proposal, outcome: CallOutcome | None) -> None:
     lead = lead_for_update(message.lead_id or 0)
+    kept = intent_apply(message, lead, outcome)
+    if outcome is None or outcome.understanding is None or kept.intent in NOT_DRAFTED:
+        return
+    if not draft_wanted(message, lead):
+        return
+    draft_route(message, lead, draft_proposal(lead, proposal), kept.intent)
+
+
+def intent_apply(message: Message, lead: Lead, outcome: CallOutcome | None) -> IntentReading:
+    """Keep the intent of `message` as `intent_merged` decides, with a
+    receipt when the model read it, and run the revocation's safe path when
+    only the model saw one. The caller holds the lead's row lock."""
     understanding = outcome.understanding if outcome is not None else None
     rules = intent_by_rules(message.body)
     model = IntentReading(understanding.intent, understanding.confidence, MODEL) if understanding else None
@@ -127,12 +153,10 @@ def _apply(message: Message, proposal: Proposal, outcome: CallOutcome | None) ->
         )
     if kept.intent == REVOCATION and rules.intent != REVOCATION:
         revocation_ask(message, lead, actor=ACTOR, why="The model reads this as a revocation. ")
-    if understanding is None or kept.intent in NOT_DRAFTED or not _wants_draft(message, lead):
-        return
-    _draft_send(message, lead, draft_proposal(lead, proposal), kept.intent)
+    return kept
 
 
-def _wants_draft(message: Message, lead: Lead) -> bool:
+def draft_wanted(message: Message, lead: Lead) -> bool:
     """Nobody needs a draft for an old message, a closed or held lead, a
     paused person, or a message a person already answered."""
     if not lead.is_open or lead.hold or lead.contact.automation_paused:
@@ -143,13 +167,16 @@ def _wants_draft(message: Message, lead: Lead) -> bool:
     return not later.filter(direction="out", automated=False).exclude(actor__startswith="agent:").exists()
 
 
-def _draft_send(message: Message, lead: Lead, draft: Draft, intent: str) -> Message | None:
+def draft_route(message: Message, lead: Lead, draft: Draft, intent: str, *, auto_reply: bool = True) -> Message | None:
+    """The model's checked draft through the send gate: on its own where
+    auto-reply allows it (never with `auto_reply=False`), else waiting for
+    a person's approval."""
     if not draft.body.strip():
         return None
     channel = REPLY_CHANNEL.get(message.channel, "sms")
     if not lead.contact.points.filter(kind=POINT_KIND[channel], is_valid=True).exists():
         return None
-    auto = draft.auto_ok and intent in (lead.business.ai_auto_reply or [])
+    auto = auto_reply and draft.auto_ok and intent in (lead.business.ai_auto_reply or [])
     reason = (
         f"{draft.reason.removesuffix(PERSON_APPROVES)}; sent on its own: auto-reply is on for {intent}"
         if auto

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents.ai.explain import FACT_KEY as FIT_EXPLANATION
+from agents.ai.explain import explanation_schedule
 from agents.events import UNREACHABLE_TITLE, MissingInformation
 from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
 from agents.routing.assign import lead_route
@@ -24,9 +26,12 @@ FIT_ACTOR = "agent:fit"
 
 def _apply_fit(lead: Lead, reason: str) -> Fit:
     fit = lead_fit(lead)
+    facts = {**lead.facts, **fit.facts()}
+    if (lead.fit_score, lead.fit_reasons, lead.facts.get("offer")) != (fit.score, fit.reasons, fit.offer):
+        facts.pop(FIT_EXPLANATION, None)  # it explained other points
     lead_sync.lead_record_fit(
         lead,
-        facts={**lead.facts, **fit.facts()},
+        facts=facts,
         fit_score=fit.score,
         fit_reasons=fit.reasons,
         service_line=fit.service_line,
@@ -43,6 +48,8 @@ def _apply_fit(lead: Lead, reason: str) -> Fit:
             lead, "out_of_area", actor=FIT_ACTOR, reason="postal code now in area", present=False
         )
     _exception_path(lead, fit)
+    # With a model: a short explanation in the lead's words, after commit; the points stay these.
+    explanation_schedule(lead)
     return fit
 
 

@@ -387,6 +387,24 @@ def lead_record_fit(
 
 
 @transaction.atomic
+def lead_record_fit_explanation(lead: Lead, explanation: dict[str, Any], *, actor: str, reason: str) -> Lead:
+    """Store a model's explanation of the lead's fit score beside the facts
+    it explains (`facts["fit_explanation"]`); nothing when the score changed
+    since it was asked for (compare-and-set under the lead's lock). The
+    points are never touched."""
+    current = _locked(lead)
+    if current.fit_score != explanation.get("score"):
+        return current
+    return _save(
+        current,
+        {"facts": {**current.facts, "fit_explanation": explanation}},
+        actor=actor,
+        action="lead.fit_explained",
+        reason=reason,
+    )
+
+
+@transaction.atomic
 def lead_set_sla(lead: Lead, due_at: datetime | None, *, actor: str, reason: str) -> Lead:
     current = _locked(lead)
     saved = _save(current, {"sla_due_at": due_at}, actor=actor, action="lead.sla_set", reason=reason)

@@ -21,6 +21,14 @@ def test_a_business_uses_the_model_by_default_with_no_cap_and_no_auto_reply() ->
     business = load("")
     assert (business.ai_enabled, business.ai_monthly_calls, business.ai_auto_reply) == (True, None, [])
     assert business.playbook == {}
+    assert not business.ai_receptionist
+
+
+def test_the_receptionist_is_turned_on_in_the_ai_section() -> None:
+    assert load("ai: {receptionist: true}\n").ai_receptionist
+    with pytest.raises(BusinessFileError) as refused:
+        load("ai: {receptionist: nights}\n")
+    assert "'receptionist' in ai must be true or false" in refused.value.reason
 
 
 def test_the_ai_section_opts_out_caps_and_names_the_auto_reply_intents() -> None:

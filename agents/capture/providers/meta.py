@@ -43,7 +43,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from agents.ai.inbound import inbound_read_schedule
+from agents.ai.receptionist import inbound_schedule
 from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.intake import Accepted, event_accept, rejection_count
@@ -511,9 +511,10 @@ def _process_dm(event: InboundEvent) -> str:
         if not applied.created_lead:
             # A DM on a lead we already had is a reply: automation for the person ends now.
             reply_log(applied.message, lead=applied.lead, reading=reading.kind)
-        # When the business uses a language model: it reads the message (and
-        # may draft a reply for a person to approve) after this commits.
-        inbound_read_schedule(applied.message, applied.lead)
+        # After this commits: the after-hours receptionist where the business
+        # turned it on, else a language model's reading where it uses one
+        # (which may draft a reply for a person to approve).
+        inbound_schedule(applied.message, applied.lead)
     return S.PROCESSED
 
 

@@ -56,7 +56,7 @@ from twilio.twiml import TwiML
 from twilio.twiml.messaging_response import MessagingResponse
 from twilio.twiml.voice_response import VoiceResponse
 
-from agents.ai.inbound import inbound_read_schedule
+from agents.ai.receptionist import inbound_schedule
 from agents.capture.base import Capture, MalformedPayload
 from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
@@ -476,9 +476,10 @@ def _process_sms(event: InboundEvent) -> str:
         if not applied.created_lead:
             # A text on a lead we already had is a reply: automation for the person ends now.
             reply_log(applied.message, lead=applied.lead, reading=reading.kind)
-        # When the business uses a language model: it reads the message (and
-        # may draft a reply for a person to approve) after this commits.
-        inbound_read_schedule(applied.message, applied.lead)
+        # After this commits: the after-hours receptionist where the business
+        # turned it on, else a language model's reading where it uses one
+        # (which may draft a reply for a person to approve).
+        inbound_schedule(applied.message, applied.lead)
     return InboundEvent.Status.PROCESSED
 
 

@@ -352,12 +352,13 @@ AUTO_REPLY_INTENTS = ("booking_request", "question", "price_question", "reschedu
 
 
 def _parse_ai(doc: Map) -> dict[str, Any]:
-    """ai: {enabled, monthly_calls, auto_reply}: this business's use of the
-    server's language model (LLM_PROVIDER); left out: as it is (a new
-    business: enabled, no cap, no auto-reply)."""
+    """ai: {enabled, monthly_calls, auto_reply, receptionist}: this
+    business's use of the server's language model (LLM_PROVIDER) and of the
+    after-hours receptionist (which works with the rules alone); left out: as
+    it is (a new business: enabled, no cap, no auto-reply, no receptionist)."""
     if not doc.has("ai"):
         return {}
-    m = Map(doc.raw("ai"), doc.line_of("ai"), "ai", optional=("enabled", "monthly_calls", "auto_reply"))
+    m = Map(doc.raw("ai"), doc.line_of("ai"), "ai", optional=("enabled", "monthly_calls", "auto_reply", "receptionist"))
     intents: list[str] = []
     for ref in m.texts("auto_reply"):
         if ref.name not in AUTO_REPLY_INTENTS:
@@ -372,6 +373,7 @@ def _parse_ai(doc: Map) -> dict[str, Any]:
         "ai_enabled": m.boolean("enabled", True),
         "ai_monthly_calls": m.integer("monthly_calls", None),
         "ai_auto_reply": intents,
+        "ai_receptionist": m.boolean("receptionist", False),
     }
 
 
