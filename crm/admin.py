@@ -1065,13 +1065,14 @@ DELIVERY_FIELDS = (
 )
 
 
-class WebhookAttemptInline(admin.TabularInline):
-    model = m.WebhookAttempt
+class AttemptsInline(admin.TabularInline):
+    """An outbound record's attempts, newest first: written by the sender
+    only, read by whoever may read the record (`view_permission`)."""
+
     extra = 0
     can_delete = False
-    fields = ATTEMPT_FIELDS
-    readonly_fields = ATTEMPT_FIELDS
     ordering = ["-number"]
+    view_permission = ""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -1080,7 +1081,14 @@ class WebhookAttemptInline(admin.TabularInline):
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return can_anywhere(request.user, "webhookdelivery.view")
+        return can_anywhere(request.user, self.view_permission)
+
+
+class WebhookAttemptInline(AttemptsInline):
+    model = m.WebhookAttempt
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+    view_permission = "webhookdelivery.view"
 
 
 class EventTypeFilter(admin.SimpleListFilter):

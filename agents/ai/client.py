@@ -157,7 +157,7 @@ def cost_of(usage: Usage, config: ModelSettings) -> Decimal:
 
 
 @lru_cache(maxsize=8)
-def _openai_client(base_url: str, api_key: str, timeout: float, connect: float, retries: int) -> Any:
+def openai_client(base_url: str, api_key: str, timeout: float, connect: float, retries: int) -> Any:
     import httpx2
     import openai
 
@@ -170,10 +170,22 @@ def _openai_client(base_url: str, api_key: str, timeout: float, connect: float, 
     )
 
 
+def openai_failure(exc: Exception, usage: Usage) -> ModelFailure:
+    """The failure an `openai` SDK error is: a timeout, a 429 after the
+    retries, or any other answer of the provider's."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelFailure("timeout", said_of(exc), usage)
+    if isinstance(exc, openai.RateLimitError):
+        return ModelFailure("rate_limited", said_of(exc), usage)
+    return ModelFailure("provider_error", said_of(exc), usage)
+
+
 def _ask_openai(request: ModelRequest, config: ModelSettings) -> ModelAnswer:
     import openai
 
-    client = _openai_client(config.base_url, config.api_key, config.timeout, config.connect_timeout, config.max_retries)
+    client = openai_client(config.base_url, config.api_key, config.timeout, config.connect_timeout, config.max_retries)
     body: dict[str, Any] = {
         "model": config.model,
         "messages": [{"role": "system", "content": request.system}, {"role": "user", "content": request.user}],
@@ -193,12 +205,8 @@ def _ask_openai(request: ModelRequest, config: ModelSettings) -> ModelAnswer:
     sent = _Sent(body)
     try:
         completion = client.chat.completions.create(**body)
-    except openai.APITimeoutError as exc:
-        raise ModelFailure("timeout", said_of(exc), sent.usage()) from exc
-    except openai.RateLimitError as exc:
-        raise ModelFailure("rate_limited", said_of(exc), sent.usage()) from exc
     except openai.APIError as exc:
-        raise ModelFailure("provider_error", said_of(exc), sent.usage()) from exc
+        raise openai_failure(exc, sent.usage()) from exc
     usage = getattr(completion, "usage", None)
     tokens_in = getattr(usage, "prompt_tokens", 0) or 0
     tokens_out = getattr(usage, "completion_tokens", 0) or 0

@@ -17,12 +17,10 @@ import hashlib
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from functools import lru_cache
-from typing import Any
 
 from django.conf import settings
 
-from agents.ai.client import NO_KEY, ModelFailure, ModelSettings, Usage, said_of, sha256
+from agents.ai.client import ModelFailure, ModelSettings, Usage, openai_client, openai_failure, sha256
 from crm.models import Business
 
 PROVIDER = "openai"  # the wire format: every speech-to-text server we use speaks OpenAI's
@@ -88,25 +86,12 @@ def cost_of_audio(seconds: int | None, config: SpeechSettings) -> Decimal:
     return (Decimal(seconds or 0) * config.price_per_minute / Decimal(60)).quantize(Decimal("0.000001"))
 
 
-@lru_cache(maxsize=4)
-def _client(base_url: str, api_key: str, timeout: float, connect: float, retries: int) -> Any:
-    import httpx2
-    import openai
-
-    return openai.OpenAI(
-        api_key=api_key or NO_KEY,
-        base_url=base_url or None,
-        timeout=httpx2.Timeout(timeout, connect=connect),
-        max_retries=retries,
-    )
-
-
 def speech_to_text(audio: bytes, filename: str, content_type: str, config: SpeechSettings) -> Transcript:
     """The text of one recording (see the module). The request's digest
     commits to the audio and the model, never keeping either."""
     import openai
 
-    client = _client(config.base_url, config.api_key, config.timeout, config.connect_timeout, config.max_retries)
+    client = openai_client(config.base_url, config.api_key, config.timeout, config.connect_timeout, config.max_retries)
     digest = sha256(f"{config.model}:{hashlib.sha256(audio).hexdigest()}")
     started = time.monotonic()
 
@@ -123,12 +108,8 @@ def speech_to_text(audio: bytes, filename: str, content_type: str, config: Speec
         answer = client.audio.transcriptions.create(
             model=config.model, file=(filename, audio, content_type), response_format="json"
         )
-    except openai.APITimeoutError as exc:
-        raise ModelFailure("timeout", said_of(exc), used()) from exc
-    except openai.RateLimitError as exc:
-        raise ModelFailure("rate_limited", said_of(exc), used()) from exc
     except openai.APIError as exc:
-        raise ModelFailure("provider_error", said_of(exc), used()) from exc
+        raise openai_failure(exc, used()) from exc
     text = str(getattr(answer, "text", "") or "").strip()
     # Newer models count tokens; Whisper counts seconds (priced by the minute instead).
     usage = getattr(answer, "usage", None)

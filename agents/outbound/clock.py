@@ -18,61 +18,9 @@ from phonenumbers import geocoder
 from phonenumbers import timezone as number_timezones
 
 from crm.models import DAYS, Business
+from crm.us_states import US_STATE_NAMES
 
 BUILT_IN_STATE_WINDOWS = {"FL": "08:00-20:00"}
-US_STATES = {
-    "Alabama": "AL",
-    "Alaska": "AK",
-    "Arizona": "AZ",
-    "Arkansas": "AR",
-    "California": "CA",
-    "Colorado": "CO",
-    "Connecticut": "CT",
-    "Delaware": "DE",
-    "Florida": "FL",
-    "Georgia": "GA",
-    "Hawaii": "HI",
-    "Idaho": "ID",
-    "Illinois": "IL",
-    "Indiana": "IN",
-    "Iowa": "IA",
-    "Kansas": "KS",
-    "Kentucky": "KY",
-    "Louisiana": "LA",
-    "Maine": "ME",
-    "Maryland": "MD",
-    "Massachusetts": "MA",
-    "Michigan": "MI",
-    "Minnesota": "MN",
-    "Mississippi": "MS",
-    "Missouri": "MO",
-    "Montana": "MT",
-    "Nebraska": "NE",
-    "Nevada": "NV",
-    "New Hampshire": "NH",
-    "New Jersey": "NJ",
-    "New Mexico": "NM",
-    "New York": "NY",
-    "North Carolina": "NC",
-    "North Dakota": "ND",
-    "Ohio": "OH",
-    "Oklahoma": "OK",
-    "Oregon": "OR",
-    "Pennsylvania": "PA",
-    "Rhode Island": "RI",
-    "South Carolina": "SC",
-    "South Dakota": "SD",
-    "Tennessee": "TN",
-    "Texas": "TX",
-    "Utah": "UT",
-    "Vermont": "VT",
-    "Virginia": "VA",
-    "Washington": "WA",
-    "West Virginia": "WV",
-    "Wisconsin": "WI",
-    "Wyoming": "WY",
-    "Washington D.C.": "DC",
-}
 
 
 @dataclass(frozen=True)
@@ -113,7 +61,7 @@ def recipient_state(phone: str) -> str:
     place = geocoder.description_for_number(number, "en")
     if ", " in place:
         return place.rsplit(", ", 1)[1]
-    return US_STATES.get(place, "")
+    return US_STATE_NAMES.get(place, "")
 
 
 def window_for(phone: str, business: Business) -> Window:

@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from crm import models as m
-from crm.admin import BusinessFilter, RecordAdmin, actor_of
+from crm.admin import AttemptsInline, BusinessFilter, RecordAdmin, actor_of
 from crm.permissions import business_ids_where, can_anywhere
 from crm.services.conversions import account_secret_sources, conversion_upload_replay
 
@@ -54,22 +54,11 @@ def _pretty(value: Any) -> str:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
-class ConversionAttemptInline(admin.TabularInline):
+class ConversionAttemptInline(AttemptsInline):
     model = m.ConversionAttempt
-    extra = 0
-    can_delete = False
     fields = ATTEMPT_FIELDS
     readonly_fields = ATTEMPT_FIELDS
-    ordering = ["-number"]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return can_anywhere(request.user, "conversionupload.view")
+    view_permission = "conversionupload.view"
 
 
 @admin.register(m.ConversionUpload)
