@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -65,6 +66,9 @@ class ScopedAdmin(admin.ModelAdmin):
     business_field: str = "business_id"
     # The record name in the permission table (default: the model's name).
     record: str = ""
+    # An address typed without its scheme is https (Django 6's default, and
+    # the only scheme a live webhook target may have).
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         qs = super().get_queryset(request)
