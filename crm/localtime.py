@@ -11,13 +11,24 @@ Templates do the same with Django's `date` filter and its `T` format.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, time, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 MINUTE = "%Y-%m-%d %H:%M"
+# A day's hours may end at midnight ("00:00-24:00": open all day, a 24/7
+# emergency line); as a time of day it is the last instant of the day.
+END_OF_DAY = "24:00"
+
+
+def clock_time(text: str) -> time:
+    """A stored "HH:MM" as a time of day; END_OF_DAY is the day's last instant."""
+    text = text.strip()
+    return time.max if text == END_OF_DAY else time.fromisoformat(text)
+
+
 # Times stored text spells: "2026-03-10 15:00 UTC" (Pipeline QA's details, some
 # receipt reasons) and ISO 8601 instants with an offset (a receipt's values).
 _UTC_IN_TEXT = re.compile(r"\b(\d{4}-\d{2}-\d{2} \d{2}:\d{2}) UTC\b")

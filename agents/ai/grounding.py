@@ -32,6 +32,7 @@ from django.urls import NoReverseMatch, reverse
 
 from agents.ai.intents import INTENTS
 from agents.playbook.templates import playbook_context
+from crm.localtime import END_OF_DAY
 from crm.models import DAYS, Appointment, Business, Lead, Message, Provider, ServiceArea, ServiceLine, Source
 
 CONVERSATION_TURNS = 8
@@ -87,6 +88,8 @@ def money(amount: Decimal | str, currency: str) -> str:
 
 
 def _clock(hhmm: str) -> str:
+    if hhmm.strip() == END_OF_DAY:
+        return "midnight"
     hour, minute = (int(part) for part in hhmm.split(":"))
     suffix = "AM" if hour < 12 else "PM"
     return f"{(hour % 12) or 12}:{minute:02d} {suffix}"

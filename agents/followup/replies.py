@@ -8,7 +8,8 @@ the lead's owner the conversation to take over.
   `complaint` when the text says so), before any later step could send, and
   the orchestrator is told (`reply`, `opt_out`, `complaint`).
 - The orchestrator's `reply` step (`reply_step`) gives the owner one open
-  take-over task and moves a lead that was only contacted to `engaged`
+  take-over task (after hours, where the receptionist answers, only its
+  handover does) and moves a lead that was only contacted to `engaged`
   through CRM Sync.
 - Channels without a webhook (an email answered to a person's inbox) are
   logged with `reply_record`, which records the inbound message first.
@@ -27,6 +28,7 @@ from django.utils import timezone
 
 from agents.ai.inbound import inbound_read_schedule
 from agents.ai.intents import intent_by_rules
+from agents.ai.receptionist import reception_wanted
 from agents.events import lead_event
 from agents.followup.sequences.engine import enrollments_stop
 from crm.models import ContactPoint, Lead, Message, Stage, Task
@@ -109,7 +111,12 @@ def reply_step(lead: Lead, data: dict[str, Any]) -> str:
     if not lead.is_open:
         return "logged on a closed lead"
     outcome = []
-    if not lead.tasks.filter(kind=TAKE_OVER, status=Task.Status.OPEN).exists():
+    # After hours, where the business turned the receptionist on, it answers
+    # within the playbook and gives the owner the conversation only when a
+    # person is needed, with the reason (agents.ai.receptionist): one
+    # take-over task, never a second beside its own.
+    received = message is not None and reception_wanted(message, lead)
+    if not received and not lead.tasks.filter(kind=TAKE_OVER, status=Task.Status.OPEN).exists():
         owner = lead.owner if lead.owner is not None and lead.owner.is_active else business_manager(lead.business_id)
         who = lead.contact.name or (message.from_number if message else "") or "The lead"
         quoted = f": “{message.body[:120]}”" if message and message.body else ""
@@ -123,6 +130,8 @@ def reply_step(lead: Lead, data: dict[str, Any]) -> str:
             reason=f"reply {message.public_id if message else ''}".strip(),
         )
         outcome.append(f"task {task.public_id}")
+    elif received:
+        outcome.append("the after-hours receptionist has the conversation")
     if lead.stage in ENGAGES and lead_sync.transition_allowed(lead.stage, Stage.ENGAGED):
         lead_sync.lead_transition(lead, Stage.ENGAGED, actor=ACTOR, reason="the person replied")
         outcome.append("engaged")

@@ -17,6 +17,7 @@ import phonenumbers
 from phonenumbers import geocoder
 from phonenumbers import timezone as number_timezones
 
+from crm.localtime import clock_time
 from crm.models import DAYS, Business
 from crm.us_states import US_STATE_NAMES
 
@@ -33,7 +34,7 @@ class Window:
 
 def parse_window(text: str) -> tuple[time, time]:
     start, end = text.split("-")
-    return time.fromisoformat(start.strip()), time.fromisoformat(end.strip())
+    return clock_time(start), clock_time(end)
 
 
 def _number(phone: str) -> phonenumbers.PhoneNumber | None:
@@ -97,7 +98,7 @@ def hours_open(hours: dict[str, str], zone: ZoneInfo, at: datetime) -> bool:
     if not window:
         return False
     start, end = parse_window(window)
-    return start <= local.time() < end
+    return start <= local.time() and (end == time.max or local.time() < end)
 
 
 def business_minutes_after(start: datetime, minutes: int, hours: dict[str, str], zone: ZoneInfo) -> datetime:
@@ -113,6 +114,8 @@ def business_minutes_after(start: datetime, minutes: int, hours: dict[str, str],
             open_t, close_t = parse_window(window)
             opens = datetime.combine(cursor.date(), open_t, tzinfo=zone)
             closes = datetime.combine(cursor.date(), close_t, tzinfo=zone)
+            if close_t == time.max:  # open until midnight: the next day's first instant
+                closes = datetime.combine(cursor.date() + timedelta(days=1), time(0, 0), tzinfo=zone)
             begin = max(cursor, opens)
             if begin < closes:
                 if begin + remaining <= closes:

@@ -46,6 +46,8 @@ def test_routing_keys_load_onto_the_business_its_sources_and_lines() -> None:
         ("fit_rules: [{rule: in_area, points: lots}]", "points of fit rule in_area must be a whole number"),
         ("brief_hour: 24", "brief_hour must be an hour from 0 to 23"),
         ('business_hours: {mon: "18:00-08:00"}', "mon"),
+        ('business_hours: {mon: "24:00-08:00"}', "mon"),
+        ('quiet_hours: "08:00-24:00"', "quiet_hours"),
         ("scope_keywords: {spooky: [ghost]}", "spooky"),
     ],
 )
@@ -54,6 +56,15 @@ def test_bad_routing_keys_are_refused_with_the_line(bad: str, message: str) -> N
     with pytest.raises(BusinessFileError, match=message) as caught:
         business_file_parse(text)
     assert "line 7" in str(caught.value)
+
+
+def test_a_day_may_be_open_until_midnight() -> None:
+    """A 24/7 emergency line: "00:00-24:00" is open all day, to its last minute."""
+    text = BASE.replace(
+        'business_hours: {mon: "08:00-18:00", sat: "09:00-12:00"}', 'business_hours: {mon: "00:00-24:00"}'
+    )
+    business_spec_apply(business_file_parse(text))
+    assert Business.objects.get(slug="acme").business_hours == {"mon": "00:00-24:00"}
 
 
 def test_the_loader_and_the_scorer_agree_on_the_rule_names() -> None:

@@ -739,7 +739,7 @@ def _parse_hours(member: Map, key: str = "hours") -> dict[str, str]:
     hours = {}
     for day in DAYS:
         if m.has(day):
-            m.time_range(day)
+            m.time_range(day, to_midnight=True)
             hours[day] = m.text(day)
     return hours
 

@@ -18,7 +18,7 @@ from django.core.validators import validate_slug
 
 from crm.phones import phone_to_e164
 
-_TIME_RANGE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+_TIME_RANGE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-(?:([01]\d|2[0-3]):([0-5]\d)|(24:00))$")
 
 
 class BusinessFileError(Exception):
@@ -265,16 +265,21 @@ class Map:
             raise self.error(key, f"bad phone {raw!r} in {self.what}: not a possible phone number")
         return e164
 
-    def time_range(self, key: str, *, ordered: bool = True) -> tuple[time, time]:
-        return time_range(self.text(key), self.line_of(key), f"{key!r} in {self.what}", ordered=ordered)
+    def time_range(self, key: str, *, ordered: bool = True, to_midnight: bool = False) -> tuple[time, time]:
+        what = f"{key!r} in {self.what}"
+        return time_range(self.text(key), self.line_of(key), what, ordered=ordered, to_midnight=to_midnight)
 
 
-def time_range(value: Any, line: int, what: str, *, ordered: bool = True) -> tuple[time, time]:
+def time_range(
+    value: Any, line: int, what: str, *, ordered: bool = True, to_midnight: bool = False
+) -> tuple[time, time]:
+    """A checked "HH:MM-HH:MM". `to_midnight`: the range may end at "24:00"
+    (a day's hours open until midnight; crm.localtime.END_OF_DAY)."""
     match = _TIME_RANGE.match(value) if isinstance(value, str) else None
-    if not match:
+    if not match or (match[5] and not to_midnight):
         raise BusinessFileError(line, f'{what} must be a time range like "08:00-18:00", not {value!r}')
     start = time(int(match[1]), int(match[2]))
-    end = time(int(match[3]), int(match[4]))
+    end = time.max if match[5] else time(int(match[3]), int(match[4]))
     if (ordered and start >= end) or start == end:
         raise BusinessFileError(line, f"{what}: the range {value!r} must end after it starts")
     return start, end

@@ -68,10 +68,11 @@ def acme(db: None) -> Business:
 
 
 def hours(business: Business, *, open_now: bool) -> None:
-    """Business hours that are open right now, or closed all day today."""
+    """Business hours open around the clock, or closed all day today (and
+    still closed at tomorrow's first minutes, should midnight pass mid-test)."""
     today = DAYS[timezone.now().astimezone(ZoneInfo(business.timezone)).weekday()]
     tomorrow = DAYS[(DAYS.index(today) + 1) % 7]
-    opening = {today: "00:00-23:59"} if open_now else {tomorrow: "08:00-18:00"}
+    opening = dict.fromkeys(DAYS, "00:00-24:00") if open_now else {tomorrow: "08:00-18:00"}
     Business.objects.filter(pk=business.pk).update(business_hours=opening)
 
 
@@ -89,12 +90,15 @@ def deliver(capture: Any, body: str, sender: str = "+12125550147") -> Message:
         assert post(SMS, form).status_code == 200
     with capture(execute=True):
         assert run_queued_events() == ["processed"]
-    for queued in OrmQ.objects.order_by("id"):
-        task = SignedPackage.loads(queued.payload)
-        if task["func"] == "agents.tasks.ai_inbound":
-            with capture(execute=True):
-                tasks.ai_inbound(*task["args"])
-            queued.delete()
+    # The orchestrator's steps (a reply's take-over task among them), then the
+    # AI queue's: the order a cluster drains them in.
+    for func in ("agents.tasks.orchestrate", "agents.tasks.ai_inbound"):
+        for queued in OrmQ.objects.order_by("id"):
+            task = SignedPackage.loads(queued.payload)
+            if task["func"] == func:
+                with capture(execute=True):
+                    getattr(tasks, func.rsplit(".", 1)[1])(*task["args"])
+                queued.delete()
     return Message.objects.filter(direction="in").latest("pk")
 
 
@@ -104,6 +108,11 @@ def reply_to(inbound: Message) -> Message | None:
 
 def handovers() -> list[Task]:
     return list(Task.objects.filter(kind="take_over", title__startswith="After hours:").order_by("pk"))
+
+
+def take_overs() -> list[str]:
+    """Every open take-over task's title, whoever opened it: one conversation, one person to take it."""
+    return list(Task.objects.filter(kind="take_over", status="open").order_by("pk").values_list("title", flat=True))
 
 
 def sent_bodies() -> list[str]:
@@ -122,7 +131,8 @@ def test_after_hours_a_question_the_playbook_answers_gets_the_approved_fact_thro
     assert Receipt.objects.filter(subject=reply.public_id, action="message.dry_run", actor="agent:send_gate").exists()
     answered = Receipt.objects.get(action="reception.answered")
     assert answered.subject == inbound.public_id and answered.after["facts"] == ["fact:1"]
-    assert handovers() == []
+    # Answered within the playbook: nobody has to take the conversation over tonight.
+    assert handovers() == [] and take_overs() == []
 
 
 def test_after_hours_a_visit_request_gets_the_offered_slots_and_a_picked_number_is_booked(
@@ -157,6 +167,10 @@ def test_within_business_hours_the_receptionist_does_nothing(
     assert not Timer.objects.filter(kind=TIMER_KIND).exists()
     assert not Receipt.objects.filter(action__startswith="reception.").exists()
     assert handovers() == []
+    # The person writes again: the reply logger gives the owner the conversation, as always within hours.
+    deliver(django_capture_on_commit_callbacks, "Are you there?")
+    [title] = take_overs()
+    assert "replied — take over the conversation" in title
 
 
 def test_a_business_without_the_receptionist_gets_nothing_new_after_hours(
@@ -165,6 +179,26 @@ def test_a_business_without_the_receptionist_gets_nothing_new_after_hours(
     Business.objects.filter(pk=acme.pk).update(ai_receptionist=False)
     inbound = deliver(django_capture_on_commit_callbacks, "Do you give a warranty on repairs?")
     assert reply_to(inbound) is None and not Timer.objects.filter(kind=TIMER_KIND).exists()
+    deliver(django_capture_on_commit_callbacks, "Are you there?")
+    assert ["replied — take over the conversation" in title for title in take_overs()] == [True]
+
+
+def test_a_known_person_after_hours_has_one_take_over_task_and_it_says_why(
+    acme: Business, twilio_settings: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The person wrote before (a reply, not a new lead): the receptionist
+    answers what it may, and only its handover gives the owner the
+    conversation, once, with the reason."""
+    hours(acme, open_now=True)
+    deliver(django_capture_on_commit_callbacks, "Hi, I filled in your form about my furnace")
+    hours(acme, open_now=False)
+
+    asked = deliver(django_capture_on_commit_callbacks, "Do you give a warranty on repairs?")
+    assert reply_to(asked) is not None and take_overs() == []
+
+    deliver(django_capture_on_commit_callbacks, "Can I talk to a real person please")
+    [task] = handovers()
+    assert "asked to talk to a person" in task.title and take_overs() == [task.title]
 
 
 @pytest.mark.parametrize(
@@ -192,6 +226,8 @@ def test_each_handover_is_one_task_for_the_owner_with_its_reason_and_a_receipt(
 
     [task] = handovers()
     assert says in task.title and task.status == "open" and task.owner is not None
+    # The owner has one conversation to take over, and the task says why.
+    assert take_overs() == [task.title]
     handed = Receipt.objects.get(action="reception.handed_over")
     assert handed.subject == inbound.public_id and handed.after["reason"] == reason
     assert handed.after["task"] == task.public_id
@@ -205,7 +241,7 @@ def test_each_handover_is_one_task_for_the_owner_with_its_reason_and_a_receipt(
 
     # Said again: the owner has the conversation; no second task, nothing more sent.
     again = deliver(django_capture_on_commit_callbacks, body)
-    assert len(handovers()) == 1 and reply_to(again) is None
+    assert len(handovers()) == 1 and reply_to(again) is None and take_overs() == [task.title]
 
 
 def test_saying_the_same_thing_a_third_time_without_a_persons_answer_goes_to_a_person(

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.orchestrator import orchestrate_pending
-from agents.outbound.clock import business_minutes_after
+from agents.outbound.clock import business_minutes_after, hours_open
 from agents.routing.sla import sla_start
 from crm.models import Lead, Receipt, Role, Source, Timer
 from crm.services import lead_sync
@@ -31,6 +31,21 @@ def test_a_deadline_counts_only_open_business_minutes() -> None:
     tuesday_night = datetime(2026, 12, 1, 23, 0, tzinfo=CHICAGO)
     assert business_minutes_after(tuesday_night, 5, HOURS, CHICAGO) == datetime(2026, 12, 2, 8, 5, tzinfo=CHICAGO)
     assert business_minutes_after(tuesday_night, 5, {}, CHICAGO) == tuesday_night + timedelta(minutes=5)
+
+
+def test_hours_until_midnight_are_open_to_the_days_last_minute() -> None:
+    all_day = {d: "00:00-24:00" for d in ("mon", "tue", "wed", "thu", "fri", "sat", "sun")}
+    last_minute = datetime(2026, 12, 1, 23, 59, 59, tzinfo=CHICAGO)
+    assert hours_open(all_day, CHICAGO, last_minute) and hours_open(
+        all_day, CHICAGO, last_minute + timedelta(seconds=1)
+    )
+    assert not hours_open({"tue": "00:00-23:59"}, CHICAGO, last_minute)
+    # Open around the clock, a deadline is plain time across midnight.
+    assert business_minutes_after(last_minute, 5, all_day, CHICAGO) - last_minute < timedelta(minutes=5, seconds=1)
+    monday_late = datetime(2026, 11, 30, 23, 58, tzinfo=CHICAGO)
+    assert business_minutes_after(monday_late, 5, {"mon": "20:00-24:00"}, CHICAGO) == datetime(
+        2026, 12, 7, 20, 3, tzinfo=CHICAGO
+    )
 
 
 @pytest.mark.django_db
