@@ -78,8 +78,8 @@ def window_for(phone: str, business: Business) -> Window:
 def next_allowed(now: datetime, window: Window) -> datetime | None:
     """None when `now` is inside the window; else the next moment it opens."""
     local = now.astimezone(window.zone)
-    if window.start <= local.time() < window.end:
-        return None
+    if window.start <= local.time() and (window.end == time.max or local.time() < window.end):
+        return None  # time.max: the window runs until midnight ("…-24:00")
     day = local.date() if local.time() < window.start else local.date() + timedelta(days=1)
     opens = datetime.combine(day, window.start, tzinfo=window.zone)
     return opens.astimezone(now.tzinfo)

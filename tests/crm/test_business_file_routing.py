@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import time
+
 import pytest
 
 from agents.fit.qualify import RULE_NAMES
@@ -47,7 +49,6 @@ def test_routing_keys_load_onto_the_business_its_sources_and_lines() -> None:
         ("brief_hour: 24", "brief_hour must be an hour from 0 to 23"),
         ('business_hours: {mon: "18:00-08:00"}', "mon"),
         ('business_hours: {mon: "24:00-08:00"}', "mon"),
-        ('quiet_hours: "08:00-24:00"', "quiet_hours"),
         ("scope_keywords: {spooky: [ghost]}", "spooky"),
     ],
 )
@@ -63,8 +64,11 @@ def test_a_day_may_be_open_until_midnight() -> None:
     text = BASE.replace(
         'business_hours: {mon: "08:00-18:00", sat: "09:00-12:00"}', 'business_hours: {mon: "00:00-24:00"}'
     )
+    text = text.replace("first_response_minutes: 5", 'first_response_minutes: 5\n  quiet_hours: "09:00-24:00"')
     business_spec_apply(business_file_parse(text))
-    assert Business.objects.get(slug="acme").business_hours == {"mon": "00:00-24:00"}
+    business = Business.objects.get(slug="acme")
+    assert business.business_hours == {"mon": "00:00-24:00"}
+    assert (business.quiet_hours_start, business.quiet_hours_end) == (time(9, 0), time.max)
 
 
 def test_the_loader_and_the_scorer_agree_on_the_rule_names() -> None:

@@ -298,7 +298,9 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
     if m.has("quiet_hours"):
         # May wrap midnight, so only an empty range is refused.
-        fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range("quiet_hours", ordered=False)
+        fields["quiet_hours_start"], fields["quiet_hours_end"] = m.time_range(
+            "quiet_hours", ordered=False, to_midnight=True
+        )
     return fields
 
 

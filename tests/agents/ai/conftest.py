@@ -27,7 +27,7 @@ service_areas:
   - {{name: Chicago Metro, postal_codes: ["606*"]}}
 policy:
   # Wide open: what the gate says must not depend on the hour the tests run at.
-  quiet_hours: "00:00-23:59"
+  quiet_hours: "00:00-24:00"
   business_hours: {{mon: "08:00-18:00", tue: "08:00-18:00"}}
 ai: {{enabled: true}}
 playbook:

@@ -54,7 +54,7 @@ def business_file(calls: str = "{record: true, transcription: model, states: [TX
 business: {{slug: acme-calls, name: Acme Heating & Air, timezone: America/Chicago, region: US}}
 sources:
   - {{key: main-line, provider: twilio, phone_number: "{LINE}", forward_to: "{FORWARD_TO}"}}
-policy: {{quiet_hours: "00:00-23:59"}}
+policy: {{quiet_hours: "00:00-24:00"}}
 calls: {calls}
 {extra}
 """

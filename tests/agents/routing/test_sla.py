@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.orchestrator import orchestrate_pending
-from agents.outbound.clock import business_minutes_after, hours_open
+from agents.outbound.clock import Window, business_minutes_after, hours_open, next_allowed
 from agents.routing.sla import sla_start
 from crm.models import Lead, Receipt, Role, Source, Timer
 from crm.services import lead_sync
@@ -40,6 +40,9 @@ def test_hours_until_midnight_are_open_to_the_days_last_minute() -> None:
         all_day, CHICAGO, last_minute + timedelta(seconds=1)
     )
     assert not hours_open({"tue": "00:00-23:59"}, CHICAGO, last_minute)
+    # Quiet hours that end at midnight let a text go in the day's last minute.
+    assert next_allowed(last_minute, Window(time(0, 0), time.max, CHICAGO, "")) is None
+    assert next_allowed(last_minute, Window(time(0, 0), time(23, 59), CHICAGO, "")) is not None
     # Open around the clock, a deadline is plain time across midnight.
     assert business_minutes_after(last_minute, 5, all_day, CHICAGO) - last_minute < timedelta(minutes=5, seconds=1)
     monday_late = datetime(2026, 11, 30, 23, 58, tzinfo=CHICAGO)
