@@ -49,6 +49,19 @@ PROMISING_DRAFT: dict[str, Any] = {
 }
 
 
+def json_answer(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    """A provider's JSON answer, as the OpenAI and Anthropic servers send it."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    if status == 429:
+        # Both SDKs honour the provider's own hint: no waiting in tests.
+        handler.send_header("retry-after", "0")
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class ModelServer:
     def __init__(self, wire: str) -> None:
         assert wire in ("openai", "anthropic")
@@ -86,15 +99,7 @@ class ModelServer:
                 self._answer(200, server._envelope(body, behaviour))
 
             def _answer(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 429:
-                    # Both SDKs honour the provider's own hint: no waiting in tests.
-                    self.send_header("retry-after", "0")
-                self.end_headers()
-                self.wfile.write(data)
+                json_answer(self, status, payload)
 
             def log_message(self, format: str, *args: Any) -> None:
                 return  # keep test output quiet

@@ -16,12 +16,13 @@ from __future__ import annotations
 import base64
 import email.parser
 import email.policy
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.helpers.llm import json_answer
 
 AUDIO = b"ID3\x03\x00\x00\x00\x00\x00\x00" + bytes(range(256)) * 16  # an mp3's header and some frames
 
@@ -116,14 +117,7 @@ class SpeechServer(_Server):
                     self._answer(200, {"text": behaviour, "usage": {"type": "duration", "seconds": 187}})
 
             def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 429:
-                    self.send_header("retry-after", "0")
-                self.end_headers()
-                self.wfile.write(data)
+                json_answer(self, status, payload)
 
         super().__init__(Handler)
 
