@@ -165,41 +165,92 @@ END $$ LANGUAGE plpgsql;
 
 # The inbox's summary of each lead's conversation (crm.models.Conversation):
 # made with the lead, and moved by every message in the statement that
-# writes it. A person's send answers what came in before it once it goes out
-# or waits only for the clock or an approval (crm.models.ANSWERING_STATUSES,
-# spelled here too); a role's (`agent:…`) never does. A message moved to
-# another lead (a merge) rebuilds both leads' rows from their messages.
+# writes it. A message moved to another lead (a merge) rebuilds both leads'
+# rows from their messages.
+#
+# Who waits on us is one rule, `leadops_conversation_waiting`, computed from
+# the messages themselves and never cleared as a side effect: the person
+# waits from their first message in that nothing has answered yet, and an
+# answer is a person's message out (never a role's, `agent:…`, nor an
+# automated one) that reached them or will without anyone deciding again —
+# sent or on its way, recorded in dry run, deferred only by quiet hours, or
+# of unknown outcome while it is reconciled. A reply held for a manager's
+# approval answers nothing yet: the person still waits, and the row says
+# since when the answer is held (`held_since`). A rejected, blocked, failed
+# or undelivered answer leaves them waiting, and the row names it
+# (`missed_answer_id`) so the inbox can say why. On a lead that is won, lost
+# or disqualified, only a message that asks something waits ("thanks, we
+# went with them" is shown and waits on no one). `urgent_since`: the first
+# waiting message read as urgent. A settle (crm.services.conversations:
+# STOP, a person's "done") answers everything up to its time.
 CONVERSATION_FUNCTION = """
-CREATE OR REPLACE FUNCTION leadops_conversation_rebuild(lead bigint) RETURNS void AS $$
+CREATE OR REPLACE FUNCTION leadops_conversation_waiting(lead bigint) RETURNS void AS $$
 DECLARE
     settled timestamptz;
+    finished boolean;
+    answered timestamptz;
+    since timestamptz;
+    urgent timestamptz;
+    held timestamptz;
+    missed bigint;
+BEGIN
+    -- The row first, locked: a concurrent writer of the same lead's
+    -- messages waits here, and every statement below then reads (a snapshot
+    -- of its own) what that writer committed, so neither computes the
+    -- waiting from a view that lacks the other's message.
+    SELECT c.settled_at INTO settled FROM crm_conversation c WHERE c.lead_id = lead FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT l.stage IN ('won', 'lost', 'disqualified') INTO finished FROM crm_lead l WHERE l.id = lead;
+    SELECT GREATEST(max(o.created_at), settled) INTO answered FROM crm_message o
+     WHERE o.lead_id = lead AND o.direction = 'out' AND NOT o.automated AND o.actor NOT LIKE 'agent:%'
+       AND o.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred', 'unknown');
+    answered := COALESCE(answered, '-infinity');
+    SELECT min(i.created_at), min(i.created_at) FILTER (WHERE i.urgent) INTO since, urgent FROM crm_message i
+     WHERE i.lead_id = lead AND i.direction = 'in' AND i.created_at > answered
+       AND (NOT COALESCE(finished, false)
+            OR i.intent IN ('booking_request', 'reschedule', 'question', 'price_question', 'complaint'));
+    IF since IS NOT NULL THEN
+        SELECT min(o.created_at) INTO held FROM crm_message o
+         WHERE o.lead_id = lead AND o.direction = 'out' AND NOT o.automated AND o.actor NOT LIKE 'agent:%'
+           AND o.status = 'pending_approval' AND o.created_at > answered;
+        IF held IS NULL THEN
+            SELECT o.id INTO missed FROM crm_message o
+             WHERE o.lead_id = lead AND o.direction = 'out' AND NOT o.automated AND o.actor NOT LIKE 'agent:%'
+               AND o.status IN ('blocked', 'failed', 'undelivered') AND o.created_at > answered
+             ORDER BY o.created_at DESC, o.id DESC LIMIT 1;
+        END IF;
+    END IF;
+    UPDATE crm_conversation
+       SET awaiting_since = since, urgent_since = urgent, held_since = held, missed_answer_id = missed
+     WHERE lead_id = lead
+       AND (awaiting_since, urgent_since, held_since, missed_answer_id) IS DISTINCT FROM (since, urgent, held, missed);
+END $$ LANGUAGE plpgsql;
+
+CREATE OR REPLACE FUNCTION leadops_conversation_rebuild(lead bigint) RETURNS void AS $$
 BEGIN
     IF lead IS NULL THEN
         RETURN;
     END IF;
-    SELECT settled_at INTO settled FROM crm_conversation WHERE lead_id = lead;
-    DELETE FROM crm_conversation WHERE lead_id = lead;
-    INSERT INTO crm_conversation
+    INSERT INTO crm_conversation AS c
         (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
-         last_intent, awaiting_since, settled_at)
+         last_intent)
     SELECT l.id, l.business_id, m.id, m.created_at, COALESCE(m.channel, ''),
         GREATEST(l.created_at, m.created_at),
         (SELECT max(i.created_at) FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'),
         COALESCE((SELECT i.intent FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'
-                   ORDER BY i.created_at DESC, i.id DESC LIMIT 1), ''),
-        (SELECT min(i.created_at) FROM crm_message i
-          WHERE i.lead_id = lead AND i.direction = 'in'
-            AND i.created_at > COALESCE(GREATEST(settled, (
-                SELECT max(o.created_at) FROM crm_message o
-                 WHERE o.lead_id = lead AND o.direction = 'out' AND NOT o.automated AND o.actor NOT LIKE 'agent:%'
-                   AND o.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred',
-                                    'pending_approval', 'unknown'))), '-infinity')),
-        settled
+                   ORDER BY i.created_at DESC, i.id DESC LIMIT 1), '')
     FROM crm_lead l
     LEFT JOIN LATERAL (
         SELECT id, created_at, channel FROM crm_message WHERE lead_id = lead ORDER BY created_at DESC, id DESC LIMIT 1
     ) m ON true
-    WHERE l.id = lead;
+    WHERE l.id = lead
+    ON CONFLICT (lead_id) DO UPDATE SET
+        last_message_id = EXCLUDED.last_message_id, last_message_at = EXCLUDED.last_message_at,
+        last_channel = EXCLUDED.last_channel, last_activity_at = EXCLUDED.last_activity_at,
+        last_inbound_at = EXCLUDED.last_inbound_at, last_intent = EXCLUDED.last_intent;
+    PERFORM leadops_conversation_waiting(lead);
 END $$ LANGUAGE plpgsql;
 
 CREATE OR REPLACE FUNCTION leadops_conversation_open() RETURNS trigger AS $$
@@ -210,7 +261,15 @@ BEGIN
     RETURN NULL;
 END $$ LANGUAGE plpgsql;
 
+CREATE OR REPLACE FUNCTION leadops_conversation_finished() RETURNS trigger AS $$
+BEGIN
+    PERFORM leadops_conversation_waiting(NEW.id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+
 CREATE OR REPLACE FUNCTION leadops_conversation_note() RETURNS trigger AS $$
+DECLARE
+    by_person boolean := NEW.direction = 'out' AND NOT NEW.automated AND NEW.actor NOT LIKE 'agent:%';
 BEGIN
     IF TG_OP = 'UPDATE' AND NEW.lead_id IS DISTINCT FROM OLD.lead_id THEN
         PERFORM leadops_conversation_rebuild(OLD.lead_id);
@@ -223,11 +282,10 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO crm_conversation AS c
             (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
-             last_intent, awaiting_since)
+             last_intent)
         VALUES (NEW.lead_id, NEW.business_id, NEW.id, NEW.created_at, NEW.channel, NEW.created_at,
                 CASE WHEN NEW.direction = 'in' THEN NEW.created_at END,
-                CASE WHEN NEW.direction = 'in' THEN NEW.intent ELSE '' END,
-                CASE WHEN NEW.direction = 'in' THEN NEW.created_at END)
+                CASE WHEN NEW.direction = 'in' THEN NEW.intent ELSE '' END)
         ON CONFLICT (lead_id) DO UPDATE SET
             last_intent = CASE WHEN NEW.direction = 'in'
                                     AND (c.last_inbound_at IS NULL OR NEW.created_at >= c.last_inbound_at)
@@ -238,24 +296,21 @@ BEGIN
                                 THEN EXCLUDED.last_channel ELSE c.last_channel END,
             last_message_at = GREATEST(c.last_message_at, EXCLUDED.last_message_at),
             last_activity_at = GREATEST(c.last_activity_at, EXCLUDED.last_activity_at),
-            last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at),
-            -- The earliest unanswered message in, whatever order concurrent
-            -- writers commit in; one from before a settle waits for no one.
-            awaiting_since = CASE WHEN EXCLUDED.awaiting_since <= c.settled_at THEN c.awaiting_since
-                                  ELSE LEAST(c.awaiting_since, EXCLUDED.awaiting_since) END;
+            last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at);
+        -- A role's automated send changes who waits on no one: it skips the rule.
+        IF NEW.direction = 'in' OR by_person THEN
+            PERFORM leadops_conversation_waiting(NEW.lead_id);
+        END IF;
+        RETURN NULL;
     END IF;
-    IF TG_OP = 'UPDATE' AND NEW.direction = 'in' AND NEW.intent IS DISTINCT FROM OLD.intent THEN
+    IF NEW.direction = 'in' AND NEW.intent IS DISTINCT FROM OLD.intent THEN
         -- A later reading (a language model's) of the person's last message.
         UPDATE crm_conversation SET last_intent = NEW.intent
          WHERE lead_id = NEW.lead_id AND last_inbound_at <= NEW.created_at;
     END IF;
-    IF NEW.direction = 'out' AND NOT NEW.automated AND NEW.actor NOT LIKE 'agent:%'
-       AND NEW.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred', 'pending_approval',
-                          'unknown')
-       AND (TG_OP = 'INSERT' OR OLD.status NOT IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred',
-                                                   'pending_approval', 'unknown')) THEN
-        UPDATE crm_conversation SET awaiting_since = NULL
-         WHERE lead_id = NEW.lead_id AND awaiting_since <= NEW.created_at;
+    IF (NEW.direction = 'in' AND (NEW.intent IS DISTINCT FROM OLD.intent OR NEW.urgent IS DISTINCT FROM OLD.urgent))
+       OR (by_person AND NEW.status IS DISTINCT FROM OLD.status) THEN
+        PERFORM leadops_conversation_waiting(NEW.lead_id);
     END IF;
     RETURN NULL;
 END $$ LANGUAGE plpgsql;
@@ -265,10 +320,12 @@ CONVERSATION_FUNCTION_DROP = """
 DROP FUNCTION IF EXISTS leadops_conversation_note() CASCADE;
 DROP FUNCTION IF EXISTS leadops_conversation_open() CASCADE;
 DROP FUNCTION IF EXISTS leadops_conversation_rebuild(bigint) CASCADE;
+DROP FUNCTION IF EXISTS leadops_conversation_waiting(bigint) CASCADE;
+DROP FUNCTION IF EXISTS leadops_conversation_finished() CASCADE;
 """
 
 CONVERSATION_TRIGGER = (
-    "CREATE TRIGGER crm_message_conversation AFTER INSERT OR UPDATE OF status, lead_id, intent ON crm_message "
+    "CREATE TRIGGER crm_message_conversation AFTER INSERT OR UPDATE OF status, lead_id, intent, urgent ON crm_message "
     "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_note();"
 )
 CONVERSATION_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_message_conversation ON crm_message;"
@@ -277,3 +334,14 @@ CONVERSATION_LEAD_TRIGGER = (
     "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_open();"
 )
 CONVERSATION_LEAD_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_lead_conversation ON crm_lead;"
+# A lead won, lost or disqualified (or reopened): a closing word it had waits
+# on no one any more (or again). Fired when the row is written, so a change
+# CRM Sync defers to the end of its unit of work counts when it lands; under
+# the lead's row lock, then the conversation's (crm.locks' order).
+CONVERSATION_FINISHED_TRIGGER = (
+    "CREATE TRIGGER crm_lead_conversation_finished AFTER UPDATE OF stage ON crm_lead FOR EACH ROW "
+    "WHEN ((OLD.stage IN ('won', 'lost', 'disqualified')) "
+    "IS DISTINCT FROM (NEW.stage IN ('won', 'lost', 'disqualified'))) "
+    "EXECUTE FUNCTION leadops_conversation_finished();"
+)
+CONVERSATION_FINISHED_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_lead_conversation_finished ON crm_lead;"

@@ -2,11 +2,15 @@
 per lead, ordered by what needs a person first.
 
 The order, by bucket:
-0. the person wrote and no person has answered (longest waiting first);
-1. the first-response SLA is breached or due within `SLA_SOON` and nobody
-   has reached the lead yet (earliest deadline first);
-2. the next action is overdue (most overdue first);
-3. everything else, most recent activity first.
+0. the person waits on us and wrote something urgent (a leak, gas, no heat
+   with a baby in the house, "right now"): longest waiting first;
+1. the person waits, and a person's answer is held for a manager's approval;
+2. the person waits on us: they wrote and no person's answer reached them
+   (crm.models.Conversation, one rule in the database);
+3. the first-response SLA is breached or due within `SLA_SOON`, nobody has
+   reached the lead yet and no visit is booked (earliest deadline first);
+4. the next action is overdue (most overdue first);
+5. everything else, most recent activity first.
 
 Sorted by intent instead (`sort=intent`), the rows come in the order of
 `INTENT_ORDER` (what the person's last message asks for: complaints and
@@ -40,7 +44,17 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from crm.models import CLOSED_STAGES, ConversationRead, Lead, LeadException, LeadTouch, Message, Role, Stage
+from crm.models import (
+    BEFORE_BOOKING_STAGES,
+    CLOSED_STAGES,
+    ConversationRead,
+    Lead,
+    LeadException,
+    LeadTouch,
+    Message,
+    Role,
+    Stage,
+)
 from crm.permissions import grants_for
 from crm.selectors import lead_search_q, lead_visibility_q, scope_for
 
@@ -53,6 +67,8 @@ COUNT_CAP = 99
 # Before any read mark: every message in is unread.
 NEVER = datetime(1970, 1, 1, tzinfo=UTC)
 OPEN_STAGES = [stage for stage in Stage.values if stage not in CLOSED_STAGES]
+# The inbox's parts, in order (the row's `bucket`).
+URGENT, HELD, WAITING, SLA_DUE, OVERDUE, REST = range(6)
 
 WHO_CHOICES = ("mine", "unassigned", "team")
 SORTS = ("", "intent")
@@ -135,21 +151,39 @@ def _by_intent() -> list[tuple[Q, str, bool]]:
     ]
 
 
+def _parts(now: datetime) -> list[Q]:
+    """The inbox's parts as disjoint conditions, in order (URGENT … REST)."""
+    urgent = Q(conversation__urgent_since__isnull=False)
+    held = Q(conversation__held_since__isnull=False)
+    waiting = Q(conversation__awaiting_since__isnull=False)
+    sla = Q(first_response_at__isnull=True, sla_due_at__lt=now + SLA_SOON, stage__in=BEFORE_BOOKING_STAGES)
+    overdue = Q(next_action_due_at__lt=now, stage__in=OPEN_STAGES)
+    # Urgent and held are kept only while the person waits (the rule sets
+    # them so), so each part is disjoint from the ones before it.
+    return [
+        urgent,
+        ~urgent & held,
+        ~urgent & ~held & waiting,
+        ~waiting & sla,
+        ~waiting & ~sla & overdue,
+        ~waiting & ~sla & ~overdue,
+    ]
+
+
 def _buckets(now: datetime) -> list[tuple[Q, str, bool]]:
     """The inbox's order as disjoint parts, each (rows, the time it is
     ordered by, ascending?): every part reads along an index (the
-    conversation's waiting partial index, the lead's first-response and
-    next-action partial indexes, the conversation's last activity) and
-    stops at the rows a page needs, where one CASE over every lead sorted
-    them all (a third of a second at 100,000 leads)."""
-    waiting = Q(conversation__awaiting_since__isnull=False)
-    sla = Q(first_response_at__isnull=True, sla_due_at__lt=now + SLA_SOON, stage__in=OPEN_STAGES)
-    overdue = Q(next_action_due_at__lt=now, stage__in=OPEN_STAGES)
-    rest = ~waiting & ~sla & ~overdue
+    conversation's urgent, held and waiting partial indexes, the lead's
+    first-response and next-action partial indexes, the conversation's last
+    activity) and stops at the rows a page needs, where one CASE over every
+    lead sorted them all (a third of a second at 100,000 leads)."""
+    urgent, held, waiting, sla, overdue, rest = _parts(now)
     return [
+        (urgent, "conversation__urgent_since", True),
+        (held, "conversation__awaiting_since", True),
         (waiting, "conversation__awaiting_since", True),
-        (~waiting & sla, "sla_due_at", True),
-        (~waiting & ~sla & overdue, "next_action_due_at", True),
+        (sla, "sla_due_at", True),
+        (overdue, "next_action_due_at", True),
         # The rest by their last activity (the newest message, else the
         # lead's arrival), newest first.
         (rest, "conversation__last_activity_at", False),
@@ -181,7 +215,9 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
     waiting = leads.filter(conversation__awaiting_since__isnull=False).order_by()[: COUNT_CAP + 1].count()
     found = (
         Lead.objects.filter(pk__in=ids)
-        .select_related("contact", "owner__user", "conversation__last_message", "business")
+        .select_related(
+            "contact", "owner__user", "conversation__last_message", "conversation__missed_answer", "business"
+        )
         .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .annotate(
             unread=_unread(),
@@ -205,16 +241,10 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
 
 def _bucket(now: datetime) -> Case:
     """The part a shown row is in (its "why it is here")."""
+    parts = _parts(now)
     return Case(
-        When(conversation__awaiting_since__isnull=False, then=Value(0)),
-        When(
-            first_response_at__isnull=True,
-            sla_due_at__lt=now + SLA_SOON,
-            stage__in=OPEN_STAGES,
-            then=Value(1),
-        ),
-        When(next_action_due_at__lt=now, stage__in=OPEN_STAGES, then=Value(2)),
-        default=Value(3),
+        *(When(part, then=Value(number)) for number, part in enumerate(parts[:-1])),
+        default=Value(REST),
         output_field=IntegerField(),
     )
 

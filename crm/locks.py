@@ -25,6 +25,10 @@ primary-key (or, for names, sorted) order.
    handler needs locks of levels 1-3 (a contact merge: both people's contact
    locks, their leads, their contact rows) takes them in its kind's `lock`
    hook before the request row (approvals.handlers).
+   The lead's Conversation row (the inbox's summary) comes after all of
+   these: the database takes it when a message is written or a lead is
+   won, lost or disqualified (crm.db_triggers), so a path that writes a
+   lead's message and locks the lead takes the lead's lock first.
 5. Tasks (the next action), ConsentState, setters' TeamMember rows (round
    robin, by pk).
 6. Timer rows: claimed FOR UPDATE SKIP LOCKED, so a claim never waits.

@@ -23,6 +23,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.ai.intents import intent_by_rules
+from agents.ai.urgency import message_urgent
+from agents.routing.sla import sla_deadline, sla_minutes
 from crm.models import (
     ALL_EVENTS,
     Business,
@@ -47,6 +49,7 @@ from crm.services.lead_sync import (
     lead_flag_exception,
     lead_set_next_action,
     lead_set_routing_reason,
+    lead_set_sla,
     lead_transition,
 )
 from crm.services.receipts import receipt_write
@@ -764,6 +767,12 @@ class _Builder:
             lead_set_routing_reason(lead, why, actor=ACTOR)
             lead_flag_exception(lead, LeadException.NO_ELIGIBLE_OWNER, actor=ACTOR, reason=why)
             lead_assign(lead, self.team["mia"], actor=ACTOR, reason=f"manager_queue: {why}", advance=False)
+        if person.stage in (Stage.NEW, Stage.ASSIGNED):
+            # Nobody has reached them yet: their first-response clock runs
+            # from their arrival, as the new-lead step starts it.
+            minutes = sla_minutes(lead)
+            reason = f"first response within {minutes} business minutes"
+            lead_set_sla(lead, sla_deadline(lead, arrived, minutes=minutes), actor=ACTOR, reason=reason)
         for n, line in enumerate(person.story):
             self.happened(lead, person, n, line)
         for stage in PATHS[person.stage]:
@@ -972,6 +981,7 @@ class _Builder:
             intent=intent.intent,
             intent_confidence=intent.confidence,
             intent_source=intent.source,
+            urgent=message_urgent(self.business, body),
             created_at=at,
         )
 

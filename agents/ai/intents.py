@@ -129,6 +129,16 @@ _BOOKING = _rx(
            |swing\s+by|looked\s+at|on\s+the\s+calendar|hurry|if\s+you\s+can\s+come|mandar\s+a\s+alguien|ag[eé]nd\w*
            |can\s+(?:we|you)\s+do\s+(?:\w+day|tomorrow|today|\d))\b"""
 )
+# A reply that picks a time ("saturday morning is fine for us", "Friday
+# works, any time before noon"): the person is booking.
+_WHEN = r"""(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day|tomorrow|today|tonight|mornings?|afternoons?|evenings?|weekend
+           |noon|\d{1,2}(?::\d\d)?\s?(?:am|pm)|lunes|martes|mi[ée]rcoles|jueves|viernes|s[áa]bado|domingo|ma[ñn]ana
+           |(?:la|en\s+la)\s+(?:tarde|noche|ma[ñn]ana))"""
+_AGREE = r"""(?:works|work\s+for|is\s+(?:fine|good|ok|okay|perfect|great|better)|sounds\s+(?:good|great|perfect)
+           |would\s+be\s+(?:great|good|perfect|fine)|(?:i'?m|we'?re|we\s+are|i\s+am|someone\s+is)\s+(?:free|home|available|around)
+           |any\s?time|est[áa]\s+bien|me\s+(?:sirve|funciona|queda\s+bien)|nos\s+(?:sirve|funciona|queda\s+bien)
+           |puedo|podemos|perfecto)"""
+_SCHEDULING = _rx(rf"""\b{_WHEN}\b[^.?!]{{0,30}}?\b{_AGREE}|\b{_AGREE}\b[^.?!]{{0,20}}?\b{_WHEN}\b""")
 _QUESTION = _rx(
     r"""\?|^\s*(?:do|does|are|is|can|could|what|who|which|how|should|will|would)\s+\w+\s+\w+|\b(?:wondering|curious)\b
            |^\s*¿|\b(?:hacen|tienen|ofrecen|aceptan|instalan|trabajan|hablan)\b"""
@@ -164,7 +174,7 @@ def intent_by_rules(text: str) -> IntentReading:
         return IntentReading(RESCHEDULE, 0.8)
     if _PRICE.search(body):
         return IntentReading(PRICE_QUESTION, 0.8)
-    if _BOOKING.search(body):
+    if _BOOKING.search(body) or _SCHEDULING.search(body):
         return IntentReading(BOOKING_REQUEST, 0.7)
     if _QUESTION.search(body):
         return IntentReading(QUESTION, 0.6)

@@ -24,6 +24,7 @@ from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from agents.ai.intents import intent_by_rules
+from agents.ai.urgency import message_urgent
 from agents.capture.base import Capture
 from agents.capture.merges import merge_propose
 from agents.events import UNREACHABLE_TITLE, lead_event
@@ -526,6 +527,7 @@ def _inbound_message(
         intent=intent.intent,
         intent_confidence=intent.confidence,
         intent_source=intent.source,
+        urgent=message_urgent(lead.business, capture.message_body),
         channel="sms" if capture.channel == "sms" else capture.channel,
         status=Message.Status.RECEIVED,
         body=capture.message_body,

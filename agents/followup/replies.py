@@ -29,6 +29,7 @@ from django.utils import timezone
 from agents.ai.inbound import inbound_read_schedule
 from agents.ai.intents import intent_by_rules
 from agents.ai.receptionist import reception_wanted
+from agents.ai.urgency import message_urgent
 from agents.events import lead_event
 from agents.followup.sequences.engine import enrollments_stop
 from crm.models import ContactPoint, Lead, Message, Stage, Task
@@ -81,6 +82,7 @@ def reply_record(
         intent=intent.intent,
         intent_confidence=intent.confidence,
         intent_source=intent.source,
+        urgent=message_urgent(lead.business, body),
         created_at=now,
     )
     receipt_write(

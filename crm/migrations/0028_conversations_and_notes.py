@@ -6,16 +6,125 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-from crm.db_triggers import (
-    CONVERSATION_FUNCTION,
-    CONVERSATION_FUNCTION_DROP,
-    CONVERSATION_LEAD_TRIGGER,
-    CONVERSATION_LEAD_TRIGGER_DROP,
-    CONVERSATION_TRIGGER,
-    CONVERSATION_TRIGGER_DROP,
-    public_id_trigger,
-    public_id_trigger_drop,
+from crm.db_triggers import public_id_trigger, public_id_trigger_drop
+
+# The conversation's SQL as this migration installed it, frozen here: later
+# migrations replace it (crm.db_triggers holds the current one).
+# The inbox's summary of each lead's conversation (crm.models.Conversation):
+# made with the lead, and moved by every message in the statement that
+# writes it. A person's send answers what came in before it once it goes out
+# or waits only for the clock or an approval (crm.models.ANSWERING_STATUSES,
+# spelled here too); a role's (`agent:…`) never does. A message moved to
+# another lead (a merge) rebuilds both leads' rows from their messages.
+CONVERSATION_FUNCTION = """
+CREATE OR REPLACE FUNCTION leadops_conversation_rebuild(lead bigint) RETURNS void AS $$
+DECLARE
+    settled timestamptz;
+BEGIN
+    IF lead IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT settled_at INTO settled FROM crm_conversation WHERE lead_id = lead;
+    DELETE FROM crm_conversation WHERE lead_id = lead;
+    INSERT INTO crm_conversation
+        (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
+         last_intent, awaiting_since, settled_at)
+    SELECT l.id, l.business_id, m.id, m.created_at, COALESCE(m.channel, ''),
+        GREATEST(l.created_at, m.created_at),
+        (SELECT max(i.created_at) FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'),
+        COALESCE((SELECT i.intent FROM crm_message i WHERE i.lead_id = lead AND i.direction = 'in'
+                   ORDER BY i.created_at DESC, i.id DESC LIMIT 1), ''),
+        (SELECT min(i.created_at) FROM crm_message i
+          WHERE i.lead_id = lead AND i.direction = 'in'
+            AND i.created_at > COALESCE(GREATEST(settled, (
+                SELECT max(o.created_at) FROM crm_message o
+                 WHERE o.lead_id = lead AND o.direction = 'out' AND NOT o.automated AND o.actor NOT LIKE 'agent:%'
+                   AND o.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred',
+                                    'pending_approval', 'unknown'))), '-infinity')),
+        settled
+    FROM crm_lead l
+    LEFT JOIN LATERAL (
+        SELECT id, created_at, channel FROM crm_message WHERE lead_id = lead ORDER BY created_at DESC, id DESC LIMIT 1
+    ) m ON true
+    WHERE l.id = lead;
+END $$ LANGUAGE plpgsql;
+
+CREATE OR REPLACE FUNCTION leadops_conversation_open() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO crm_conversation (lead_id, business_id, last_channel, last_intent, last_activity_at)
+    VALUES (NEW.id, NEW.business_id, '', '', NEW.created_at)
+    ON CONFLICT (lead_id) DO NOTHING;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+
+CREATE OR REPLACE FUNCTION leadops_conversation_note() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.lead_id IS DISTINCT FROM OLD.lead_id THEN
+        PERFORM leadops_conversation_rebuild(OLD.lead_id);
+        PERFORM leadops_conversation_rebuild(NEW.lead_id);
+        RETURN NULL;
+    END IF;
+    IF NEW.lead_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO crm_conversation AS c
+            (lead_id, business_id, last_message_id, last_message_at, last_channel, last_activity_at, last_inbound_at,
+             last_intent, awaiting_since)
+        VALUES (NEW.lead_id, NEW.business_id, NEW.id, NEW.created_at, NEW.channel, NEW.created_at,
+                CASE WHEN NEW.direction = 'in' THEN NEW.created_at END,
+                CASE WHEN NEW.direction = 'in' THEN NEW.intent ELSE '' END,
+                CASE WHEN NEW.direction = 'in' THEN NEW.created_at END)
+        ON CONFLICT (lead_id) DO UPDATE SET
+            last_intent = CASE WHEN NEW.direction = 'in'
+                                    AND (c.last_inbound_at IS NULL OR NEW.created_at >= c.last_inbound_at)
+                               THEN NEW.intent ELSE c.last_intent END,
+            last_message_id = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
+                                   THEN EXCLUDED.last_message_id ELSE c.last_message_id END,
+            last_channel = CASE WHEN c.last_message_at IS NULL OR EXCLUDED.last_message_at >= c.last_message_at
+                                THEN EXCLUDED.last_channel ELSE c.last_channel END,
+            last_message_at = GREATEST(c.last_message_at, EXCLUDED.last_message_at),
+            last_activity_at = GREATEST(c.last_activity_at, EXCLUDED.last_activity_at),
+            last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at),
+            -- The earliest unanswered message in, whatever order concurrent
+            -- writers commit in; one from before a settle waits for no one.
+            awaiting_since = CASE WHEN EXCLUDED.awaiting_since <= c.settled_at THEN c.awaiting_since
+                                  ELSE LEAST(c.awaiting_since, EXCLUDED.awaiting_since) END;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.direction = 'in' AND NEW.intent IS DISTINCT FROM OLD.intent THEN
+        -- A later reading (a language model's) of the person's last message.
+        UPDATE crm_conversation SET last_intent = NEW.intent
+         WHERE lead_id = NEW.lead_id AND last_inbound_at <= NEW.created_at;
+    END IF;
+    IF NEW.direction = 'out' AND NOT NEW.automated AND NEW.actor NOT LIKE 'agent:%'
+       AND NEW.status IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred', 'pending_approval',
+                          'unknown')
+       AND (TG_OP = 'INSERT' OR OLD.status NOT IN ('queued', 'sending', 'sent', 'delivered', 'dry_run', 'deferred',
+                                                   'pending_approval', 'unknown')) THEN
+        UPDATE crm_conversation SET awaiting_since = NULL
+         WHERE lead_id = NEW.lead_id AND awaiting_since <= NEW.created_at;
+    END IF;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+"""
+
+CONVERSATION_FUNCTION_DROP = """
+DROP FUNCTION IF EXISTS leadops_conversation_note() CASCADE;
+DROP FUNCTION IF EXISTS leadops_conversation_open() CASCADE;
+DROP FUNCTION IF EXISTS leadops_conversation_rebuild(bigint) CASCADE;
+"""
+
+CONVERSATION_TRIGGER = (
+    "CREATE TRIGGER crm_message_conversation AFTER INSERT OR UPDATE OF status, lead_id, intent ON crm_message "
+    "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_note();"
 )
+CONVERSATION_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_message_conversation ON crm_message;"
+CONVERSATION_LEAD_TRIGGER = (
+    "CREATE TRIGGER crm_lead_conversation AFTER INSERT ON crm_lead "
+    "FOR EACH ROW EXECUTE FUNCTION leadops_conversation_open();"
+)
+CONVERSATION_LEAD_TRIGGER_DROP = "DROP TRIGGER IF EXISTS crm_lead_conversation ON crm_lead;"
+
 
 # Every lead's conversation, once, before the triggers keep them.
 BACKFILL = "SELECT leadops_conversation_rebuild(id) FROM crm_lead;"

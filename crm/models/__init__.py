@@ -1,7 +1,6 @@
 from crm.models.ai import ModelCall, ModelCallQuota
 from crm.models.base import DAYS, Business, Role
 from crm.models.comms import (
-    ANSWERING_STATUSES,
     BLOCK_REASONS,
     INTENTS,
     MESSAGE_STATUSES,
@@ -36,6 +35,7 @@ from crm.models.conversions import (
 )
 from crm.models.jobs import JobRun
 from crm.models.leads import (
+    BEFORE_BOOKING_STAGES,
     CLOSED_STAGES,
     Enrollment,
     ExceptionItem,
@@ -63,7 +63,7 @@ from crm.models.webhooks import (
 
 __all__ = [
     "ALL_EVENTS",
-    "ANSWERING_STATUSES",
+    "BEFORE_BOOKING_STAGES",
     "BLOCK_REASONS",
     "CLOSED_STAGES",
     "CONVERSION_MAX_ERRORS",

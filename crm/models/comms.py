@@ -132,6 +132,10 @@ class Message(models.Model):
     intent = models.CharField(max_length=20, blank=True)
     intent_confidence = models.FloatField(null=True, blank=True)
     intent_source = models.CharField(max_length=8, blank=True)
+    # An inbound message that reads as an emergency (water, gas, no heat,
+    # sparks, "right now"): its conversation goes first in the inbox while it
+    # waits (agents.ai.urgency).
+    urgent = models.BooleanField(default=False)
     # Why a drafted message waits for a person (a model's draft: the claims
     # the playbook does not back, the facts it relies on), shown in the thread.
     draft_reason = models.TextField(blank=True)
@@ -228,13 +232,6 @@ class Call(models.Model):
         return self.public_id
 
 
-# What a person's send does to the conversation: one that goes out (or waits
-# only for the clock or a manager's approval) answers what the person wrote;
-# a blocked or rejected one does not. The trigger's SQL spells the same list
-# (crm.db_triggers.CONVERSATION_FUNCTION; a test holds the two equal).
-ANSWERING_STATUSES = ("queued", "sending", "sent", "delivered", "dry_run", "deferred", "pending_approval", "unknown")
-
-
 class Conversation(models.Model):
     """One lead's conversation at a glance, for the setters' inbox: the last
     message, the last one in, and since when the person has been waiting for
@@ -267,9 +264,19 @@ class Conversation(models.Model):
     # What the person's last message asks for (its `intent`): the inbox
     # shows it and can filter and sort by it.
     last_intent = models.CharField(max_length=20, blank=True, default="")
-    # The first message in that no person has answered yet; None when
-    # nothing waits on us.
+    # Who waits on us, all four kept by one rule in the database from the
+    # messages (crm.db_triggers, `leadops_conversation_waiting`): the first
+    # message in that no person's answer has reached yet (None: nothing
+    # waits on us); the first of those read as urgent; since when a person's
+    # answer is held for a manager's approval (the person still waits); and
+    # the person's answer that did not reach them (rejected, blocked, failed,
+    # undelivered), whose status says why they wait again.
     awaiting_since = models.DateTimeField(null=True)
+    urgent_since = models.DateTimeField(null=True)
+    held_since = models.DateTimeField(null=True)
+    missed_answer = models.ForeignKey(
+        Message, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
+    )
     # Until when the conversation was settled without a reply (a STOP, a
     # person's "done"): what came in before then waits on no one.
     settled_at = models.DateTimeField(null=True)
@@ -285,6 +292,16 @@ class Conversation(models.Model):
                 fields=["awaiting_since"],
                 condition=models.Q(awaiting_since__isnull=False),
                 name="crm_conversation_awaiting_idx",
+            ),
+            models.Index(
+                fields=["urgent_since"],
+                condition=models.Q(urgent_since__isnull=False),
+                name="crm_conversation_urgent_idx",
+            ),
+            models.Index(
+                fields=["awaiting_since"],
+                condition=models.Q(held_since__isnull=False),
+                name="crm_conversation_held_idx",
             ),
             models.Index(fields=["last_activity_at"], name="crm_conversation_recent_idx"),
         ]

@@ -30,6 +30,9 @@ class Stage(models.TextChoices):
 # A lead in one of these stages is closed: it no longer counts as the open
 # lead for its (contact, service line), so a new need can open a new lead.
 CLOSED_STAGES = (Stage.WON, Stage.LOST, Stage.DISQUALIFIED, Stage.UNRESPONSIVE)
+# Stages in which the first-response clock runs: once a visit is booked
+# (by a setter or by the person on Calendly) someone has reached them.
+BEFORE_BOOKING_STAGES = (Stage.NEW, Stage.ASSIGNED, Stage.CONTACTED, Stage.ENGAGED, Stage.QUALIFIED)
 
 
 class LeadException(models.TextChoices):

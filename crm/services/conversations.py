@@ -37,7 +37,8 @@ def conversation_settle(lead: Lead, *, actor: str, reason: str, at: datetime | N
     person texted STOP, or a person marked it done: "thanks, see you
     Tuesday" needs no answer). A message in after `at` waits again. Returns
     whether anything was waiting; a receipt records a settle that changed
-    something."""
+    something. Who waits is then the database's one rule again
+    (`conversation_waiting_recompute`), as after any message."""
     at = at or timezone.now()
     waiting = (
         Conversation.objects.select_for_update(no_key=True)
@@ -46,9 +47,9 @@ def conversation_settle(lead: Lead, *, actor: str, reason: str, at: datetime | N
         .first()
     )
     Conversation.objects.filter(lead=lead).update(settled_at=Greatest(F("settled_at"), Value(at)))
+    conversation_waiting_recompute(lead)
     if waiting is None or waiting > at:
         return False
-    Conversation.objects.filter(lead=lead, awaiting_since__lte=at).update(awaiting_since=None)
     receipt_write(
         business=lead.business,
         lead=lead,
@@ -57,9 +58,16 @@ def conversation_settle(lead: Lead, *, actor: str, reason: str, at: datetime | N
         action="conversation.settled",
         reason=reason,
         before={"awaiting_since": waiting},
-        after={"awaiting_since": None},
+        after={"awaiting_since": Conversation.objects.filter(lead=lead).values_list("awaiting_since", flat=True)[0]},
     )
     return True
+
+
+def conversation_waiting_recompute(lead: Lead) -> None:
+    """Who waits on us in `lead`'s conversation, computed again from its
+    messages by the rule the message trigger applies (crm.db_triggers)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT leadops_conversation_waiting(%s)", [lead.pk])
 
 
 @transaction.atomic

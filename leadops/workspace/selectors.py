@@ -21,8 +21,10 @@ from django.db.models import Count, Max, OuterRef, Subquery
 from agents.followup.sequences.preview import sequence_preview
 from agents.playbook.copilot import Offer, model_draft_key, reply_offer
 from agents.reporting.trace import Answer, lead_trace
+from crm import inbox
 from crm.inbox import SLA_SOON, InboxPage, InboxQuery, inbox_page, unread_conversations, who_default
 from crm.models import (
+    BEFORE_BOOKING_STAGES,
     Business,
     Call,
     ConversationRead,
@@ -85,19 +87,58 @@ def duration_words(delta: timedelta) -> str:
 def why_here(lead: Lead, now: datetime) -> tuple[str, str]:
     """Why the row sits where it does, in words and as a kind for its colour:
     the bucket `crm.inbox` put it in (annotated as `bucket`)."""
-    bucket = getattr(lead, "bucket", 3)
+    bucket = getattr(lead, "bucket", inbox.REST)
     conversation = getattr(lead, "conversation", None)
-    if bucket == 0 and conversation is not None and conversation.awaiting_since is not None:
-        return f"waiting {duration_words(now - conversation.awaiting_since)}", "waiting"
-    if bucket == 1 and lead.sla_due_at is not None:
+    if bucket in (inbox.URGENT, inbox.HELD, inbox.WAITING) and conversation is not None:
+        waited = duration_words(now - conversation.awaiting_since) if conversation.awaiting_since else ""
+        if conversation.held_since is not None:
+            held = duration_words(now - conversation.held_since)
+            words = f"waiting on a manager's approval, {held}"
+        else:
+            words = f"waiting {waited}"
+            missed = missed_answer_words(conversation.missed_answer)
+            if missed:
+                words += f" — {missed}"
+        if bucket == inbox.URGENT:
+            return f"urgent, {words}", "urgent"
+        return words, "held" if bucket == inbox.HELD else "waiting"
+    if bucket == inbox.SLA_DUE and lead.sla_due_at is not None:
         if lead.sla_due_at > now:
             return f"SLA due in {duration_words(lead.sla_due_at - now)}", "sla"
         return f"SLA breached {duration_words(now - lead.sla_due_at)} ago", "breached"
-    if bucket == 2 and lead.next_action_due_at is not None:
+    if bucket == inbox.OVERDUE and lead.next_action_due_at is not None:
         return f"next action overdue {duration_words(now - lead.next_action_due_at)}", "overdue"
     if lead.hold:
         return "on hold", "hold"
     return "", ""
+
+
+# A gate's block reason in words (the thread's verdicts say them too).
+BLOCKED_WORDS = {
+    "hold": "the lead is on hold",
+    "stopped": "automation is stopped for this person, or the lead is closed",
+    "no_consent": "no consent for this channel",
+    "revoked": "the person opted out",
+    "quiet_hours": "quiet hours",
+    "daily_cap": "the daily cap for this person is reached",
+    "other_path_active": "another automated path is running for this person",
+    "rejected": "a manager rejected it",
+    "number_not_allowed": "this number may not get this channel",
+    "outside_window": "the 24-hour window to answer a DM has closed",
+}
+
+
+def missed_answer_words(message: Message | None) -> str:
+    """Why the person's answer did not reach them ("" when nothing was missed)."""
+    if message is None:
+        return ""
+    if message.block_reason == Message.BlockReason.REJECTED:
+        return "a manager rejected the answer"
+    if message.status == Message.Status.BLOCKED:
+        return "the answer was blocked: " + BLOCKED_WORDS.get(message.block_reason, "by the send gate")
+    if message.status in (Message.Status.FAILED, Message.Status.UNDELIVERED):
+        return "the answer was not delivered"
+    return ""
 
 
 # --------------------------------------------------------------- the inbox
@@ -416,7 +457,8 @@ def _sla(lead: Lead, now: datetime) -> Clock:
         met = lead.sla_due_at is None or lead.first_response_at <= lead.sla_due_at
         took = duration_words(lead.first_response_at - lead.created_at)
         return Clock(lead.first_response_at, f"reached in {took}" + ("" if met else ", after the SLA"), "done")
-    if lead.sla_due_at is None or not lead.is_open:
+    if lead.sla_due_at is None or lead.stage not in BEFORE_BOOKING_STAGES:
+        # Closed, or a visit is booked: someone reached them, the clock is off.
         return Clock(None, "", "")
     if lead.sla_due_at <= now:
         return Clock(lead.sla_due_at, f"SLA breached {duration_words(now - lead.sla_due_at)} ago", "late")

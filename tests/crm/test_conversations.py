@@ -13,10 +13,14 @@ from django.utils import timezone
 
 from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_record
+from agents.outbound.dispatch import message_give_up
 from agents.outbound.gate import message_send
-from crm.db_triggers import CONVERSATION_FUNCTION
+from agents.playbook.copilot import reply_send
+from approvals.models import ApprovalRequest
+from approvals.services import approval_approve, approval_reject
+from crm import inbox
 from crm.inbox import PAGE_SIZE, InboxQuery, inbox_page, unread_conversations
-from crm.models import ANSWERING_STATUSES, Business, Conversation, Lead, Message, Note, Role, TeamMember
+from crm.models import Business, Conversation, Lead, Message, Note, Role, Stage, TeamMember
 from crm.services import lead_sync
 from crm.services.conversations import conversation_read, conversation_settle, note_add
 from tests.factories import lead_create, member_create
@@ -48,9 +52,91 @@ def _reply(lead: Lead, actor: str, body: str = "Yes, Tuesday at 9 works.", autom
     )
 
 
-def test_the_triggers_list_of_answering_statuses_is_the_models():
-    listed = CONVERSATION_FUNCTION.split("NEW.status IN (")[1].split(")")[0]
-    assert sorted(s.strip().strip("'") for s in listed.replace("\n", " ").split(",")) == sorted(ANSWERING_STATUSES)
+def _held(lead: Lead, setter: TeamMember, body: str = "It's $89 to come out, we can do Tuesday.") -> Message:
+    """A setter's reply that the claims guard holds for a manager (a price)."""
+    return reply_send(lead, user=setter.user, body=body, form_key=f"f{timezone.now().timestamp()}")
+
+
+def _request(message: Message) -> ApprovalRequest:
+    return ApprovalRequest.objects.get(payload__message=message.public_id)
+
+
+def test_a_reply_held_for_approval_keeps_the_person_waiting_and_says_since_when(business, setter):
+    lead = _lead(business, setter)
+    first = _in(lead, "How much to fix my furnace?")
+    held = _held(lead, setter)
+    assert held.status == Message.Status.PENDING_APPROVAL
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since == first.created_at, "a held answer has not reached the person"
+    assert convo.held_since == held.created_at and convo.missed_answer_id is None
+
+
+def test_a_rejected_reply_leaves_the_person_waiting_with_the_rejection_named(business, setter, manager):
+    lead = _lead(business, setter)
+    first = _in(lead, "How much to fix my furnace?")
+    held = _held(lead, setter)
+    approval_reject(_request(held), user=manager.user, note="No prices by text, call them")
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since == first.created_at and convo.held_since is None
+    assert convo.missed_answer_id == held.pk
+    assert [r.pk for r in inbox_page(setter.user, InboxQuery(needs_reply=True), now=timezone.now()).rows] == [lead.pk]
+
+
+def test_an_approved_held_reply_answers_the_person(business, setter, manager):
+    lead = _lead(business, setter)
+    _in(lead, "How much to fix my furnace?")
+    held = _held(lead, setter)
+    approval_approve(_request(held), user=manager.user)
+    held.refresh_from_db()
+    assert held.status in (Message.Status.DRY_RUN, Message.Status.DEFERRED)
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since is None and convo.held_since is None and convo.missed_answer_id is None
+
+
+def test_an_answer_that_fails_puts_the_person_back_to_waiting(business, setter, settings):
+    settings.SEND_MODE = "live"
+    lead = _lead(business, setter)
+    first = _in(lead)
+    answer = _reply(lead, setter.user.username)
+    assert answer.status in (Message.Status.QUEUED, Message.Status.DEFERRED)
+    assert Conversation.objects.get(lead=lead).awaiting_since is None
+    assert message_give_up(answer, from_status=answer.status, reason="the provider refused the number")
+    convo = Conversation.objects.get(lead=lead)
+    assert convo.awaiting_since == first.created_at and convo.missed_answer_id == answer.pk
+
+
+def test_a_closing_word_on_a_lost_lead_waits_on_no_one_but_a_question_does(business, setter):
+    lead = _lead(business, setter)
+    lead_sync.lead_close(lead, Stage.LOST, actor="test", reason="closed", lost_reason="went with another company")
+    _in(lead, "thanks, we went with them")
+    assert Conversation.objects.get(lead=lead).awaiting_since is None
+    question = _in(lead, "Actually can you still come Tuesday?")
+    assert Conversation.objects.get(lead=lead).awaiting_since == question.created_at
+
+
+def test_an_urgent_message_heads_the_inbox_above_longer_waits(business, setter):
+    now = timezone.now()
+    sunday = _lead(business, setter, phone="+12125550170", first_name="Sunday")
+    _in(sunday, "are you open on sundays?", at=now - timedelta(days=2))
+    flood = _lead(business, setter, phone="+12125550171", first_name="Flood")
+    message = _in(flood, "there's water pouring into the basement right now", at=now - timedelta(minutes=2))
+    assert message.urgent
+    page = inbox_page(setter.user, InboxQuery(), now=now)
+    assert [row.contact.first_name for row in page.rows][:2] == ["Flood", "Sunday"]
+    assert page.rows[0].bucket == inbox.URGENT and page.rows[1].bucket == inbox.WAITING
+    assert Conversation.objects.get(lead=flood).urgent_since == message.created_at
+
+
+def test_a_held_and_waiting_conversation_comes_before_plain_waiting(business, setter):
+    now = timezone.now()
+    plain = _lead(business, setter, phone="+12125550172", first_name="Plain")
+    _in(plain, "hello?", at=now - timedelta(hours=5))
+    held = _lead(business, setter, phone="+12125550173", first_name="Held")
+    _in(held, "How much for a tune-up?", at=now - timedelta(minutes=10))
+    _held(held, setter)
+    page = inbox_page(setter.user, InboxQuery(), now=now)
+    assert [row.contact.first_name for row in page.rows][:2] == ["Held", "Plain"]
+    assert page.rows[0].bucket == inbox.HELD
 
 
 def test_a_message_in_waits_for_a_person_until_a_person_answers(business, setter):
@@ -62,7 +148,7 @@ def test_a_message_in_waits_for_a_person_until_a_person_answers(business, setter
     assert convo.last_inbound_at is not None and convo.last_inbound_at > first.created_at
 
     answer = _reply(lead, setter.user.username)
-    assert answer.status in ANSWERING_STATUSES
+    assert answer.status in (Message.Status.DRY_RUN, Message.Status.DEFERRED)
     convo.refresh_from_db()
     assert convo.awaiting_since is None
     assert convo.last_message_id == answer.pk and convo.last_channel == "sms"
@@ -182,7 +268,7 @@ def test_the_inbox_puts_who_waits_first_then_the_sla_then_overdue_next_actions(b
     assert order[:4] == ["Long", "Short", "Sla", "Overdue"]
     assert order[4:] == [quiet.contact.first_name] and page.waiting == 2 and not page.has_next
     by_name: dict[str, Any] = {row.contact.first_name: row for row in page.rows}
-    assert by_name["Long"].unread == 1 and by_name["Long"].bucket == 0
+    assert by_name["Long"].unread == 1 and by_name["Long"].bucket == inbox.WAITING
     assert by_name["Quiet"].first_channel == "form"
 
 
@@ -227,14 +313,15 @@ def test_an_inbox_page_reads_only_the_parts_of_the_order_it_reaches(business, se
         lead = _lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}")
         _in(lead, f"question {i}")
     user = type(setter.user).objects.get(pk=setter.user.pk)  # memberships not read yet
-    with django_assert_num_queries(1 + 4 + 2):  # twelve waiting leave the page open: every part is read
+    with django_assert_num_queries(1 + 6 + 2):  # twelve waiting leave the page open: every part is read
         page = inbox_page(user, InboxQuery(), now=timezone.now())
         assert len(page.rows) == 12 and page.waiting == 12 and not page.has_next
         assert all(row.conversation.last_message.body for row in page.rows)
     for i in range(12, 12 + PAGE_SIZE):
         _in(_lead(business, setter, phone=f"+1312555{i:04d}", first_name=f"P{i}"), "hello?")
     user = type(setter.user).objects.get(pk=setter.user.pk)
-    with django_assert_num_queries(1 + 1 + 2):  # the waiting fill the page: one part read
+    # The waiting fill the page: the urgent and held parts (empty), then the waiting part.
+    with django_assert_num_queries(1 + 3 + 2):
         page = inbox_page(user, InboxQuery(), now=timezone.now())
         assert len(page.rows) == PAGE_SIZE and page.has_next
 
@@ -250,3 +337,11 @@ def test_the_conversation_keeps_the_intent_of_the_persons_last_message(business,
     rows = inbox_page(setter.user, InboxQuery(intent="booking_request"), now=timezone.now()).rows
     assert [r.pk for r in rows] == [lead.pk] and rows[0].last_intent == "booking_request"
     assert not inbox_page(setter.user, InboxQuery(intent="price_question"), now=timezone.now()).rows
+
+
+def test_a_closing_word_that_came_before_the_close_stops_waiting_when_the_lead_is_lost(business, setter):
+    lead = _lead(business, setter)
+    _in(lead, "Thanks, but we decided to go with them. Appreciate it.")
+    assert Conversation.objects.get(lead=lead).awaiting_since is not None
+    lead_sync.lead_close(lead, Stage.LOST, actor="sam", reason="closed", lost_reason="went with another company")
+    assert Conversation.objects.get(lead=lead).awaiting_since is None

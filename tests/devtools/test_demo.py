@@ -8,9 +8,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.conversions.delivery import conversions_pump
 from agents.webhooks.delivery import webhooks_pump
+from crm import inbox
+from crm.inbox import InboxQuery, inbox_page
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -214,3 +217,14 @@ def test_a_paid_demo_lead_shows_its_google_and_meta_uploads_and_its_webhook_even
     assert "ConversionUploadService.UploadClickConversions" in detail
     log = client.get(reverse("admin:crm_webhookdelivery_changelist") + "?event_type=payment.recorded")
     assert payment_event.public_id in log.content.decode()
+
+
+def test_on_the_demo_the_leak_heads_the_inbox_and_the_lost_leads_thanks_waits_on_no_one():
+    load_demo()
+    manager = User.objects.get(username="mia")
+    page = inbox_page(manager, InboxQuery(), now=timezone.now())
+    first = page.rows[0]
+    assert first.contact.first_name == "Omar" and first.bucket == inbox.URGENT
+    kevin = Lead.objects.get(business__slug=DEMO_SLUG, contact__first_name="Kevin")
+    assert kevin.stage == Stage.LOST and kevin.conversation.awaiting_since is None
+    assert kevin.pk not in [row.pk for row in page.rows]

@@ -14,7 +14,7 @@ from django.utils import dateformat, timezone
 
 from crm.models import Call, Message
 from crm.permissions import can_anywhere
-from leadops.workspace.selectors import duration_words
+from leadops.workspace.selectors import BLOCKED_WORDS, duration_words
 
 register = template.Library()
 
@@ -29,17 +29,7 @@ CHANNELS = {
     "task": "Task",
 }
 
-BLOCKED = {
-    "hold": "the lead is on hold",
-    "stopped": "automation is stopped for this person, or the lead is closed",
-    "no_consent": "no consent for this channel",
-    "revoked": "the person opted out",
-    "quiet_hours": "quiet hours",
-    "daily_cap": "the daily cap for this person is reached",
-    "other_path_active": "another automated path is running for this person",
-    "rejected": "a manager rejected it",
-    "number_not_allowed": "this number may not get this channel",
-}
+BLOCKED = BLOCKED_WORDS
 
 S = Message.Status
 
