@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.events import lead_event
 from agents.notify import member_notify
 from agents.outbound.clock import business_minutes_after
-from crm.models import Lead, LeadException
+from crm.models import BEFORE_BOOKING_STAGES, Lead, LeadException
 from crm.selectors import business_manager, rows_held
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
@@ -64,6 +64,10 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
     lead_sync.lead_refresh(lead)
     if not lead.is_open or lead.is_test:
         return "closed"
+    if lead.stage not in BEFORE_BOOKING_STAGES:
+        # A visit booked before anyone wrote (the person booked on Calendly):
+        # they were reached by the booking itself.
+        return "booked"
     if lead.first_response_at is not None and (lead.sla_due_at is None or lead.first_response_at <= lead.sla_due_at):
         return "met"
     claimed = Lead.objects.filter(pk=lead.pk, sla_breached_at__isnull=True).update(sla_breached_at=now)

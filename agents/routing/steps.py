@@ -171,7 +171,7 @@ def sla_due_step(lead: Lead, data: dict[str, Any]) -> str:
     """The first-response standard has passed: check the SLA, and if the person
     has not written back, start the business's no-reply path."""
     outcome = sla_check(lead)
-    if outcome == "closed":
+    if outcome in ("closed", "booked"):
         return outcome
     from agents.followup.no_reply import no_reply_start
 
