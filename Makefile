@@ -42,7 +42,7 @@ run: demo
 	export $(DEMO_ENV); \
 	$(PY) manage.py qcluster & \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
-	$(PY) manage.py runserver --noreload 127.0.0.1:8000 & \
+	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & \
 	wait
 
 # Post realistic, signed webhooks for every demo source to the running `make run`,
