@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from django.views.defaults import page_not_found
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -33,10 +34,42 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
+# Where a client is a program: an error answers in the API's shape, never
+# an HTML page (a webhook provider logs the body; a client parses it).
+MACHINE_PATHS = ("/api/", "/hooks/")
+
+
+def _for_machines(request: HttpRequest) -> bool:
+    return request.path.startswith(MACHINE_PATHS)
+
+
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """Django's 404 (`handler404`): under `/api/` the error shape, since a
-    path no route matches (an id with a dot, say) never reaches a viewset;
-    elsewhere Django's own page."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"error": "not_found", "detail": "No API endpoint matches this path."}, status=404)
+    """Django's 404 (`handler404`): under `/api/` and `/hooks/` the error
+    shape, since a path no route matches (an id with a dot, say) never
+    reaches a viewset; elsewhere Django's own page."""
+    if _for_machines(request):
+        return JsonResponse({"error": "not_found", "detail": "No endpoint matches this path."}, status=404)
     return page_not_found(request, exception)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 (`handler400`: a request it refused before any view,
+    e.g. a disallowed host or a malformed body)."""
+    if _for_machines(request):
+        return JsonResponse({"error": "bad_request", "detail": "The request could not be read."}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 403 (`handler403`)."""
+    if _for_machines(request):
+        return JsonResponse({"error": "forbidden", "detail": "Not allowed."}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500 (`handler500`): nothing about the failure is said (it is
+    in the server's log); a program gets the error shape to retry on."""
+    if _for_machines(request):
+        return JsonResponse({"error": "server_error", "detail": "The server failed; try again."}, status=500)
+    return defaults.server_error(request)

@@ -8,8 +8,12 @@ from leadops import booking_views, copilot, reports, revenue, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.reports_api import LeadTraceView
 
-# A path under /api/ that no route matches answers in the API's error shape.
+# An error under /api/ or /hooks/ answers in the API's error shape (leadops.api);
+# elsewhere Django's pages (templates/403.html, 404.html…).
+handler400 = "leadops.api.bad_request"
+handler403 = "leadops.api.permission_denied"
 handler404 = "leadops.api.not_found"
+handler500 = "leadops.api.server_error"
 
 # Estimates are routed here alone: their writes call agents roles, which the
 # crm API (routing every other record) may not import.

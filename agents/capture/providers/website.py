@@ -31,7 +31,15 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agents.capture.base import Capture, ConsentEvidence, MalformedPayload, split_name, truthy, utm_from
+from agents.capture.base import (
+    Capture,
+    ConsentEvidence,
+    MalformedPayload,
+    json_object,
+    split_name,
+    truthy,
+    utm_from,
+)
 from agents.capture.challenge import RESPONSE_FIELDS, challenge_for, challenge_passed
 from agents.capture.identity import capture_apply
 from agents.capture.intake import client_address, rejection_count
@@ -89,12 +97,7 @@ def form_fields(body: bytes, content_type: str) -> dict[str, str]:
     if content_type.startswith("multipart/form-data"):
         return _multipart_fields(body, content_type)
     if "json" in content_type:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MalformedPayload(f"invalid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise MalformedPayload("a JSON object is expected")
+        data = json_object(body)
         return {
             str(k): v if isinstance(v, str) else json.dumps(v) if isinstance(v, dict | list) else str(v)
             for k, v in data.items()
