@@ -3,6 +3,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 
 from agents.health import queue_health
+from crm.permissions import can_anywhere
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -17,6 +18,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def healthz_queue(request: HttpRequest) -> JsonResponse:
-    """For monitoring: when each periodic job last succeeded; 503 while any is overdue."""
+    """For monitoring: 200 while every periodic job keeps succeeding, 503
+    while any is overdue. Who runs the server (a signed-in owner or manager,
+    or staff) also reads each job's last success and error; anyone else
+    gets the verdict only: job names and error text tell an outsider what
+    runs here and what fails."""
     health = queue_health()
-    return JsonResponse(health.as_dict(), status=200 if health.healthy else 503)
+    status = 200 if health.healthy else 503
+    if can_anywhere(request.user, "timer.view"):
+        return JsonResponse(health.as_dict(), status=status)
+    return JsonResponse({"status": "ok" if health.healthy else "not ok"}, status=status)
