@@ -24,6 +24,7 @@ currency here, at the edge.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -260,6 +261,18 @@ for _kind in HANDLED:
     handler_register(Provider.STRIPE, _kind, _process)
 
 
+def _refuse_future(header: str, now: float | None = None) -> None:
+    """The SDK's tolerance looks only at the past: a header dated ahead of
+    our clock (beyond the same tolerance) would stay replayable for as long
+    as it is early. Called once the header verified, so `t` is a number."""
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    ahead = int(fields["t"]) - (time.time() if now is None else now)
+    if ahead > TOLERANCE_SECONDS:
+        raise stripe.SignatureVerificationError(
+            f"Timestamp is {int(ahead)} s ahead of our clock. Tolerance {TOLERANCE_SECONDS} s", header
+        )
+
+
 @csrf_exempt
 @require_POST
 def stripe_webhook(request: HttpRequest) -> HttpResponse:
@@ -273,6 +286,7 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
         header = request.META.get("HTTP_STRIPE_SIGNATURE", "")
         try:
             stripe.WebhookSignature.verify_header(body, header, secret, tolerance=TOLERANCE_SECONDS)
+            _refuse_future(header)
         except (stripe.SignatureVerificationError, UnicodeDecodeError) as exc:
             reason = (
                 str(exc).split(". ")[0][:200] if isinstance(exc, stripe.SignatureVerificationError) else "not UTF-8"
