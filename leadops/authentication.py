@@ -7,6 +7,7 @@ AXES_FAILURE_LIMIT times is refused until AXES_COOLOFF_TIME has passed.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Any
 
@@ -22,9 +23,16 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 
-# Wrong API tokens are counted under a name no user can have (usernames hold no
-# spaces or parentheses), so they lock token use from that address only.
-API_TOKEN_LOGIN = "(api token)"  # noqa: S105 (a name, not a password)
+# Wrong API tokens are counted per presented key (a digest of it, under a
+# name no user can have: usernames hold no spaces or parentheses) and
+# address: a key tried again and again is locked out, while an office
+# behind one address keeps every other key working. A token is 160 random
+# bits, so trying new keys is no way in.
+API_TOKEN_LOGIN = "(api token {})"  # noqa: S105 (a name, not a password)
+
+
+def _token_login(key: bytes) -> str:
+    return API_TOKEN_LOGIN.format(hashlib.sha256(key).hexdigest()[:16])
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):
@@ -55,15 +63,15 @@ class ExpiringTokenAuthentication(TokenAuthentication):
     A token stops working API_TOKEN_TTL_DAYS after it was made; the first
     refused use deletes it, so `drf_create_token USER` then issues a new one.
     A revoked token (deleted in the admin) is simply unknown. Wrong tokens
-    count as failed logins for the client address, and a locked address is
-    refused (429) even with a good token until the cool-off has passed."""
+    count as failed logins of that key from the client address; a key locked
+    there is refused (429) until the cool-off has passed."""
 
     def authenticate(self, request: Request) -> tuple[Any, Token] | None:
         auth = get_authorization_header(request).split()
         if not auth or auth[0].lower() != self.keyword.lower().encode():
             return None
         django_request = request._request
-        credentials = {"username": API_TOKEN_LOGIN}
+        credentials = {"username": _token_login(auth[1] if len(auth) > 1 else b"")}
         if not AxesProxyHandler.is_allowed(django_request, credentials):
             raise _locked_out()
         try:
