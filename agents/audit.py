@@ -41,6 +41,7 @@ from crm.models import (
     Refund,
     Task,
 )
+from crm.permissions import role_allows
 from crm.reports import revenue_report
 from crm.services.receipts import receipts_verify
 
@@ -75,6 +76,9 @@ def _ownership_and_next_action(audit: Audit, active: list[Lead]) -> None:
     for lead in active:
         if lead.owner_id is None:
             audit.fail("ownership", lead.public_id, "an active lead without an owner")
+        elif not lead.owner.is_active or not role_allows(lead.owner.role, "message.view"):
+            # An owner who cannot read the conversation cannot act on it.
+            audit.fail("ownership", lead.public_id, f"owned by {lead.owner}, who cannot see the lead's conversation")
         if LeadException.NO_ELIGIBLE_OWNER in lead.exceptions:
             audit.manager_queue += 1
             if not lead.routing_reason:
@@ -183,7 +187,7 @@ def lead_audit(business: Business, *, now: datetime | None = None) -> Audit:
     audit = Audit()
     leads = Lead.objects.filter(business=business, is_test=False)
     audit.leads = leads.count()
-    active = list(leads.exclude(stage__in=CLOSED_STAGES))
+    active = list(leads.exclude(stage__in=CLOSED_STAGES).select_related("owner"))
     audit.active = len(active)
     _ownership_and_next_action(audit, active)
     _stop_rules(audit, business)

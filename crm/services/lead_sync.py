@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from crm.locks import row_lock
 from crm.models import CLOSED_STAGES, EventType, Lead, Stage, TeamMember
+from crm.permissions import role_allows
 from crm.registry import Registry
 from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
@@ -305,6 +306,10 @@ def lead_assign(lead: Lead, owner: TeamMember, *, actor: str, reason: str, advan
         raise LeadSyncError(f"{owner} is not on the team of this lead's business")
     if not owner.is_active:
         raise LeadSyncError(f"{owner} is not active")
+    if not role_allows(owner.role, "message.view"):
+        # The owner answers the lead's conversation; a technician's role
+        # cannot read it, so the lead would sit with nobody who can act.
+        raise LeadSyncError(f"{owner} works visits and jobs and cannot own a lead's conversation")
     if current.owner_id == owner.pk:
         raise LeadSyncError(f"{current.public_id} is already owned by {owner}")
     changes: dict[str, Any] = {"owner": owner}

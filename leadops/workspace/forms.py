@@ -12,6 +12,7 @@ from agents.playbook.copilot import REPLY_CHANNELS
 from agents.routing.reached import CALL_OUTCOMES
 from crm.inbox import InboxQuery
 from crm.models import INTENTS, Stage, TeamMember
+from crm.permissions import SALES
 
 INBOX_CHANNELS = [
     ("", "Any channel"),
@@ -117,8 +118,9 @@ class ReassignForm(forms.Form):
 
     def __init__(self, *args: Any, business_id: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Who may own a lead: the roles that read its conversation.
         self.fields["owner"].queryset = TeamMember.objects.filter(  # type: ignore[attr-defined]
-            business_id=business_id, is_active=True
+            business_id=business_id, is_active=True, role__in=sorted(SALES)
         )
 
 

@@ -11,12 +11,13 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents.audit import lead_audit
+from agents.routing.assign import lead_reassign
 from agents.routing.next_action import next_action_set
-from crm.models import Enrollment, Message, Sequence
+from crm.models import Enrollment, Lead, Message, Role, Sequence
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.records import payment_record, refund_record
-from tests.factories import lead_create
+from tests.factories import lead_create, member_create
 
 pytestmark = pytest.mark.django_db
 
@@ -51,6 +52,24 @@ def test_an_unowned_lead_and_a_missing_next_action_are_violations(business, work
     assert _checks(business) == {"ownership", "next_action"}
     with pytest.raises(CommandError, match="2 violation"):
         call_command("audit_leads", "--business", business.slug, stdout=StringIO())
+
+
+def test_an_owner_who_cannot_see_the_lead_is_a_violation(business, worked) -> None:
+    # Written as an older release (or a raw UPDATE) could leave it: the
+    # services now refuse such an owner.
+    technician = member_create(business, Role.TECHNICIAN, username="tom")
+    Lead.objects.filter(pk=worked.pk).update(owner=technician)
+    violations = lead_audit(business).violations
+    assert [(v.check, v.subject) for v in violations] == [("ownership", worked.public_id)]
+    assert "cannot see" in violations[0].detail
+
+
+def test_a_lead_cannot_be_given_to_a_technician(business, worked) -> None:
+    technician = member_create(business, Role.TECHNICIAN, username="tom")
+    with pytest.raises(lead_sync.LeadSyncError, match="cannot own"):
+        lead_reassign(worked, technician, actor="mia", reason="t")
+    worked.refresh_from_db()
+    assert worked.owner is not None and worked.owner.role == Role.SETTER
 
 
 def test_a_path_message_after_a_reply_is_a_violation(business, worked) -> None:
