@@ -276,7 +276,8 @@ def test_a_new_inbound_sms_appears_in_an_open_inbox_thread_and_badge_without_a_r
         sms_webhook("+12125550147", "Hi, is anyone coming today? The heat is out.", "SM" + "7" * 32)
 
         inbox.wait_for_selector("#inbox-list >> text=Hi, is anyone coming today?", timeout=LIVE)
-        inbox.wait_for_selector(f'#rows .row[data-lead="{rosa.public_id}"] .why-waiting', timeout=LIVE)
+        # No heat and "today": the row comes in marked urgent, ahead of every plain wait.
+        inbox.wait_for_selector(f'#rows .row.is-urgent[data-lead="{rosa.public_id}"] .why-urgent', timeout=LIVE)
         inbox.wait_for_selector("#unread-badge >> text=1", timeout=LIVE)
         admin.wait_for_selector("#unread-badge >> text=1", timeout=LIVE)
         thread.wait_for_selector("#conversation >> text=Hi, is anyone coming today?", timeout=LIVE)
