@@ -13,3 +13,10 @@ class LeadopsConfig(AppConfig):
         admin.site.site_header = "LeadOps"
         admin.site.site_title = "LeadOps"
         admin.site.index_title = "LeadOps back office"
+
+        from django.contrib.auth.signals import user_logged_in
+
+        from leadops.middleware import session_seen_at_login
+
+        # A new session starts seen: its first request need not write it again.
+        user_logged_in.connect(session_seen_at_login, dispatch_uid="leadops.session_seen_at_login")

@@ -13,11 +13,14 @@ rate limits, raw-first storage) applies unchanged.
 Each class is the Django middleware of the same name with one
 difference: under the prefix it passes the request straight on.
 
-`ViewerTimezoneMiddleware` is ours: every page speaks the viewer's time zone.
+`ViewerTimezoneMiddleware` is ours: every page speaks the viewer's time zone;
+so are `NoStoreMiddleware` (no cached copy of a page with people on it) and
+`SessionIdleMiddleware` (a session ends after hours without a request).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 from django.conf import settings
@@ -27,6 +30,7 @@ from django.contrib.sessions.middleware import SessionMiddleware as _SessionMidd
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.deprecation import MiddlewareMixin
 
 from crm.selectors import viewer_zone
@@ -84,3 +88,55 @@ class ViewerTimezoneMiddleware:
             return self.get_response(request)
         finally:
             timezone.deactivate()
+
+
+# Pages and answers that carry people's names, numbers and words.
+PRIVATE_PATH_PREFIXES = ("/app/", "/admin/", "/api/")
+
+
+class NoStoreMiddleware:
+    """`Cache-Control: no-store` (Django's never-cache headers) on every page
+    and API answer under PRIVATE_PATH_PREFIXES that set none of its own: a
+    shared computer's browser cache, or a proxy, keeps no copy of a
+    conversation, a phone number or a payment."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if request.path_info.startswith(PRIVATE_PATH_PREFIXES) and not response.has_header("Cache-Control"):
+            add_never_cache_headers(response)
+        return response
+
+
+# When the session last saw its user, in the session itself.
+SESSION_SEEN = "leadops_seen"
+
+
+class SessionIdleMiddleware:
+    """A session ends after SESSION_COOKIE_AGE without a request (12 hours
+    idle by default), however long it has lasted: each request pushes the
+    end back. The session is written at most every SESSION_REFRESH_SECONDS,
+    not on every request (the workspace polls every few seconds), so the
+    end moves in steps of that size. After AuthenticationMiddleware."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        # Without a session cookie nobody is signed in: no session is loaded
+        # (it would add `Vary: Cookie` to public pages).
+        signed_in = settings.SESSION_COOKIE_NAME in request.COOKIES and not is_webhook(request)
+        if signed_in and request.user.is_authenticated:
+            now = int(time.time())
+            if now - int(request.session.get(SESSION_SEEN, 0)) >= settings.SESSION_REFRESH_SECONDS:
+                # Modifying the session saves it with a fresh expiry.
+                request.session[SESSION_SEEN] = now
+        return self.get_response(request)
+
+
+def session_seen_at_login(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
+    """Mark a new session seen at login (`user_logged_in`)."""
+    if request is not None and hasattr(request, "session"):
+        request.session[SESSION_SEEN] = int(time.time())

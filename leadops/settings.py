@@ -274,7 +274,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
+    "leadops.middleware.SessionIdleMiddleware",
     "leadops.middleware.ViewerTimezoneMiddleware",
+    "leadops.middleware.NoStoreMiddleware",
     "leadops.middleware.MessageMiddleware",
     # `request.htmx`: the workspace answers htmx's requests with fragments.
     "django_htmx.middleware.HtmxMiddleware",
@@ -353,6 +355,16 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 LOGIN_URL = "admin:login"
+
+# A session ends after SESSION_IDLE_HOURS without a request (a phone left on
+# a counter, a shared office computer), not after Django's two weeks; each
+# request pushes the end back (leadops.middleware.SessionIdleMiddleware).
+SESSION_IDLE_HOURS = env.float("SESSION_IDLE_HOURS", default=12.0)
+if SESSION_IDLE_HOURS <= 0:
+    raise environ.ImproperlyConfigured("SESSION_IDLE_HOURS must be more than 0")
+SESSION_COOKIE_AGE = int(SESSION_IDLE_HOURS * 3600)
+# How often a request writes the session to push its end back.
+SESSION_REFRESH_SECONDS = min(300, SESSION_COOKIE_AGE // 2)
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for
 # one username from one client address, that pair is refused, even with the
