@@ -2,7 +2,9 @@
 startup (approvals cannot import the roles that wait on it).
 
 - message_draft: approved → the (possibly edited) text goes through the gate
-  again, now approved; rejected → the message is blocked as `rejected`.
+  again, now approved; rejected → the message is blocked as `rejected`;
+  expired (nobody decided by its deadline) → blocked as `expired`, so a held
+  reply never goes out late nor waits for ever.
   Before an approval or an edit, the pinned message must still be waiting
   (`pending_approval`), else the decision is a conflict and nothing changes;
   an edited body is re-read by the claims guard for the next person.
@@ -22,7 +24,7 @@ from agents.outbound.gate import message_gate
 from agents.playbook.claims_guard import claims_scan
 from approvals.handlers import approval_handler_register
 from approvals.models import ApprovalRequest
-from approvals.services import ApprovalConflict
+from approvals.services import EXPIRY_ACTOR, ApprovalConflict
 from crm.models import Contact, Message
 from crm.services import lead_sync
 from crm.services.consent import consent_record
@@ -76,11 +78,19 @@ def draft_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
 
 
 def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    _draft_block(request, Message.BlockReason.REJECTED)
+
+
+def draft_expired(request: ApprovalRequest, payload: dict[str, Any]) -> None:
+    _draft_block(request, Message.BlockReason.EXPIRED)
+
+
+def _draft_block(request: ApprovalRequest, reason: str) -> None:
     message = _message(request)
     if message is None:
         return
     updated = Message.objects.filter(pk=message.pk, status=Message.Status.PENDING_APPROVAL).update(
-        status=Message.Status.BLOCKED, block_reason=Message.BlockReason.REJECTED
+        status=Message.Status.BLOCKED, block_reason=reason
     )
     if updated:
         receipt_write(
@@ -89,9 +99,9 @@ def draft_rejected(request: ApprovalRequest, payload: dict[str, Any]) -> None:
             subject=message.public_id,
             actor=_decider(request),
             action="message.blocked",
-            reason="rejected",
+            reason=reason,
             before={"status": "pending_approval"},
-            after={"status": "blocked", "block_reason": "rejected"},
+            after={"status": "blocked", "block_reason": reason},
         )
 
 
@@ -136,7 +146,8 @@ def _resume(contact: Contact, request: ApprovalRequest) -> None:
 
 
 def _decider(request: ApprovalRequest) -> str:
-    return request.decided_by.get_username() if request.decided_by else "agent:approvals"
+    # Nobody decides an expiry: the clock does, as the gatekeeper role.
+    return request.decided_by.get_username() if request.decided_by else EXPIRY_ACTOR
 
 
 def register() -> None:
@@ -144,6 +155,7 @@ def register() -> None:
         "message_draft",
         on_approved=draft_approved,
         on_rejected=draft_rejected,
+        on_expired=draft_expired,
         check=draft_check,
         recheck=draft_recheck,
     )

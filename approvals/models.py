@@ -87,6 +87,12 @@ class ApprovalRequest(models.Model):
     proposed_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # The person who first proposed it, kept through edits (the editor
+    # becomes `proposed_by_user`): the decision is told to them. None for a
+    # role's proposal (a model's draft), whose lead's owner is told instead.
+    first_proposed_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )

@@ -14,11 +14,18 @@ proposer's payload, within its business); a decision may change only the
 payload fields its kind allows (`approvals.kinds`), never a pin. An edit is
 a new proposal: the request stays pending with the editor as its proposer,
 so the editor can no longer approve it and another person decides.
+
+A proposal of words to send (a kind whose `body` a decision may edit) that
+is rejected, approved with edits, or left to expire is told to the person
+who first proposed it (else its lead's owner) in the same transaction: a
+decision note in the lead's conversation, unread for them until they read
+it (`crm.services.conversations.decision_note_add`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -27,11 +34,13 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals.handlers import approval_handlers_for
-from approvals.kinds import PINNED_KEYS, approval_edit_serializer
+from approvals.kinds import PINNED_KEYS, approval_edit_serializer, approval_editable_fields
 from approvals.models import ApprovalRequest
+from approvals.selectors import approval_sent_since
 from crm.localtime import when
 from crm.models import Business, ContactPoint, ContactPointKind, Estimate, Lead, Message
 from crm.permissions import can
+from crm.services.conversations import decision_note_add
 from crm.services.receipts import receipt_write
 
 log = logging.getLogger(__name__)
@@ -39,7 +48,18 @@ log = logging.getLogger(__name__)
 PENDING = ApprovalRequest.Status.PENDING
 # Who expires a request: the clock, acting as the gatekeeper role.
 EXPIRY_ACTOR = "agent:human_gatekeeper"
-_FK_FIELDS = ["business", "lead", "message", "estimate", "contact_point", "proposed_by_user", "decided_by"]
+_FK_FIELDS = [
+    "business",
+    "lead",
+    "message",
+    "estimate",
+    "contact_point",
+    "proposed_by_user",
+    "first_proposed_by_user",
+    "decided_by",
+]
+# How much of a proposed text a decision note quotes to say which one it was.
+QUOTE_LENGTH = 80
 _ABSENT = object()
 
 
@@ -71,6 +91,10 @@ class ApprovalConflict(ApprovalError):
 
 class ApprovalNotPending(ApprovalConflict):
     """The request was already decided or has expired (a double click, or someone else was first)."""
+
+
+class SentSinceUnseen(ApprovalConflict):
+    """Messages went out to the person after the held one that the approver was not shown."""
 
 
 def _pins(business: Business, lead: Lead | None, payload: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +162,7 @@ def approval_request_open(
         payload=payload,
         proposed_by=proposed_by,
         proposed_by_user=proposed_by_user,
+        first_proposed_by_user=proposed_by_user,
         expires_at=expires_at,
         **_pins(business, lead, payload),
     )
@@ -228,6 +253,17 @@ def _refuse_unless_pending(request: ApprovalRequest, now: datetime) -> None:
         raise ApprovalNotPending(f"{request.public_id} is already {request.status}{who}")
     if request.expires_at is not None and request.expires_at <= now:
         raise ApprovalNotPending(f"{request.public_id} expired at {when(request.expires_at)}")
+
+
+def _refuse_unseen(request: ApprovalRequest, seen: set[str]) -> None:
+    unseen = [m for m in approval_sent_since(request) if m.public_id not in seen]
+    if unseen:
+        said = "; ".join(f"“{_shortened(m.body)}”" for m in unseen)
+        many = f"{len(unseen)} messages" if len(unseen) > 1 else "a message"
+        raise SentSinceUnseen(
+            f"since you opened it, {many} went out to the person after this reply was held: {said}. "
+            "Read the conversation again, then decide."
+        )
 
 
 def _lock_first(request: ApprovalRequest) -> None:
@@ -350,12 +386,78 @@ def _decide(request: ApprovalRequest, *, user: Any, status: str, note: str) -> A
         handler = handlers.on_approved if approving else handlers.on_rejected
         if handler is not None:
             handler(current, current.payload)
+    _decision_tell(current)
     return current
+
+
+def _decision_tell(current: ApprovalRequest) -> None:
+    """Tell the person whose words were decided what became of them: a
+    rejection (with its note), an approval with edits, an expiry. A plain
+    approval says nothing more than the message going out does. Only for a
+    proposal of words to send on a lead; the note is written even when
+    nobody is left to tell (the decider is its only proposer), so the
+    conversation keeps it."""
+    lead = current.lead
+    body = str(current.payload.get("body") or "")
+    if lead is None or "body" not in approval_editable_fields(current.kind):
+        return
+    first = current.original_payload or current.payload
+    first_body = str(first.get("body") or body)
+    edited = current.original_payload is not None and first_body.strip() != body.strip()
+    status = current.status
+    if status == ApprovalRequest.Status.APPROVED and not edited:
+        return
+    whose = _whose(current)
+    quoted = f"“{_shortened(first_body)}”"
+    decider = current.decided_by.get_username() if current.decided_by else ""
+    note = f" Their note: {_said(current.decision_note)}" if current.decision_note.strip() else ""
+    if status == ApprovalRequest.Status.REJECTED:
+        reworded = f" (as reworded by {current.proposed_by})" if edited else ""
+        words = f"{whose} {quoted}{reworded} was rejected by {decider} and not sent.{note or ' No note.'}"
+    elif status == ApprovalRequest.Status.APPROVED:
+        words = (
+            f"{whose} {quoted} was approved with edits by {decider} (reworded by {current.proposed_by}). "
+            f"What goes out instead: {_said(body)}{note}"
+        )
+    else:
+        words = f"{whose} {quoted} was not sent: nobody decided on it in time, and the approval expired."
+    addressee = current.first_proposed_by_user
+    if addressee is None and lead.owner is not None:
+        addressee = lead.owner.user
+    if addressee is not None and addressee.pk == current.decided_by_id:
+        addressee = None  # the decider knows
+    decision_note_add(lead, author=decider or EXPIRY_ACTOR, body=words, addressee=addressee)
+
+
+def _whose(current: ApprovalRequest) -> str:
+    """Whose words were first proposed, as the conversation says it."""
+    first = current.first_proposed_by_user
+    if first is not None:
+        return f"{first.get_username()}'s reply"
+    if current.original_payload is None and current.proposed_by.startswith("agent:"):
+        return f"The reply drafted by the {current.proposed_by.removeprefix('agent:').replace('_', ' ')}"
+    return "The held reply"
+
+
+def _said(text: str) -> str:
+    """Someone's words quoted as a sentence: “Call her.”, “Call her first.” (never “….”.)."""
+    text = text.strip()
+    return f"“{text}”" if text.endswith((".", "!", "?", "…")) else f"“{text}.”"
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= QUOTE_LENGTH else text[: QUOTE_LENGTH - 1].rstrip() + "…"
 
 
 @transaction.atomic
 def approval_approve(
-    request: ApprovalRequest, *, user: Any, note: str = "", edited_payload: dict[str, Any] | None = None
+    request: ApprovalRequest,
+    *,
+    user: Any,
+    note: str = "",
+    edited_payload: dict[str, Any] | None = None,
+    seen: Collection[str] | None = None,
 ) -> ApprovalRequest:
     """Approve a pending request as `user`; with an edited payload, propose the edit instead.
 
@@ -372,11 +474,19 @@ def approval_approve(
     the kind does not allow, or a pinned record swapped), ApprovalConflict
     (decided already, expired, or the record it concerns moved on — the
     kind's `check`); then nothing is written.
+
+    `seen`: the public ids of the messages that went out to the person after
+    the held one which the approver was shown (an automatic booking
+    confirmation may already have said what the held reply says otherwise);
+    one they were not shown refuses the decision (SentSinceUnseen), so
+    nobody approves words over a message they never saw. None: not asked.
     """
     _lock_first(request)
     current = _locked(request)
     _refuse_unless_may_decide(current, user)
     _refuse_unless_pending(current, timezone.now())
+    if seen is not None:
+        _refuse_unseen(current, set(seen))
     edited = approval_payload_edited(current, edited_payload) if edited_payload is not None else None
     if edited is not None:
         decided = _edit(current, edited, user=user, note=note)
@@ -475,4 +585,5 @@ def _expire_one(pk: int, now: datetime) -> int:
     handlers = approval_handlers_for(current.kind)
     if handlers and handlers.on_expired:
         handlers.on_expired(current, current.payload)
+    _decision_tell(current)
     return 1

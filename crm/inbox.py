@@ -52,6 +52,7 @@ from crm.models import (
     LeadException,
     LeadTouch,
     Message,
+    Note,
     Role,
     Stage,
 )
@@ -220,7 +221,7 @@ def inbox_page(user: Any, query: InboxQuery, *, now: datetime, page: int = 1, re
         )
         .annotate(bucket=_bucket(now), read_at=Coalesce(_read_mark(user), Value(NEVER)))
         .annotate(
-            unread=_unread(),
+            unread=_unread(user),
             last_intent=F("conversation__last_intent"),
             first_channel=Subquery(_first_touch().values("channel")[:1]),
             first_provider=Subquery(_first_touch().values("provider")[:1]),
@@ -253,13 +254,15 @@ def _first_touch() -> QuerySet[LeadTouch]:
     return LeadTouch.objects.filter(lead=OuterRef("pk")).order_by("received_at", "pk")
 
 
-def _read_mark(user: Any) -> Subquery:
-    """How far `user` has read the lead's conversation (over Lead)."""
-    return Subquery(ConversationRead.objects.filter(user=user, lead=OuterRef("pk")).values("read_at")[:1])
+def _read_mark(user: Any, lead: str = "pk") -> Subquery:
+    """How far `user` has read the lead's conversation (over Lead, or over a
+    row naming its lead in `lead`)."""
+    return Subquery(ConversationRead.objects.filter(user=user, lead=OuterRef(lead)).values("read_at")[:1])
 
 
-def _unread() -> Coalesce:
-    """Messages in after the lead's `read_at` annotation."""
+def _unread(user: Any) -> Any:
+    """Messages in after the lead's `read_at` annotation, and the decisions
+    addressed to `user` since then (a held reply of theirs rejected…)."""
     unread = (
         Message.objects.filter(lead=OuterRef("pk"), direction="in", created_at__gt=OuterRef("read_at"))
         .order_by()
@@ -267,7 +270,21 @@ def _unread() -> Coalesce:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return Coalesce(Subquery(unread, output_field=IntegerField()), Value(0))
+    decisions = (
+        _decisions_for(user)
+        .filter(lead=OuterRef("pk"), created_at__gt=OuterRef("read_at"))
+        .order_by()
+        .values("lead")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(unread, output_field=IntegerField()), Value(0)) + Coalesce(
+        Subquery(decisions, output_field=IntegerField()), Value(0)
+    )
+
+
+def _decisions_for(user: Any) -> QuerySet[Note]:
+    return Note.objects.filter(kind=Note.Kind.DECISION, addressee_id=user.pk)
 
 
 @dataclass(frozen=True)
@@ -284,8 +301,9 @@ class InboxPage:
 
 def unread_conversations(user: Any) -> int:
     """The top bar's count: the user's own conversations with a message in
-    they have not read (and, for a leader, the unassigned ones too), up to
-    one past `COUNT_CAP` (the badge says "99+")."""
+    they have not read (and, for a leader, the unassigned ones too), and any
+    conversation they may see with a decision addressed to them since they
+    last read it, up to one past `COUNT_CAP` (the badge says "99+")."""
     grants = grants_for(user)
     mine = Q(owner_id__in=[m.member_id for m in grants.memberships])
     leading = [m.business_id for m in grants.memberships if m.role in (Role.OWNER, Role.MANAGER)]
@@ -299,4 +317,16 @@ def unread_conversations(user: Any) -> int:
         .filter(conversation__last_inbound_at__gt=F("read_at"))
         .order_by()
     )
-    return unread[: COUNT_CAP + 1].count()
+    # Two short reads along their own indexes, joined here: one OR in SQL
+    # would make the planner walk every lead of the business.
+    decided = (
+        _decisions_for(user)
+        .filter(lead_visibility_q(scope_for(user, "message.view"), "lead"))
+        .annotate(read_at=Coalesce(_read_mark(user, "lead_id"), Value(NEVER)))
+        .filter(created_at__gt=F("read_at"))
+        .order_by()
+        .values_list("lead_id", flat=True)
+        .distinct()
+    )
+    leads = set(unread.values_list("pk", flat=True)[: COUNT_CAP + 1]) | set(decided[: COUNT_CAP + 1])
+    return min(len(leads), COUNT_CAP + 1)

@@ -35,6 +35,7 @@ BLOCK_REASONS = [
     "rejected",
     "number_not_allowed",
     "outside_window",
+    "expired",
 ]
 # What an inbound message asks for (agents/ai/intents.py reads it: the rules,
 # or a language model when one is configured).
@@ -90,6 +91,8 @@ class Message(models.Model):
         # An Instagram DM more than 24 hours after the person's last DM to the
         # business: Meta's messaging window is closed, and Meta refuses it too.
         OUTSIDE_WINDOW = "outside_window"
+        # Held for a person's approval, and nobody decided before its deadline.
+        EXPIRED = "expired"
 
     MAX_DISPATCH_ATTEMPTS = MAX_DISPATCH_ATTEMPTS
     MAX_RECONCILE_ATTEMPTS = MAX_RECONCILE_ATTEMPTS
@@ -327,18 +330,50 @@ class ConversationRead(models.Model):
 
 
 class Note(models.Model):
-    """A person's note on a lead, shown in its conversation; never sent."""
+    """A note on a lead, shown in its conversation; never sent.
+
+    A person's note (`note`), or a decision on what someone proposed
+    (`decision`: a held reply rejected, approved with edits, or left to
+    expire), written by the decision itself and addressed to the person
+    whose proposal it was: until they read the conversation it counts as
+    unread for them (crm.inbox), as a message in does. crm cannot read the
+    approval queue, so the decision leaves this record where crm counts.
+    """
+
+    class Kind(models.TextChoices):
+        NOTE = "note"
+        DECISION = "decision"
 
     public_id = PublicIdField(prefix="note")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
     lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="notes")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.NOTE)
     author = models.CharField(max_length=150)
+    # Whom a decision is for (None: nobody else to tell, e.g. the proposer decided it).
+    addressee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     body = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["lead", "created_at"], name="crm_note_lead_idx")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(kind__in=["note", "decision"]), name="crm_note_kind_valid"),
+            models.CheckConstraint(
+                condition=models.Q(addressee__isnull=True) | models.Q(kind="decision"),
+                name="crm_note_addressee_only_on_decision",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["lead", "created_at"], name="crm_note_lead_idx"),
+            # The unread counts' decisions for one user, polled every few seconds.
+            models.Index(
+                fields=["addressee", "created_at"],
+                condition=models.Q(kind="decision", addressee__isnull=False),
+                name="crm_note_decision_for_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.public_id

@@ -1,5 +1,6 @@
 """Writes to a lead's conversation that no message makes: how far a user has
-read it, a conversation settled without a reply, and a person's note.
+read it, a conversation settled without a reply, a person's note, and a
+decision on a proposal, addressed to its proposer.
 
 The rest of the conversation's summary (its last message, since when the
 person has waited) is kept by the database from the messages themselves
@@ -86,5 +87,38 @@ def note_add(lead: Lead, *, author: str, body: str, at: datetime | None = None) 
         actor=author,
         action="note.added",
         after={"note": body},
+    )
+    return note
+
+
+def decision_note_add(lead: Lead, *, author: str, body: str, addressee: Any = None, at: datetime | None = None) -> Note:
+    """A decision on a proposal (a held reply rejected, approved with edits,
+    left to expire) in the lead's conversation, addressed to `addressee`:
+    unread for them until they read the conversation (crm.inbox), read for
+    everyone else. Written by the decision, inside its transaction, with a
+    receipt; `author` is who decided (a username, or the role that expired it).
+    """
+    body = body.strip()
+    if not body:
+        raise ValueError("a decision needs some words")
+    note = Note(
+        business=lead.business,
+        lead=lead,
+        kind=Note.Kind.DECISION,
+        author=author,
+        addressee=addressee,
+        body=body,
+        created_at=at or timezone.now(),
+    )
+    note.full_clean(exclude=["addressee"])
+    note.save()
+    receipt_write(
+        business=lead.business,
+        lead=lead,
+        subject=note.public_id,
+        actor=author,
+        action="note.added",
+        reason="a decision, for its proposer",
+        after={"note": body, "kind": Note.Kind.DECISION, "to": addressee.get_username() if addressee else None},
     )
     return note

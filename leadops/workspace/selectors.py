@@ -40,6 +40,7 @@ from crm.models import (
 )
 from crm.permissions import can, grants_for
 from crm.selectors import lead_list_visible, reads_shared, scope_for
+from leadops.workspace.held import Held, thread_approvals
 
 RUNNING = (Enrollment.Status.ACTIVE, Enrollment.Status.WAITING)
 
@@ -123,6 +124,7 @@ BLOCKED_WORDS = {
     "daily_cap": "the daily cap for this person is reached",
     "other_path_active": "another automated path is running for this person",
     "rejected": "a manager rejected it",
+    "expired": "nobody approved it in time",
     "number_not_allowed": "this number may not get this channel",
     "outside_window": "the 24-hour window to answer a DM has closed",
 }
@@ -287,6 +289,7 @@ class ThreadItem:
     note: Note | None = None
     touch: LeadTouch | None = None
     first: bool = False
+    held: Held | None = None  # a message's approval: why it waits, or what became of it
 
 
 @dataclass(frozen=True)
@@ -367,21 +370,24 @@ class Thread:
     next_due: Clock
     owners: list[TeamMember] = field(default_factory=list)
     may: dict[str, bool] = field(default_factory=dict)
+    # The pending approvals of the lead the viewer may decide (their panels).
+    to_decide: list[Held] = field(default_factory=list)
 
 
 def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
     """Everything the thread page shows of `lead` (from `lead_for_thread`),
     with the trace's times said in `tz`. A fixed number of queries however
     long the conversation is: one per kind of entry (its touches, messages,
-    calls, notes), the trace's and the preview's own (per question and per
-    step), and the composer's."""
+    calls, notes), its approvals (`held`), the trace's and the preview's own
+    (per question and per step), and the composer's."""
     with reads_shared():
         messages = list(Message.objects.filter(lead=lead).order_by("created_at", "pk"))
         calls = list(Call.objects.filter(lead=lead).order_by("started_at", "pk"))
-        notes = list(Note.objects.filter(lead=lead).order_by("created_at", "pk"))
+        notes = list(Note.objects.filter(lead=lead).select_related("addressee").order_by("created_at", "pk"))
         touches = list(LeadTouch.objects.filter(lead=lead).select_related("source").order_by("received_at", "pk"))
+        approvals = thread_approvals(user, lead, messages)
         items = [ThreadItem("touch", t.received_at, touch=t, first=i == 0) for i, t in enumerate(touches)]
-        items += [ThreadItem("message", m.created_at, message=m) for m in messages]
+        items += [ThreadItem("message", m.created_at, message=m, held=approvals.by_message.get(m.pk)) for m in messages]
         items += [ThreadItem("call", c.started_at, call=c) for c in calls]
         items += [ThreadItem("note", n.created_at, note=n) for n in notes]
         items.sort(key=lambda item: item.at)
@@ -421,6 +427,7 @@ def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
             next_due=_next_due(lead, now),
             owners=owners,
             may=may,
+            to_decide=approvals.to_decide,
         )
 
 

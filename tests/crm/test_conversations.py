@@ -4,7 +4,7 @@ database from the messages, and the inbox read over it (crm.inbox)."""
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import time, timedelta
 from typing import Any
 
 import pytest
@@ -27,6 +27,15 @@ from tests.factories import lead_create, member_create
 from tests.helpers.followup import consent_all
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def open_all_day(business: Business) -> None:
+    """Quiet hours open around the clock: these tests send at the wall
+    clock's time, and a reply judged at 9 pm in New York would be deferred
+    instead of sent or held."""
+    business.quiet_hours_start, business.quiet_hours_end = time(0, 0), time.max
+    business.save(update_fields=["quiet_hours_start", "quiet_hours_end"])
 
 
 def _lead(business: Business, owner: TeamMember | None = None, phone: str = "+12125550147", **kw: object) -> Lead:

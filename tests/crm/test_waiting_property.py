@@ -13,7 +13,7 @@ from what each step means, not from message statuses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from itertools import count
 
 import pytest
@@ -36,6 +36,16 @@ from tests.factories import lead_create
 from tests.helpers.followup import consent_all
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def open_all_day(business: Business) -> None:
+    """Quiet hours open around the clock: these tests send at the wall
+    clock's time, and a reply judged at 9 pm in New York would be deferred
+    instead of sent or held."""
+    business.quiet_hours_start, business.quiet_hours_end = time(0, 0), time.max
+    business.save(update_fields=["quiet_hours_start", "quiet_hours_end"])
+
 
 STEPS = ("in", "reply", "held", "approve", "reject", "blocked", "failed", "auto", "done")
 PHONES = count(1000)

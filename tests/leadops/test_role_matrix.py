@@ -66,6 +66,20 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "app/leads/<str:public_id>/calls/": ("lead", "405 405 405 403 405 302", "302 302 302 403 404 302"),
     "app/leads/<str:public_id>/notes/": ("lead", "405 405 405 403 405 302", "302 302 302 403 404 302"),
     "app/leads/<str:public_id>/reassign/": ("lead", "405 405 405 403 405 302", "302 302 403 403 404 302"),
+    # Approvals in the workspace: the business's managers and owners decide; a setter is refused.
+    "app/approvals/": ("none", "200 200 403 403 200 302", "405 405 405 403 405 302"),
+    "app/approvals/<str:public_id>/": ("approvalrequest", "302 302 403 403 404 302", "405 405 405 403 405 302"),
+    "app/approvals/<str:public_id>/approve/": (
+        "approvalrequest",
+        "405 405 405 403 405 302",
+        "302 302 403 403 404 302",
+    ),
+    "app/approvals/<str:public_id>/edit/": ("approvalrequest", "405 405 405 403 405 302", "302 302 403 403 404 302"),
+    "app/approvals/<str:public_id>/reject/": (
+        "approvalrequest",
+        "405 405 405 403 405 302",
+        "302 302 403 403 404 302",
+    ),
     # The copilot's old address: the thread, for those who may see the conversation.
     "admin/leads/<str:public_id>/copilot/": ("lead", "302 302 302 404 404 302", "302 302 302 404 404 302"),
     "admin/leads/<str:public_id>/booking/": ("lead", "200 200 200 200 404 302", "302 302 302 403 404 302"),

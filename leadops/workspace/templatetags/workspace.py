@@ -12,6 +12,7 @@ from typing import Any
 from django import template
 from django.utils import dateformat, timezone
 
+from approvals.selectors import approvals_pending_count
 from crm.models import Call, Message
 from crm.permissions import can_anywhere
 from leadops.workspace.selectors import BLOCKED_WORDS, duration_words
@@ -133,6 +134,14 @@ def preview_words(verdict_code: str) -> str:
         "task": "a task for a person",
         "skipped": "skipped",
     }.get(verdict_code, verdict_code.replace("_", " "))
+
+
+@register.simple_tag
+def approvals_waiting(user: Any) -> int | None:
+    """How many approvals wait for `user`'s decision; None for a role that decides none (no link)."""
+    if not getattr(user, "is_authenticated", False) or not can_anywhere(user, "approval.decide"):
+        return None
+    return approvals_pending_count(user)
 
 
 @register.filter
