@@ -359,6 +359,23 @@ team:
     assert not User.objects.filter(username="sam").exists()
 
 
+def test_a_yaml_alias_bomb_is_refused_at_its_line_before_it_expands(tmp_path: Path) -> None:
+    # Nine aliases per level, nine levels: 1.7 KB that expands to 387 million
+    # strings (it took 4 GB and minutes to die with a MemoryError).
+    levels = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    levels += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 9)]
+    text = "business: {slug: acme, name: Acme, timezone: America/Chicago}\n" + "\n".join(levels) + "\n"
+    with pytest.raises(CommandError, match=r"line 3: aliases \(\*a0\) are not allowed"):
+        load(write(tmp_path, text))
+    assert not Business.objects.filter(slug="acme").exists()
+
+
+def test_a_file_over_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
+    text = "business: {slug: acme, name: Acme, timezone: America/Chicago}\n# " + "x" * (600 * 1024) + "\n"
+    with pytest.raises(CommandError, match=r"larger than 512 KB"):
+        load(write(tmp_path, text))
+
+
 def test_a_refused_update_rolls_back_the_changes_made_before_the_error(tmp_path: Path) -> None:
     load(write(tmp_path, FILE))
     before = snapshot("acme")

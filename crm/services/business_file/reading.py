@@ -54,8 +54,24 @@ class LineList(list[Any]):
         self.lines: list[int] = []
 
 
+# A business file is a few kilobytes; ten times the largest we have seen is
+# still small. A bigger one is refused before YAML reads a byte of it.
+MAX_FILE_BYTES = 512 * 1024
+
+
 class _LineLoader(yaml.SafeLoader):
-    """SafeLoader whose mappings and lists are LineDict and LineList."""
+    """SafeLoader whose mappings and lists are LineDict and LineList, and
+    which refuses anchors' aliases: a business file repeats nothing by
+    reference, and a chain of aliases ("a billion laughs") turns a file of
+    two kilobytes into gigabytes of objects before any check could run."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise BusinessFileError(
+                event.start_mark.line + 1, f"aliases (*{event.anchor}) are not allowed: write the values out"
+            )
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> LineDict:
@@ -87,7 +103,10 @@ _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
 
 def yaml_load_with_lines(text: str) -> Any:
-    """Parse YAML safely; mappings and lists come back as LineDict/LineList."""
+    """Parse YAML safely; mappings and lists come back as LineDict/LineList.
+    Refuses a file over MAX_FILE_BYTES and any alias (`_LineLoader`)."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise BusinessFileError(None, f"the file is larger than {MAX_FILE_BYTES // 1024} KB")
     try:
         return yaml.load(text, Loader=_LineLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.MarkedYAMLError as exc:
