@@ -117,7 +117,12 @@ if Q_BROKER not in ("orm", "redis"):
 if Q_BROKER == "redis" and not REDIS_URL:
     raise environ.ImproperlyConfigured("Q_BROKER=redis needs REDIS_URL (e.g. redis://127.0.0.1:6379/0)")
 
-vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+if _email["EMAIL_BACKEND"] == "django.core.mail.backends.console.EmailBackend":
+    # No mail server: say in the log that nothing was sent, and nothing of
+    # what it said (Django's console backend prints people's data whole).
+    _email["EMAIL_BACKEND"] = "leadops.mail.UnsentMailBackend"
+vars().update(_email)
 # Django's SMTP backend waits forever by default: a stalled mail server would
 # hold a task worker (the daily brief, alerts) until the cluster kills it.
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
