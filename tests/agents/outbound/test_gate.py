@@ -22,9 +22,17 @@ NOON_NY = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)  # 12:00 in New York
 
 
 def consenting_lead(business, phone=NY_PHONE):
+    # Granted on the sends' own clock (NOON_NY), never the wall clock's: the
+    # consent-age test counts "much later" from NOON_NY, and a consent
+    # recorded at the real date would be younger than that the day after.
     lead = lead_create(business, phone=phone)
     consent_record(
-        contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="test"
+        contact_point=lead.contact.points.get(),
+        channel="sms",
+        granted=True,
+        basis="form_disclosure",
+        actor="test",
+        at=NOON_NY,
     )
     return lead
 
