@@ -89,6 +89,48 @@ def conversations_fill(world: dict[str, Any], leads: int, total: int) -> None:
         cursor.execute("ANALYZE")
 
 
+def held_and_urgent_fill(world: dict[str, Any]) -> None:
+    """Of the conversations that wait, one in eleven wrote something urgent
+    and one in thirteen has a setter's reply held for a manager: the
+    inbox's first two parts, read along their own indexes."""
+    from django.db import connection
+    from django.db.models import Min
+
+    from crm import models as m
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE crm_message SET urgent = true WHERE id IN (SELECT last_message_id FROM crm_conversation"
+            " WHERE awaiting_since IS NOT NULL AND lead_id % 11 = 0)"
+        )
+        urgent = cursor.rowcount
+    l0 = m.Lead.objects.aggregate(first=Min("pk"))["first"]
+    c0 = m.Contact.objects.aggregate(first=Min("pk"))["first"]
+    count = m.Lead.objects.count()
+    held_leads = "(SELECT lead_id FROM crm_conversation WHERE awaiting_since IS NOT NULL AND lead_id % 13 = 0)"
+    bench_reports.insert_select(
+        m.Message,
+        count,
+        {
+            "public_id": bench_reports.pid("msgh"),
+            "business": str(world["business"].pk),
+            "lead": f"{l0} + g - 1",
+            "contact": f"{c0} + g - 1",
+            "direction": "'out'",
+            "status": "'pending_approval'",
+            "idempotency_key": "'bench-held-' || g",
+            "actor": f"'{world['setter'].user.username}'",
+            "body": "'It is $89 to come out, we can do Tuesday.'",
+            "created_at": "now()",
+        },
+        where=f"WHERE {l0} + g - 1 IN {held_leads}",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    held = m.Conversation.objects.filter(held_since__isnull=False).count()
+    print(f"{urgent} conversations made urgent, {held} with a reply held for approval")
+
+
 def trigger_cost(world: dict[str, Any], n: int) -> None:
     """The same INSERT of `n` messages with the conversation trigger and
     without it (in a transaction rolled back), side by side."""
@@ -155,6 +197,8 @@ def main(argv: list[str]) -> int:
             f"{Message.objects.count()} messages, {Conversation.objects.count()} conversations, "
             f"{Conversation.objects.filter(awaiting_since__isnull=False).count()} waiting on a person"
         )
+        if hasattr(Conversation, "held_since"):
+            held_and_urgent_fill(world)
         trigger_cost(world, 10_000)
         settings.DEBUG = True  # count queries
         manager, setter = world["manager"], world["setter"]
