@@ -270,6 +270,8 @@ END $$ LANGUAGE plpgsql;
 CREATE OR REPLACE FUNCTION leadops_conversation_note() RETURNS trigger AS $$
 DECLARE
     by_person boolean := NEW.direction = 'out' AND NOT NEW.automated AND NEW.actor NOT LIKE 'agent:%';
+    waiting timestamptz;
+    urgent timestamptz;
 BEGIN
     IF TG_OP = 'UPDATE' AND NEW.lead_id IS DISTINCT FROM OLD.lead_id THEN
         PERFORM leadops_conversation_rebuild(OLD.lead_id);
@@ -296,9 +298,18 @@ BEGIN
                                 THEN EXCLUDED.last_channel ELSE c.last_channel END,
             last_message_at = GREATEST(c.last_message_at, EXCLUDED.last_message_at),
             last_activity_at = GREATEST(c.last_activity_at, EXCLUDED.last_activity_at),
-            last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at);
-        -- A role's automated send changes who waits on no one: it skips the rule.
-        IF NEW.direction = 'in' OR by_person THEN
+            last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at)
+        RETURNING c.awaiting_since, c.urgent_since INTO waiting, urgent;
+        -- The rule runs only where the new message can change its answer (the
+        -- upsert holds the row, so what it returned stays true): a role's
+        -- automated send never does; nor a message in while an earlier one
+        -- already waits (unless it is the first urgent one); nor a person's
+        -- message out while nobody waits (a later status change runs it).
+        IF NEW.direction = 'in' AND waiting IS NOT NULL AND waiting <= NEW.created_at
+           AND (NOT NEW.urgent OR urgent IS NOT NULL) THEN
+            RETURN NULL;
+        END IF;
+        IF NEW.direction = 'in' OR (by_person AND waiting IS NOT NULL) THEN
             PERFORM leadops_conversation_waiting(NEW.lead_id);
         END IF;
         RETURN NULL;
