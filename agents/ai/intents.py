@@ -137,7 +137,7 @@ _WHEN = r"""(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day|tomorrow|today|tonight
 _AGREE = r"""(?:works|work\s+for|is\s+(?:fine|good|ok|okay|perfect|great|better)|sounds\s+(?:good|great|perfect)
            |would\s+be\s+(?:great|good|perfect|fine)|(?:i'?m|we'?re|we\s+are|i\s+am|someone\s+is)\s+(?:free|home|available|around)
            |any\s?time|est[áa]\s+bien|me\s+(?:sirve|funciona|queda\s+bien)|nos\s+(?:sirve|funciona|queda\s+bien)
-           |puedo|podemos|perfecto)"""
+           |puedo|podemos|perfecto|please|por\s+favor)"""
 _SCHEDULING = _rx(rf"""\b{_WHEN}\b[^.?!]{{0,30}}?\b{_AGREE}|\b{_AGREE}\b[^.?!]{{0,20}}?\b{_WHEN}\b""")
 _QUESTION = _rx(
     r"""\?|^\s*(?:do|does|are|is|can|could|what|who|which|how|should|will|would)\s+\w+\s+\w+|\b(?:wondering|curious)\b

@@ -63,6 +63,8 @@ def test_a_business_adds_its_own_emergency_words(business: Business):
         "Friday works, any time before noon",
         "Tuesday at 3pm works for us",
         "el sábado en la mañana está bien",
+        "El jueves por la mañana, por favor.",
+        "Tuesday morning please",
     ],
 )
 def test_a_reply_that_picks_a_time_reads_as_booking(text):
