@@ -325,12 +325,19 @@ class Clock:
 @dataclass(frozen=True)
 class Composer:
     """What the composer offers, and whether to start with the suggestion in
-    the box: when the person waits for an answer, or nobody has reached a
-    lead that never wrote (the acknowledgement)."""
+    the box: only when the person waits and the suggestion answers what they
+    last wrote (a playbook reply to it, or a model's draft for it), never a
+    text that already went out to them. A lead that never wrote starts
+    empty: its acknowledgement is the automated first response's, and it
+    has usually gone out already."""
 
     offer: Offer
     awaiting: bool
     prefill: bool
+    # What the suggestion answers, as the chip says it: the intent of the
+    # person's last message and who drafted it ("playbook", a model's name).
+    answers: str = ""
+    author: str = ""
 
 
 def composer_read(
@@ -344,7 +351,6 @@ def composer_read(
         last_in = Message.objects.filter(lead=lead, direction="in").order_by("-created_at", "-pk").first()
     conversation = getattr(lead, "conversation", None)
     awaiting = conversation is not None and conversation.awaiting_since is not None
-    prefill = awaiting or (last_in is None and lead.first_response_at is None)
     model_draft = None
     if last_in is not None:
         key = model_draft_key(last_in)
@@ -353,7 +359,24 @@ def composer_read(
         else:
             model_draft = next((m for m in messages if m.idempotency_key == key), None)
     offer = reply_offer(lead, last_in.body if last_in else None, model_draft=model_draft)
-    return Composer(offer, awaiting, prefill)
+    suggested = offer.suggested
+    if last_in is None or not suggested.body.strip():
+        return Composer(offer, awaiting, prefill=False)
+    # The model's own waiting draft is the suggestion, not a text that went out.
+    went_out = _sent_bodies(lead, messages, but=model_draft.pk if model_draft is not None else None)
+    answers = last_in.intent or "other"
+    author = suggested.author or "playbook"
+    prefill = awaiting and suggested.body.strip() not in went_out
+    return Composer(offer, awaiting, prefill=prefill, answers=answers, author=author)
+
+
+def _sent_bodies(lead: Lead, messages: list[Message] | None, *, but: int | None) -> set[str]:
+    """The texts that went out to the person (or wait to), but message
+    `but`: what the composer never suggests again."""
+    gone = ("draft", "blocked", "failed", "undelivered")
+    if messages is None:
+        messages = list(Message.objects.filter(lead=lead, direction="out").exclude(status__in=gone).exclude(pk=but))
+    return {m.body.strip() for m in messages if m.direction == "out" and m.status not in gone and m.pk != but}
 
 
 @dataclass

@@ -139,12 +139,34 @@
       channel.addEventListener("change", channelChanged);
       channelChanged();
     }
+    var chip = document.getElementById("suggestion-chip");
+    var state = document.getElementById("picked-state");
+    var picked = key && key.value ? body && body.value : null;
+    var pickedKey = key ? key.value : "";
+    function pick(text, templateKey) {
+      if (!body) return;
+      body.value = text || "";
+      if (key) key.value = templateKey || "";
+      picked = text || null;
+      pickedKey = templateKey || "";
+      say(picked ? "Approved text, unmodified." : "");
+      body.focus();
+    }
+    function say(words) {
+      if (!state) return;
+      state.textContent = words;
+      state.hidden = !words;
+    }
+    if (chip && body) {
+      chip.addEventListener("click", function (event) {
+        event.preventDefault();
+        pick(chip.dataset.body, chip.dataset.key);
+      });
+    }
     if (picker && body) {
       picker.addEventListener("change", function () {
         var option = picker.options[picker.selectedIndex];
-        body.value = option.dataset.body || "";
-        if (key) key.value = option.dataset.key || "";
-        body.focus();
+        pick(option.dataset.body, option.dataset.key);
       });
     }
     if (body) {
@@ -154,10 +176,17 @@
           composer.requestSubmit();
         }
       });
-      // Text the setter typed over a picked template is their own edit.
+      // Text the setter typed over a picked one is their own edit: it goes
+      // as their words, which the claims guard reads, and says so.
       body.addEventListener("input", function () {
-        if (key && picker && picker.value && body.value !== (picker.options[picker.selectedIndex].dataset.body || "")) {
-          key.value = "";
+        if (picked === null) return;
+        if (body.value !== picked) {
+          if (key) key.value = "";
+          if (picker) picker.value = "";
+          say("Edited: your own words now, which the claims guard reads before they go.");
+        } else {
+          if (key) key.value = pickedKey;
+          say("Approved text, unmodified.");
         }
       });
       if (focus) {

@@ -45,14 +45,20 @@ def test_a_setter_sends_the_suggested_reply_and_a_risky_edit_waits_for_a_manager
     page.click("#open-thread")
     page.wait_for_selector("#composer")
     assert "sms to +12125550147: yes, form_disclosure" in page.inner_text("[data-key=may_contact]")
+    # Nobody wrote: the composer starts empty, and the setter picks the approved text.
+    assert page.input_value("#id_body") == ""
+    page.select_option("#template-picker", "ack_sms")
     assert page.input_value("#id_body") == "Hi Rosa, this is Acme. We got your request. Reply STOP to opt out."
+    assert page.inner_text("#picked-state") == "Approved text, unmodified."
 
     page.click("#send-reply")
     page.wait_for_selector("#send-verdict >> text=Recorded, not sent (dry run)")
     sent = Message.objects.get(direction="out")
     assert (sent.status, sent.actor, sent.automated, sent.template_key) == ("dry_run", "sam", False, "ack_sms")
 
+    page.select_option("#template-picker", "ack_sms")
     page.fill("#id_body", "We can do it for $199 tomorrow by 9am, guaranteed.")
+    assert page.inner_text("#picked-state").startswith("Edited: your own words now")
     page.click("#send-reply")
     page.wait_for_selector("#send-verdict >> text=Waiting for approval")
     risky = Message.objects.filter(direction="out").order_by("-pk").first()

@@ -4,7 +4,9 @@ answers, permissions per role, and a constant number of queries per page."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import time, timedelta
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -294,6 +296,39 @@ def test_the_suggested_reply_goes_as_approved_text_and_its_verdict_shows_without
 
     client.post(thread_url(lead, "send/"), form)  # the same form again: a double click
     assert Message.objects.filter(direction="out").count() == 1
+
+
+def _composer_text(page: str) -> str:
+    found = re.search(r'<textarea name="body" id="id_body"[^>]*>(.*?)</textarea>', page, re.DOTALL)
+    assert found, "the composer is on the page"
+    return html.unescape(found.group(1)).strip()
+
+
+def test_the_composer_starts_empty_for_a_lead_who_never_wrote(business, setter):
+    lead = make_lead(business, setter)
+    page = login(setter).get(thread_url(lead)).content.decode()
+    assert _composer_text(page) == "", "no first-contact acknowledgement typed in for the setter"
+    assert 'id="suggestion-chip"' not in page
+
+
+def test_the_suggestion_is_a_chip_saying_what_it_answers_and_who_drafted_it(business, setter):
+    lead = make_lead(business, setter)
+    text_in(lead, "When can you come out?")
+    page = login(setter).get(thread_url(lead)).content.decode()
+    assert _composer_text(page) == SCHEDULE.replace("{first_name}", "Rosa")
+    chip = page[page.index('id="suggestion-chip"') :][:600]
+    assert "answers their booking request" in chip and "from the playbook" in chip
+
+
+def test_a_suggestion_that_already_went_out_is_never_typed_in_again(business, setter):
+    lead = make_lead(business, setter)
+    text_in(lead, "When can you come out?")
+    client = login(setter)
+    suggested = SCHEDULE.replace("{first_name}", "Rosa")
+    form = {"body": suggested, "channel": "sms", "template_key": "scheduling_sms", "form_key": "form-1"}
+    client.post(thread_url(lead, "send/"), form)
+    text_in(lead, "And what time would that be?")
+    assert _composer_text(client.get(thread_url(lead)).content.decode()) == ""
 
 
 def test_a_risky_edit_waits_for_a_managers_approval(business, setter):
