@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 from rest_framework.urlpatterns import format_suffix_patterns
@@ -29,6 +31,8 @@ estimate_urls = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    # Browsers ask for /favicon.ico whatever the page links.
+    path("favicon.ico", RedirectView.as_view(url=static("workspace/favicon.svg"), permanent=True)),
     path("healthz/", views.healthz, name="healthz"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("app/", include("leadops.workspace.urls")),

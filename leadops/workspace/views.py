@@ -102,6 +102,10 @@ def workspace(view: View) -> View:
 
 
 def home(request: HttpRequest) -> HttpResponse:
+    """Each role's own page: the inbox for the sales side, and for a
+    technician (who reads no conversation) their visits with each brief."""
+    if request.user.is_authenticated and not can_anywhere(request.user, "message.view"):
+        return redirect("admin:crm_appointment_changelist")
     return redirect("workspace:inbox")
 
 

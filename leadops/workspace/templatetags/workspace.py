@@ -151,6 +151,13 @@ def may_use_workspace(user: Any) -> bool:
 
 
 @register.filter
+def may_anywhere(user: Any, permission: str) -> bool:
+    """Whether the user may do `permission` in some business: the navigation
+    shows only the pages the viewer's role opens."""
+    return bool(getattr(user, "is_authenticated", False)) and can_anywhere(user, permission)
+
+
+@register.filter
 def words(value: str) -> str:
     """A stored name as words: "appointment_held" → "appointment held"."""
     return str(value or "").replace("_", " ")
