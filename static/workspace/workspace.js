@@ -199,6 +199,11 @@
 
   composerReady(/[?&](reply|template)=/.test(window.location.search));
 
+  // At a phone's width the inbox's filters start folded: the conversations
+  // come first, the filters one tap away.
+  var fold = document.getElementById("filters-fold");
+  if (fold && window.matchMedia("(max-width: 600px)").matches) fold.open = false;
+
   function threadKeys(event) {
     var composer = document.getElementById("composer");
     switch (event.key) {

@@ -295,7 +295,14 @@ def test_the_inbox_and_a_thread_at_phone_width_are_one_column_and_reply(live_ser
     try:
         page = log_in(context, live_server, "sam")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
+        # The filters fold behind one button: the conversations come first.
+        assert not page.is_visible("#filter-channel")
+        rows_top = page.eval_on_selector("#rows", "e => e.getBoundingClientRect().top")
+        assert rows_top < 844 * 0.4, "the filters take no more than a glance of the screen"
         page.screenshot(path=str(shots / "inbox-phone.png"))
+        page.click(".filters-toggle")
+        assert page.is_visible("#filter-channel")
+        page.click(".filters-toggle")
         page.click(f'#rows .row[data-lead="{lead.public_id}"] .row-name')
         page.wait_for_url(f"**/app/leads/{lead.public_id}/")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
