@@ -50,7 +50,9 @@
   function select(row, scroll) {
     rows().forEach(function (r) {
       r.classList.toggle("is-selected", r === row);
-      r.setAttribute("aria-selected", r === row ? "true" : "false");
+      // aria-current, not aria-selected: a list item of links has no selection state.
+      if (r === row) r.setAttribute("aria-current", "true");
+      else r.removeAttribute("aria-current");
     });
     selected = row ? row.dataset.lead : null;
     if (row && scroll) row.scrollIntoView({ block: "nearest" });
