@@ -162,7 +162,7 @@ def _confirmation(message: Message | None) -> str:
     return f"Confirmation {message.public_id}: {message.status}{reason}."
 
 
-def _days(slots: list[Slot], zone: ZoneInfo) -> list[tuple[str, list[dict[str, Any]]]]:
+def slot_days(slots: list[Slot], zone: ZoneInfo) -> list[tuple[str, list[dict[str, Any]]]]:
     days: dict[str, list[dict[str, Any]]] = {}
     for slot in slots:
         start = slot.starts_at.astimezone(zone)
@@ -214,7 +214,7 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
         "zone": zone_label(zone),
         "rows": rows,
         "current": current,
-        "days": _days(slots, zone),
+        "days": slot_days(slots, zone),
         "slot_choices": [(s.key, f"{s.local_label(zone)} ({s.remaining} left)") for s in slots],
         "may_book": may_book,
         "needs_next_state": lead.stage == Stage.APPOINTMENT_HELD,

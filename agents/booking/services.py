@@ -200,10 +200,12 @@ def appointment_book(
     actor: str,
     assigned_to: TeamMember | None = None,
     notes: str = "",
+    location: str = "",
     confirm: bool = True,
     now: datetime | None = None,
 ) -> Booked:
-    """Book the lead into one approved slot, concurrency-safely.
+    """Book the lead into one approved slot, concurrency-safely. `location`:
+    the service address the setter confirmed (else the contact's).
 
     Owns one transaction. Raises a BookingError (NotASlot, SlotFull,
     AlreadyBooked, LeadNotBookable) and writes nothing when refused.
@@ -230,7 +232,7 @@ def appointment_book(
         availability=rule,
         assigned_to=member,
         notes=notes,
-        location=_location(lead),
+        location=location.strip()[:300] or _location(lead),
         status=Appointment.Status.SCHEDULED,
     )
     return Booked(appointment, _after_booking(lead, appointment, actor=actor, confirm=confirm, now=now))

@@ -375,7 +375,7 @@ def _sent_bodies(lead: Lead, messages: list[Message] | None, *, but: int | None)
     `but`: what the composer never suggests again."""
     gone = ("draft", "blocked", "failed", "undelivered")
     if messages is None:
-        messages = list(Message.objects.filter(lead=lead, direction="out").exclude(status__in=gone).exclude(pk=but))
+        messages = list(Message.objects.filter(lead=lead, direction="out").exclude(status__in=gone))
     return {m.body.strip() for m in messages if m.direction == "out" and m.status not in gone and m.pk != but}
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from leadops.workspace import deciding, views
+from leadops.workspace import booking, deciding, views
 
 app_name = "workspace"
 
@@ -19,6 +19,7 @@ urlpatterns = [
     path("leads/<str:public_id>/calls/", views.call, name="call"),
     path("leads/<str:public_id>/notes/", views.note, name="note"),
     path("leads/<str:public_id>/reassign/", views.reassign, name="reassign"),
+    path("leads/<str:public_id>/book/", booking.book, name="book"),
     path("approvals/", deciding.approvals, name="approvals"),
     path("approvals/<str:public_id>/", deciding.approval, name="approval"),
     path("approvals/<str:public_id>/approve/", deciding.approve, name="approve"),

@@ -67,6 +67,7 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "app/leads/<str:public_id>/calls/": ("lead", "405 405 405 403 405 302", "302 302 302 403 404 302"),
     "app/leads/<str:public_id>/notes/": ("lead", "405 405 405 403 405 302", "302 302 302 403 404 302"),
     "app/leads/<str:public_id>/reassign/": ("lead", "405 405 405 403 405 302", "302 302 403 403 404 302"),
+    "app/leads/<str:public_id>/book/": ("lead", "200 200 200 403 404 302", "200 200 200 403 404 302"),
     # Approvals in the workspace: the business's managers and owners decide; a setter is refused.
     "app/approvals/": ("none", "200 200 403 403 200 302", "405 405 405 403 405 302"),
     "app/approvals/<str:public_id>/": ("approvalrequest", "302 302 403 403 404 302", "405 405 405 403 405 302"),
