@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.urls import reverse
 
-from agents.booking.slots import when_label
+from agents.booking.slots import moment_label, when_label
 from agents.notify import notice_enqueue
 from crm.models import Appointment, ContactPointKind
 from crm.services.receipts import receipt_write, receipt_written
@@ -97,8 +97,8 @@ def brief_build(appointment: Appointment) -> str:
         extra += [f"{k}={v}" for k, v in sorted((touch.utm or {}).items()) if v]
         suffix = f", {', '.join(extra)}" if extra else ""
         lines.append(
-            f"Source ({touch.public_id}): {touch.channel} via {where_from} on {touch.received_at:%Y-%m-%d %H:%M} "
-            f"UTC{suffix}"
+            f"Source ({touch.public_id}): {touch.channel} via {where_from} on "
+            f"{moment_label(touch.received_at, zone)}{suffix}"
         )
         answers = _answer_lines(touch.answers or {})
         if answers:

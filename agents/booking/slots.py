@@ -84,6 +84,13 @@ def when_label(starts_at: datetime, ends_at: datetime, zone: ZoneInfo) -> str:
     return f"{start:%a, %b} {start.day} between {_clock(start)} and {_clock(end)}"
 
 
+def moment_label(at: datetime, zone: ZoneInfo) -> str:
+    """ "Tue, Mar 17 at 9:05 AM CDT" in `zone`: one moment, worded as the
+    visit's window is (the technician brief says both)."""
+    local = at.astimezone(zone)
+    return f"{local:%a, %b} {local.day} at {_clock(local)} {local:%Z}"
+
+
 def window_label(starts_at: datetime, ends_at: datetime, zone: ZoneInfo) -> str:
     """ "9:00 AM – 11:00 AM" in `zone` (the booking page lists a day's slots so)."""
     return f"{_clock(starts_at.astimezone(zone))} – {_clock(ends_at.astimezone(zone))}"

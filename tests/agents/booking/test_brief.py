@@ -3,10 +3,13 @@ turns what is missing into questions, and never invents."""
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 import pytest
 
 from agents.booking.brief import brief_build
 from agents.booking.services import appointment_book
+from agents.booking.slots import moment_label
 from crm.models import Contact, Lead
 from crm.services.records import touch_add
 from tests.factories import ServiceLineFactory
@@ -49,7 +52,11 @@ def test_the_brief_quotes_the_request_source_answers_notes_and_property(shop, se
     assert "Service: HVAC" in brief
     # Quoted as written (whitespace folded), never paraphrased.
     assert f"Request ({lead.public_id}): “Furnace makes a banging noise at night”" in brief
-    assert f"Source ({touch.public_id}): form via typeform on" in brief and "campaign cmp-9, source=facebook" in brief
+    # One format for every time in the brief, on the business's clock (the visit's and the source's).
+    received = moment_label(touch.received_at, ZoneInfo("America/Chicago"))
+    assert received.endswith(("CST", "CDT")) and "UTC" not in brief
+    assert f"Source ({touch.public_id}): form via typeform on {received}" in brief
+    assert "campaign cmp-9, source=facebook" in brief
     assert "  - How old is the furnace?: “about 15 years”" in brief and "gclid" not in brief
     assert f"Customer notes ({lead.contact.public_id}): “Side gate, dog in the yard”" in brief
     assert f"Booking notes ({appointment.public_id}): “Bring the long ladder”" in brief
