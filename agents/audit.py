@@ -74,11 +74,12 @@ def _ownership_and_next_action(audit: Audit, active: list[Lead]) -> None:
         .values_list("lead_id", "n")
     )
     for lead in active:
-        if lead.owner_id is None:
+        owner = lead.owner
+        if owner is None:
             audit.fail("ownership", lead.public_id, "an active lead without an owner")
-        elif not lead.owner.is_active or not role_allows(lead.owner.role, "message.view"):
+        elif not owner.is_active or not role_allows(owner.role, "message.view"):
             # An owner who cannot read the conversation cannot act on it.
-            audit.fail("ownership", lead.public_id, f"owned by {lead.owner}, who cannot see the lead's conversation")
+            audit.fail("ownership", lead.public_id, f"owned by {owner}, who cannot see the lead's conversation")
         if LeadException.NO_ELIGIBLE_OWNER in lead.exceptions:
             audit.manager_queue += 1
             if not lead.routing_reason:

@@ -42,7 +42,7 @@ def test_a_missing_page_is_a_404_in_the_products_look(setter: TeamMember) -> Non
 def test_the_favicon_is_served_where_browsers_ask_for_it() -> None:
     response = Client().get("/favicon.ico", follow=True)
     assert response.redirect_chain[0][1] == 301
-    assert response.status_code == 200 and b"<svg" in b"".join(response.streaming_content)
+    assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml"
 
 
 def test_the_persons_phone_and_email_are_a_tap_away_in_the_thread(business: Business, setter: TeamMember) -> None:
