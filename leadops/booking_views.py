@@ -22,7 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from agents.booking.no_show import no_show_record
+from agents.booking.no_show import no_show_outreach_preview, no_show_record
 from agents.booking.services import (
     HOLDING,
     NEXT_STATES,
@@ -120,6 +120,8 @@ def _act(request: HttpRequest, lead: Lead) -> str:
         return f"Moved to {_when(moved.appointment)} ({moved.appointment.public_id}). " + _confirmation(
             moved.confirmation
         )
+    if action in ("cancel", "no_show") and data.get("confirmed") != "yes":
+        raise BookingError("nothing done: confirm first (the page says what it will send)")
     if action == "cancel":
         form = _valid(CancelForm(data))
         canceled = appointment_cancel(_appointment(lead, form), actor=actor, reason=form.cleaned_data["reason"])
@@ -209,6 +211,7 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
     ]
     current = next((r for r in rows if r["holding"]), rows[0] if rows else None)
     slots = slots_offer(lead)
+    name = lead.contact.first_name or "the customer"
     context: dict[str, Any] = {
         "lead": lead,
         "zone": zone_label(zone),
@@ -220,5 +223,9 @@ def lead_booking(request: HttpRequest, public_id: str) -> HttpResponse:
         "needs_next_state": lead.stage == Stage.APPOINTMENT_HELD,
         "next_states": NextStateForm().fields["state"].choices,  # type: ignore[attr-defined]
         "title": f"Booking — {lead.contact.name or lead.public_id}",
+        # What each outcome sends, said before the setter confirms it.
+        "cancel_says": f"Nothing is texted to {name}: the reminders of the visit are withdrawn, and the owner gets "
+        "a task to rebook.",
+        "no_show_says": f"For {name}, {no_show_outreach_preview(lead)}." if current and current["holding"] else "",
     }
     return render(request, "leadops/booking.html", context)

@@ -36,7 +36,8 @@ from agents.booking.services import (
     owner_or_manager,
 )
 from agents.events import MissingInformation, lead_event
-from agents.followup.sequences.engine import enrollment_start
+from agents.followup.sequences.engine import enrollment_start, sequence_for
+from agents.followup.sequences.preview import sequence_preview
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
@@ -115,6 +116,24 @@ def no_show_step(lead: Lead, data: dict[str, Any]) -> str:
     )
     outcomes.append(f"ends {deadline.due_at:%Y-%m-%d} unless rebooked")
     return "; ".join(outcomes)
+
+
+def no_show_outreach_preview(lead: Lead, *, now: datetime | None = None) -> str:
+    """What marking a visit a no-show would send the person, in words, read
+    from the same sources `_rebooking_offer` sends from (the business's
+    no_show path's first step, else the approved rebooking text). Reads only."""
+    sequence = sequence_for(lead.business_id, "no_show")
+    if sequence is not None:
+        steps = [p for p in sequence_preview(lead, sequence, now) if p.channel in ("sms", "email", "instagram")]
+        if not steps:
+            return "the no-show path starts; it sends no text (its steps are tasks and calls)"
+        first = steps[0]
+        return f"the no-show path starts; its first {first.channel} says: “{first.body}”"
+    try:
+        template = template_for_automation(lead.business, REBOOK_TEMPLATE, channel="sms")
+    except TemplateError:
+        return "no text goes out (no approved rebooking text): a task asks the owner to reach them"
+    return f"one text goes out: “{template_render(template, playbook_context(lead))}”"
 
 
 def _rebooking_offer(lead: Lead, appointment: Appointment, *, now: datetime) -> str:

@@ -73,11 +73,31 @@ def test_cancel_held_and_no_show_buttons_call_their_services(lead, rule, setter,
     client = client_for("sam")
     client.post(url(lead), {"action": "book", "slot": next_slot_key(client, lead)})
     appointment = Appointment.objects.get()
-    response = client.post(url(lead), {"action": "cancel", "appointment": appointment.public_id}, follow=True)
+    page = client.get(url(lead)).content.decode()
+    assert "Nothing is texted to Rosa: the reminders of the visit are withdrawn" in page
+    assert "Yes, cancel the visit" in page and "Yes, they did not show" in page
+    unconfirmed = {"action": "cancel", "appointment": appointment.public_id, "reason": "double booked"}
+    response = client.post(url(lead), unconfirmed, follow=True)
+    assert "confirm first" in response.content.decode()
+    appointment.refresh_from_db()
+    assert appointment.status == "scheduled", "a cancel without its confirmation does nothing"
+    response = client.post(url(lead), {**unconfirmed, "reason": "", "confirmed": "yes"}, follow=True)
     assert "incomplete form" in response.content.decode()
-    client.post(url(lead), {"action": "cancel", "appointment": appointment.public_id, "reason": "double booked"})
+    client.post(url(lead), {**unconfirmed, "confirmed": "yes"})
     appointment.refresh_from_db()
     assert appointment.status == "canceled"
+
+
+def test_a_no_show_says_what_it_will_send_and_waits_for_its_confirmation(lead, rule, setter, templates):
+    client = client_for("sam")
+    client.post(url(lead), {"action": "book", "slot": next_slot_key(client, lead)})
+    appointment = Appointment.objects.get()
+    page = client.get(url(lead)).content.decode()
+    says = page.split('class="no-show-form"', 1)[1].split('class="says">', 1)[1].split("</p>", 1)[0]
+    assert says.startswith("For Rosa, ") and ("text" in says or "path" in says), says
+    client.post(url(lead), {"action": "no_show", "appointment": appointment.public_id})
+    appointment.refresh_from_db()
+    assert appointment.status == "scheduled"
 
 
 def test_someone_who_cannot_see_the_lead_gets_404(lead, rule, shop):
@@ -105,12 +125,13 @@ def test_the_page_costs_the_same_queries_however_many_appointments(
     client = client_for("sam")
     client.get(url(lead))  # the session and the user's scope, as on any later page
     booked = appointment_book(lead, availability=rule, starts_at=TUE_9, actor="sam", now=NOW).appointment
-    with django_assert_num_queries(11):
+    # Two of them say what a no-show would send (the no_show path, else the rebooking text).
+    with django_assert_num_queries(13):
         assert client.get(url(lead)).status_code == 200
     for days in (1, 2):
         booked = appointment_reschedule(
             booked, availability=rule, starts_at=TUE_9 + timedelta(days=days), actor="sam", now=NOW
         ).appointment
     assert lead.appointments.count() == 3
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(13):
         assert client.get(url(lead)).status_code == 200
