@@ -360,12 +360,14 @@ def composer_read(
             model_draft = next((m for m in messages if m.idempotency_key == key), None)
     offer = reply_offer(lead, last_in.body if last_in else None, model_draft=model_draft)
     suggested = offer.suggested
-    if last_in is None or not suggested.body.strip():
+    if last_in is None:
         return Composer(offer, awaiting, prefill=False)
-    # The model's own waiting draft is the suggestion, not a text that went out.
-    went_out = _sent_bodies(lead, messages, but=model_draft.pk if model_draft is not None else None)
     answers = last_in.intent or "other"
     author = suggested.author or "playbook"
+    if not suggested.body.strip():
+        return Composer(offer, awaiting, prefill=False, answers=answers, author=author)
+    # The model's own waiting draft is the suggestion, not a text that went out.
+    went_out = _sent_bodies(lead, messages, but=model_draft.pk if model_draft is not None else None)
     prefill = awaiting and suggested.body.strip() not in went_out
     return Composer(offer, awaiting, prefill=prefill, answers=answers, author=author)
 

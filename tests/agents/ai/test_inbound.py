@@ -145,7 +145,7 @@ def test_a_guarded_draft_is_the_composers_suggestion_and_waits_for_a_person(
     inbound.lead.owner = sam
     Lead.objects.filter(pk=inbound.lead.pk).update(owner=sam)
     page = client.get(f"/app/leads/{inbound.lead.public_id}/").content.decode()
-    assert "Suggested by the ai assistant" in page and "https://acme.example/book" in page
+    assert "drafted by the ai assistant" in page and "https://acme.example/book" in page
 
 
 def test_auto_reply_sends_a_guarded_draft_through_the_gate_without_a_person(
