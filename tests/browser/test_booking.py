@@ -71,3 +71,48 @@ def test_a_setter_books_an_appointment_from_the_lead_page_and_sees_the_confirmat
     confirmation = Message.objects.get(idempotency_key=f"appointment.confirmation:{appointment.public_id}")
     assert (confirmation.status, confirmation.actor) == ("dry_run", "sam")
     assert appointment.assigned_to == tom and appointment.availability == rule
+
+
+def test_a_setter_books_from_the_thread_with_the_address_and_lands_back_in_it(live_server, browser_context, shots):
+    business = BusinessFactory.create(
+        slug="acme", name="Acme", quiet_hours_start=time(0, 0), quiet_hours_end=time(23, 59, 59)
+    )
+    MessageTemplate.objects.create(
+        business=business,
+        key="appointment_confirmation_sms",
+        channel="sms",
+        approved=True,
+        body="Hi {first_name}, {business} has you booked {appointment_time}. Reply STOP to opt out.",
+    )
+    sam = member_create(business, Role.SETTER, username="sam")
+    tom = member_create(business, Role.TECHNICIAN, username="tom", display_name="Tom Technician", email="tom@x.example")
+    rule = Availability.objects.create(
+        business=business, days=["mon", "tue", "wed", "thu", "fri", "sat", "sun"], slots=["09:00-11:00"], capacity=1
+    )
+    rule.members.add(tom)
+    lead = lead_sync.lead_assign(
+        lead_create(business, first_name="Rosa", last_name="Diaz"), sam, actor="mia", reason="t"
+    )
+    consent_record(
+        contact_point=lead.contact.points.get(), channel="sms", granted=True, basis="form_disclosure", actor="t"
+    )
+
+    page = browser_context.new_page()
+    page.goto(f"{live_server.url}/admin/login/?next=/app/leads/{lead.public_id}/")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.click("#book-button")
+    page.wait_for_selector("#book-form")
+    assert page.is_visible("#back-to-thread")
+    page.locator("#book-form input[name=slot]").first.check()
+    page.fill("#id_address", "12 Elm St, Apt 3, Chicago")
+    page.screenshot(path=str(shots / "book-from-thread.png"), full_page=True)
+    page.click("#book-submit")
+
+    page.wait_for_url(f"**/app/leads/{lead.public_id}/")
+    flash = page.inner_text("#flash")
+    assert flash.startswith("Booked: ") and "the confirmation text is recorded (dry run: nothing is sent)" in flash
+    assert Appointment.objects.get().location == "12 Elm St, Apt 3, Chicago"
+    page.wait_for_selector("#conversation >> text=has you booked")
+    page.screenshot(path=str(shots / "booked-thread.png"), full_page=True)
