@@ -5,21 +5,14 @@ happened in words."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from agents.booking.services import appointment_book
 from crm.models import Appointment, Stage
+from tests.agents.booking.test_booking_page import client_for
 from tests.helpers.booking import NOW, TUE_9
 
 pytestmark = pytest.mark.django_db
-PASSWORD = "pw-for-tests-1"
-
-
-def client_for(username: str) -> Client:
-    client = Client()
-    assert client.login(username=username, password=PASSWORD)
-    return client
 
 
 def url(lead) -> str:
