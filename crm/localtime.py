@@ -15,7 +15,7 @@ from datetime import UTC, datetime, time, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ValidationError
-from django.utils import timezone
+from django.utils import dateformat, timezone
 
 MINUTE = "%Y-%m-%d %H:%M"
 # A day's hours may end at midnight ("00:00-24:00": open all day, a 24/7
@@ -72,6 +72,33 @@ def when(at: datetime | None, fmt: str = MINUTE, zone: tzinfo | None = None) -> 
         return "—"
     local = at.astimezone(zone or timezone.get_current_timezone())
     return f"{local:{fmt}} {local.tzname()}"
+
+
+def moment_words(at: datetime | None, zone: tzinfo | None = None) -> str:
+    """A moment as the workspace says it, in `zone` (default the active
+    zone), as short as it can be said relative to that zone's today:
+    "3:04 PM CST", "Yesterday 3:04 PM CST", "Tue 3:04 PM CST",
+    "Mar 2, 3:04 PM CST", "Mar 2 2025, 3:04 PM CST". One format for every
+    time a person reads on a page (inbox, thread, its answers, the brief)."""
+    if at is None:
+        return ""
+    zone = zone or timezone.get_current_timezone()
+    local = at.astimezone(zone)
+    today = timezone.now().astimezone(zone).date()
+    days = (today - local.date()).days
+    if days == 0:
+        pattern = "g:i A T"
+    elif days == 1:
+        pattern = r"\Y\e\s\t\e\r\d\a\y g:i A T"
+    elif days == -1:
+        pattern = r"\T\o\m\o\r\r\o\w g:i A T"
+    elif -7 < days < 7:
+        pattern = "D g:i A T"
+    elif local.year == today.year:
+        pattern = "M j, g:i A T"
+    else:
+        pattern = "M j Y, g:i A T"
+    return dateformat.format(local, pattern)
 
 
 def stored_times_localized(text: str, zone: tzinfo | None = None) -> str:

@@ -51,6 +51,7 @@ from django.utils import timezone
 
 from agents.consent.policy import CONVERSATION_WINDOW, MESSAGING_WINDOW, consent_decide
 from agents.reporting.sql import without_jit
+from crm.localtime import moment_words
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -117,12 +118,15 @@ def _ask(key: str, answer: str, ok: bool, evidence: Iterable[str] = ()) -> Answe
 
 
 def _when(at: datetime | None, tz: tzinfo = UTC) -> str:
-    """A time in `tz`, the zone named (the API's answers speak UTC; a page
-    passes its viewer's zone)."""
+    """A time for the answer's reader. The API's answers speak UTC, dated in
+    full ("2026-12-04 15:00 UTC") for a program to keep; a page passes its
+    viewer's zone and gets the words every other time on it uses
+    ("Yesterday 9:00 AM CST")."""
     if at is None:
         return "—"
-    local = at.astimezone(tz)
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or tz}"
+    if tz is UTC:
+        return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    return moment_words(at, tz)
 
 
 def _source(lead: Lead, tz: tzinfo) -> Answer:

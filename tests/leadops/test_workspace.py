@@ -22,6 +22,7 @@ from agents.capture.processing import event_process
 from agents.followup.replies import reply_record
 from agents.followup.sequences.engine import enrollment_start
 from approvals.models import ApprovalRequest
+from crm.localtime import moment_words
 from crm.models import (
     Business,
     Call,
@@ -41,7 +42,7 @@ from crm.models import (
     Timer,
 )
 from crm.services import lead_sync
-from crm.services.conversations import note_add
+from crm.services.conversations import decision_note_add, note_add
 from crm.services.records import call_record, contact_create, lead_open
 from crm.services.timers import timers_run_due
 from tests.factories import BusinessFactory, lead_create, member_create
@@ -235,6 +236,54 @@ def test_the_unread_badge_answers_204_while_its_number_is_current(business, sett
     assert client.get("/app/unread/", {"n": "1"}).status_code == 204
 
 
+def badge_number(html_text: str) -> int:
+    """The number the unread badge shows (0 when it is empty)."""
+    badge = re.search(r'<span id="unread-badge"[^>]*>([^<]*)</span>', html_text)
+    assert badge, "the page has the unread badge"
+    return int(badge.group(1) or 0)
+
+
+def test_one_unread_count_everywhere_a_person_looks(business, setter, manager):
+    """The top bar of the workspace, of the admin (the same fragment, asked
+    for on load), of the approvals list and of a thread, and the bold rows
+    of the inbox count the same conversations; reading one lowers them all."""
+    sara = member_create(business, Role.SETTER, username="sara")
+    mine = [make_lead(business, setter, n=40 + i, first_name=name) for i, name in enumerate(["Ann", "Bo", "Cy"])]
+    theirs = make_lead(business, sara, n=45, first_name="Dee")
+    unassigned = make_lead(business, None, n=46, first_name="Eve")
+    for lead in [mine[0], mine[1], theirs, unassigned]:
+        text_in(lead, "Are you there?")
+    text_in(mine[0], "Hello?")  # two messages, still one conversation
+    decision_note_add(mine[2], author="mia", body="Rejected: no prices by text.", addressee=setter.user)
+
+    def everywhere(member: TeamMember, lead: Lead) -> dict[str, int]:
+        client = login(member)
+        inbox = client.get("/app/inbox/").content.decode()
+        rows = re.findall(r'<li class="row[^"]*is-unread[^"]*" data-lead="([^"]+)"', inbox)
+        counts = {
+            "inbox bar": badge_number(inbox),
+            "admin bar": badge_number(client.get("/app/unread/", {"n": "x"}).content.decode()),
+            "thread bar": None,
+            "bold rows (theirs)": len(rows),
+        }
+        if member.role != Role.SETTER:
+            counts["approvals bar"] = badge_number(client.get("/app/approvals/").content.decode())
+            mine_rows = client.get("/app/inbox/", {"who": "mine"}).content.decode()
+            free_rows = client.get("/app/inbox/", {"who": "unassigned"}).content.decode()
+            pattern = r'<li class="row[^"]*is-unread[^"]*" data-lead="([^"]+)"'
+            counts["bold rows (theirs)"] = len(re.findall(pattern, mine_rows)) + len(re.findall(pattern, free_rows))
+        thread = client.get(thread_url(lead)).content.decode()  # reading it: the bar already counts one fewer
+        counts["thread bar"] = badge_number(thread) + 1
+        return counts
+
+    first = everywhere(setter, mine[0])
+    assert set(first.values()) == {3}, first  # Ann, Bo and the decision on Cy; never Dee's or Eve's
+    second = everywhere(setter, mine[2])
+    assert set(second.values()) == {2}, second  # Ann's read: Bo and the decision
+    leader = everywhere(manager, unassigned)
+    assert set(leader.values()) == {1}, leader  # a leader's own (none) and the unassigned (Eve)
+
+
 # ------------------------------------------------------------------ the thread
 
 
@@ -265,6 +314,8 @@ def test_opening_the_thread_marks_it_read_and_shows_the_whole_conversation(busin
         transcript="Hi, it's Rosa, call me back please.",
     )
     note_add(lead, author="mia", body="Prefers mornings.")
+    tomorrow = timezone.now() + timedelta(days=1)
+    Lead.objects.filter(pk=lead.pk).update(next_action="Call back", next_action_due_at=tomorrow)
     client = login(setter)
     assert client.get("/app/unread/", {"n": "x"}).content.decode().count(">1<") == 1
 
@@ -274,6 +325,10 @@ def test_opening_the_thread_marks_it_read_and_shows_the_whole_conversation(busin
     assert "Missed call" in page and "Voicemail" in page and "call me back please" in page
     assert "Prefers mornings." in page and "Note</strong> by mia" in page
     assert "At a glance" in page and "May we contact" in page and "sms to +12125550147: yes" in page
+    # The answers say their times as the rest of the page does, on the viewer's clock.
+    glance = page.split('id="glance"')[1].split("</section>")[0]
+    assert f"due {moment_words(tomorrow, ZoneInfo('America/Chicago'))}" in glance, glance
+    assert not re.search(r"\d{4}-\d{2}-\d{2}", glance), glance
     assert client.get("/app/unread/", {"n": "1"}).content.decode().count(">1<") == 0
 
 

@@ -13,6 +13,7 @@ from django import template
 from django.utils import dateformat, timezone
 
 from approvals.selectors import approvals_pending_count
+from crm.localtime import moment_words
 from crm.models import Call, Message
 from crm.permissions import can_anywhere
 from leadops.workspace.selectors import BLOCKED_WORDS, duration_words
@@ -37,24 +38,8 @@ S = Message.Status
 
 @register.filter
 def when(value: datetime | None) -> str:
-    """A time in the current zone, as short as it can be said: "3:04 PM CST",
-    "Yesterday 3:04 PM CST", "Tue 3:04 PM CST", "Mar 2, 3:04 PM CST"."""
-    if not value:
-        return ""
-    local = timezone.localtime(value)
-    today = timezone.localdate()
-    days = (today - local.date()).days
-    if days == 0:
-        pattern = "g:i A T"
-    elif days == 1:
-        pattern = r"\Y\e\s\t\e\r\d\a\y g:i A T"
-    elif 1 < days < 7 or -7 < days < 0:
-        pattern = "D g:i A T"
-    elif local.year == today.year:
-        pattern = "M j, g:i A T"
-    else:
-        pattern = "M j Y, g:i A T"
-    return dateformat.format(local, pattern)
+    """A time in the current zone, as short as it can be said (crm.localtime.moment_words)."""
+    return moment_words(value)
 
 
 @register.filter
