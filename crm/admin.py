@@ -28,7 +28,7 @@ from crm.localtime import when
 from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
-from crm.services.contact_numbers import sending_number_clean
+from crm.services.contact_numbers import sending_number_clean, source_numbers_refusals
 from crm.services.outbox import event_envelope
 from crm.services.timers import timer_retry
 from crm.services.webhooks import (
@@ -610,6 +610,16 @@ class SourceAdminForm(forms.ModelForm):
         if isinstance(config, dict) and "auth_token" in config:
             raise forms.ValidationError("The Twilio auth token goes in 'replace secret', not in the config.")
         return config
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        business, config = data.get("business"), data.get("config")
+        if business is not None and isinstance(config, dict):
+            # The business file's own rule, saying which setting (the
+            # database's constraint would name no field).
+            for reason in source_numbers_refusals(business, data.get("provider", ""), config).values():
+                self.add_error("config", f"{reason}.")
+        return data
 
     def save(self, commit: bool = True) -> m.Source:
         source: m.Source = super().save(commit=False)

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import RangeOperators
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.db.models.fields.json import KeyTextTransform
 
 from crm.fields import EncryptedTextField
 from crm.ids import PublicIdField
@@ -19,6 +22,35 @@ class Provider(models.TextChoices):
     CALENDLY = "calendly", "Calendly"
     STRIPE = "stripe", "Stripe"
     MANUAL = "manual", "Entered by a person"
+
+
+# The settings that name a provider's account, line, page or form. An
+# inbound event that names one is filed in the business whose source holds
+# it, so a business may never hold another's (a Twilio number, a Meta page):
+# one database constraint per setting, over every source, switched off or
+# not. Sources of one business may share one (several numbers on one
+# Twilio account). Values compare as text: a hand-edited page id of
+# 100000000000001 and "100000000000001" are the same page.
+PROVIDER_IDS: dict[str, tuple[str, ...]] = {
+    Provider.TWILIO: ("phone_number", "account_sid", "messaging_service_sid"),
+    Provider.META: ("page_id",),
+    Provider.INSTAGRAM: ("account_id",),
+    Provider.CALENDLY: ("organization",),
+    Provider.TYPEFORM: ("form_id",),
+    Provider.STRIPE: ("account_id",),
+    Provider.GOOGLE_ADS: ("customer_id",),
+}
+
+
+def _one_business_per_id(provider: str, key: str) -> ExclusionConstraint:
+    # btree_gist gives GiST its = on text and <> on integers (migration 0037).
+    return ExclusionConstraint(
+        name=f"crm_source_{provider}_{key}_one_business",
+        expressions=[(KeyTextTransform(key, "config"), RangeOperators.EQUAL), ("business", RangeOperators.NOT_EQUAL)],
+        condition=models.Q(provider=provider),
+        # Names the setting, never the business that holds it.
+        violation_error_message=f"This {key} is already in use by another business.",
+    )
 
 
 class Source(models.Model):
@@ -45,6 +77,7 @@ class Source(models.Model):
         ordering = ["business", "key"]
         constraints = [
             models.CheckConstraint(condition=models.Q(provider__in=Provider.values), name="crm_source_provider_valid"),
+            *(_one_business_per_id(provider, key) for provider, keys in PROVIDER_IDS.items() for key in keys),
         ]
 
     def __str__(self) -> str:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import phonenumbers
 from django.core.exceptions import ValidationError
+from django.db.models.fields.json import KeyTextTransform
 from phonenumbers import PhoneNumberType as T
 
 from crm.models import Business, Source
+from crm.models.contacts import PROVIDER_IDS
 from crm.phones import phone_to_e164
 
 # SMS goes to handsets only. FIXED_LINE_OR_MOBILE is allowed because in the
@@ -98,24 +100,24 @@ def sending_number_clean(business: Business, value: str) -> str:
 
 def source_numbers_refusals(business: Business, provider: str, config: dict[str, object]) -> dict[str, str]:
     """Why a source's settings may not be saved, by setting ({} when they may):
-    a Twilio line's own number and Messaging Service belong to one business
-    alone (they decide whose texts go out and whose calls come in), and a
-    forwarding number obeys the business's country and number-type rule
-    (never a premium-rate line). For the business file and the Source admin."""
+    a provider's account, line, page or form id held by another business
+    (`PROVIDER_IDS`: the database refuses it too; this says which setting,
+    never whose it is), and a forwarding number outside the business's
+    country and number-type rule (never a premium-rate line). For the
+    business file and the Source admin."""
     refusals: dict[str, str] = {}
-    if provider == "twilio":
-        for key in ("phone_number", "messaging_service_sid"):
-            value = config.get(key)
-            if not value:
-                continue
-            other = (
-                Source.objects.filter(provider="twilio", **{f"config__{key}": value})
-                .exclude(business=business)
-                .values_list("business__slug", flat=True)
-                .first()
-            )
-            if other:
-                refusals[key] = f"{key} {value} already belongs to business {other!r}"
+    for key in PROVIDER_IDS.get(provider, ()):
+        value = config.get(key)
+        if value in (None, ""):
+            continue
+        taken = (
+            Source.objects.annotate(held=KeyTextTransform(key, "config"))
+            .filter(provider=provider, held=str(value))
+            .exclude(business=business)
+            .exists()
+        )
+        if taken:
+            refusals[key] = f"{key} {value} is already in use by another business"
     forward_to = config.get("forward_to")
     if forward_to:
         refusal = number_refusal(business, str(forward_to), "voice")

@@ -397,7 +397,7 @@ def test_a_source_key_of_another_business_is_refused(tmp_path: Path, other_busin
     Source.objects.create(business=other_business, key="site", provider="website", secret="theirs")
     rows = counts()
 
-    with pytest.raises(CommandError, match=r"line 7: source key 'site' already belongs to business 'other'"):
+    with pytest.raises(CommandError, match=r"line 7: source key 'site' is already in use by another business"):
         load(write(tmp_path, FILE))
 
     assert counts() == rows

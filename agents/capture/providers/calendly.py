@@ -222,29 +222,35 @@ def _event_invitee(event: InboundEvent) -> Invitee:
     return invitee
 
 
-def _appointment(invitee_uri: str) -> Appointment | None:
+def _appointment(business_id: int, invitee_uri: str) -> Appointment | None:
+    """The business's appointment of an invitee: an event accepted on one
+    business's source never reaches another's visits, whatever invitee it
+    names."""
     return (
         Appointment.objects.select_related("lead__business", "lead__contact")
-        .filter(provider=Provider.CALENDLY, external_id=invitee_uri)
+        .filter(provider=Provider.CALENDLY, external_id=invitee_uri, business_id=business_id)
         .first()
     )
 
 
-def _booking_of(invitee_uri: str) -> Appointment | None:
-    """The appointment of an invitee, recording its booking first when that
-    delivery is stored but not processed yet: Calendly does not promise
-    order, and workers take events in parallel."""
-    appointment = _appointment(invitee_uri)
+def _booking_of(event: InboundEvent, invitee_uri: str) -> Appointment | None:
+    """The appointment of an invitee in the event's business, recording its
+    booking first when that delivery is stored but not processed yet:
+    Calendly does not promise order, and workers take events in parallel."""
+    assert event.business_id is not None  # a Calendly event is stored with its source's business
+    appointment = _appointment(event.business_id, invitee_uri)
     if appointment is not None:
         return appointment
-    booking = InboundEvent.objects.filter(provider=Provider.CALENDLY, external_id=f"{CREATED}:{invitee_uri}").first()
+    booking = InboundEvent.objects.filter(
+        provider=Provider.CALENDLY, external_id=f"{CREATED}:{invitee_uri}", business_id=event.business_id
+    ).first()
     if booking is None:
         return None
     if booking.status == InboundEvent.Status.PROCESSING:
         raise LookupError(f"its booking {booking.public_id} is being processed right now: replay this event")
     if booking.status in (InboundEvent.Status.RECEIVED, InboundEvent.Status.FAILED):
         event_process(booking.pk)
-    return _appointment(invitee_uri)
+    return _appointment(event.business_id, invitee_uri)
 
 
 def _host(business: Business, invitee: Invitee) -> TeamMember | None:
@@ -266,7 +272,7 @@ def _notes(invitee: Invitee) -> str:
 def _created(event: InboundEvent) -> str:
     business, invitee = event.business, _event_invitee(event)
     assert business is not None
-    if _appointment(invitee.uri) is not None:
+    if _appointment(business.pk, invitee.uri) is not None:
         return InboundEvent.Status.PROCESSED  # a replay: the booking is already recorded
     if invitee.starts_at is None or invitee.ends_at is None:
         raise MalformedPayload("the booking has no scheduled_event start_time and end_time")
@@ -279,7 +285,7 @@ def _created(event: InboundEvent) -> str:
             detail=f"{match.detail}; invitee {invitee.uri}",
         )
         return InboundEvent.Status.PROCESSED
-    old = _appointment(invitee.old_invitee) if invitee.old_invitee else None
+    old = _appointment(business.pk, invitee.old_invitee) if invitee.old_invitee else None
     try:
         appointment_record_external(
             match.lead,
@@ -306,7 +312,7 @@ def _created(event: InboundEvent) -> str:
 
 def _canceled(event: InboundEvent) -> str:
     invitee = _event_invitee(event)
-    appointment = _booking_of(invitee.uri)
+    appointment = _booking_of(event, invitee.uri)
     if appointment is None:
         # Booked while unmatched: the person's exception for it can close.
         for item in ExceptionItem.objects.filter(
@@ -328,7 +334,7 @@ def _canceled(event: InboundEvent) -> str:
 
 def _no_show(event: InboundEvent) -> str:
     invitee = _event_invitee(event)
-    appointment = _booking_of(invitee.uri)
+    appointment = _booking_of(event, invitee.uri)
     if appointment is None:
         assert event.business is not None
         booking_exception(

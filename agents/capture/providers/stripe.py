@@ -32,6 +32,7 @@ from typing import Any
 
 import stripe
 from django.conf import settings
+from django.db.models.fields.json import KeyTextTransform
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.utils import timezone
@@ -193,28 +194,34 @@ class BusinessUnknown(LookupError):
 
 
 def business_for(money: StripeMoney) -> Business:
-    """Which business the payment is for: named in the metadata (`business`
-    or `tenant`, a slug or public id); owning our ids in the metadata; owning
-    the payment already (an earlier event); the Stripe source whose
-    `account_id` is the event's Connect account; the only Stripe source; or
-    the only business."""
-    named = [money.hints.metadata.get(k, "") for k in ("business", "tenant")]
-    for value in filter(None, named):
-        found = Business.objects.filter(slug=value).first() or Business.objects.filter(public_id=value).first()
-        if found is not None:
-            return found
+    """Which business the payment is for. A payment on a connected account
+    that a business's Stripe source holds (`account_id`, one business's
+    alone) is that business's, whatever its metadata says: a business
+    writes its own payments' metadata, and must not file one as another's.
+    Otherwise: named in the metadata (`business` or `tenant`, a slug or
+    public id); owning our ids in the metadata; owning the payment already
+    (an earlier event); the only Stripe source; or the only business."""
+    sources = Source.objects.select_related("business").filter(provider=Provider.STRIPE)
+    if money.account:
+        holder = sources.annotate(account=KeyTextTransform("account_id", "config")).filter(account=money.account)
+        source = holder.first()
+        if source is not None:
+            named = _named_business(money) or business_from_refs(metadata_refs(money.hints.metadata))
+            if named is not None and named.pk != source.business_id:
+                raise BusinessUnknown(
+                    "the payment's metadata names another business than the one its Stripe account belongs to"
+                )
+            return source.business
+    named = _named_business(money)
+    if named is not None:
+        return named
     by_refs = business_from_refs(metadata_refs(money.hints.metadata))
     if by_refs is not None:
         return by_refs
     existing = Payment.objects.filter(provider=Provider.STRIPE, external_id=money.payment_key).first()
     if existing is not None:
         return existing.business
-    sources = Source.objects.select_related("business").filter(provider=Provider.STRIPE, is_active=True)
-    if money.account:
-        for source in sources:
-            if source.config.get("account_id") == money.account:
-                return source.business
-    stripe_sources = list(sources[:2])
+    stripe_sources = list(sources.filter(is_active=True)[:2])
     if len(stripe_sources) == 1:
         return stripe_sources[0].business
     only = list(Business.objects.all()[:2])
@@ -224,6 +231,14 @@ def business_for(money: StripeMoney) -> Business:
         "cannot tell which business this payment is for: put `business` (the slug) or one of our ids "
         "(inv_…, job_…, lead_…) in the payment's metadata, or add a Stripe source with the account_id"
     )
+
+
+def _named_business(money: StripeMoney) -> Business | None:
+    for value in filter(None, (money.hints.metadata.get(k, "") for k in ("business", "tenant"))):
+        found = Business.objects.filter(slug=value).first() or Business.objects.filter(public_id=value).first()
+        if found is not None:
+            return found
+    return None
 
 
 def _process(event: InboundEvent) -> str:

@@ -137,14 +137,8 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
 
     for row in spec.sources:
         # Source keys appear in webhook URLs without a business, so they are unique overall.
-        owner = (
-            Source.objects.filter(key=row.key)
-            .exclude(business=business)
-            .values_list("business__slug", flat=True)
-            .first()
-        )
-        if owner:
-            raise BusinessFileError(row.line, f"source key {row.key!r} already belongs to business {owner!r}")
+        if Source.objects.filter(key=row.key).exclude(business=business).exists():
+            raise BusinessFileError(row.line, f"source key {row.key!r} is already in use by another business")
         _check_source_numbers(business, row)
         _apply_row(result, "source", Source, {"business": business, "key": row.key}, row)
     for row in spec.service_lines:
