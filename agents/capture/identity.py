@@ -54,6 +54,8 @@ from crm.services.receipts import receipt_write
 from crm.services.records import lead_open, message_received_announce, task_create, touch_add
 
 ACTOR = "agent:identity_resolver"
+CONFLICT_POINTS = "the phone and the email belong to different contacts"
+CONFLICT_SPLIT = "a new phone came with the email or handle of another contact: kept apart until a person decides"
 # Channels where a known person writing again is a reply, not a new inquiry.
 CONVERSATION_CHANNELS = ("sms", "dm")
 
@@ -212,7 +214,8 @@ def capture_apply(
     if capture.message_body or capture.message_sid:
         message = _inbound_message(lead, contact, points, capture, event)
     refused = _consent(business, points, capture, event, stored, made)
-    _flags(lead, contact, points, capture, others, refused, event)
+    # A new contact that matched others is a new phone kept off a known person.
+    _flags(lead, contact, points, capture, others, refused, event, split=created_contact and bool(others))
     return Applied(contact, lead, created_contact, existing_lead is None, touch, message)
 
 
@@ -280,6 +283,15 @@ def _contact_for(
             # rare capture that holds it and waits for one of these).
             existing, ranked = _matched(business, points, valid)
             contacts_lock(business.pk, [c.pk for c in ranked])
+    others: list[Contact] = ranked[1:]
+    if ranked and _new_phone_beside_known_points(valid, existing):
+        # A form naming a known email (or handle) with a phone nobody has
+        # never puts that phone on the known person: anyone can type
+        # someone's email, and texts from "their" new number would then
+        # count as theirs (reschedule, cancel, book). The phone gets a
+        # contact of its own and a person is asked whether the two are one
+        # (`_flags`, the merge question).
+        others, ranked = ranked, []
     created = not ranked
     if created:
         contact = Contact.objects.create(
@@ -316,7 +328,14 @@ def _contact_for(
         # A contact made just now has exactly these points: the steps that
         # follow in this unit of work read them from here.
         rows_in_hand(contact, "points", new_points)
-    return contact, created, ranked[1:], stored, {point.pk for point in new_points}
+    return contact, created, others, stored, {point.pk for point in new_points}
+
+
+def _new_phone_beside_known_points(valid: list[Point], existing: dict[tuple[str, str], ContactPoint]) -> bool:
+    """The capture names a phone no contact has, and reaches a known contact
+    only through its other points (an email, a handle)."""
+    phones = [p for p in valid if p.kind == ContactPointKind.PHONE]
+    return bool(phones) and all((p.kind, p.value) not in existing for p in phones)
 
 
 def _matched(
@@ -596,6 +615,8 @@ def _flags(
     others: list[Contact],
     refused: list[str],
     event: InboundEvent | None,
+    *,
+    split: bool,
 ) -> None:
     wanted = []
     if refused:
@@ -609,7 +630,7 @@ def _flags(
     # A pair a person kept apart asks nothing and flags nothing; a pair a
     # pending request already asks about extends that request.
     if others and merge_propose(lead, contact, others, event=event) is not None:
-        wanted.append((LeadException.MERGE_CONFLICT, "the phone and the email belong to different contacts"))
+        wanted.append((LeadException.MERGE_CONFLICT, CONFLICT_SPLIT if split else CONFLICT_POINTS))
     for flag, reason in wanted:
         if flag not in lead.exceptions:
             lead_sync.lead_flag_exception(lead, flag, actor=ACTOR, reason=reason)

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.capture.base import Capture
+from agents.capture.base import Capture, ConsentEvidence
 from agents.capture.identity import capture_apply
 from approvals.models import ApprovalRequest
-from crm.models import Contact, Lead, ServiceLine, Stage
+from crm.models import Contact, ContactPoint, Lead, ServiceLine, Stage
 from crm.services import lead_sync
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +53,47 @@ def test_phone_and_email_of_two_different_contacts_are_not_merged_but_asked_abou
     }
     assert approval.status == "pending" and approval.proposed_by == "agent:identity_resolver"
     assert set(by_email.contact.points.values_list("value", flat=True)) == {"pat@x.com"}
+
+
+def test_a_form_naming_a_customers_email_with_a_new_phone_never_puts_that_phone_on_them(business):
+    """Anyone can type a customer's email into a public form. The phone that
+    came with it gets a contact and a lead of its own, with the form's
+    consent; the customer keeps only their own points, and a person is asked
+    whether the two are one (the merge question)."""
+    customer = capture_apply(
+        business=business, capture=capture(first_name="Rosa", phones=["+12125550147"], emails=["rosa@x.com"])
+    )
+    stranger = capture_apply(
+        business=business,
+        capture=capture(
+            first_name="Rosa",
+            phones=["+12125550999"],
+            emails=["rosa@x.com"],
+            consent=ConsentEvidence(granted=True, channels=("sms",), text="I agree to texts."),
+        ),
+    )
+
+    assert stranger.contact != customer.contact and stranger.created_contact
+    assert set(customer.contact.points.values_list("value", flat=True)) == {"+12125550147", "rosa@x.com"}
+    assert set(stranger.contact.points.values_list("value", flat=True)) == {"+12125550999"}
+    assert stranger.lead != customer.lead and "merge_conflict" in stranger.lead.exceptions
+    approval = ApprovalRequest.objects.get(kind="merge_contacts", status="pending")
+    assert approval.payload["merge"] == [customer.contact.public_id]
+    # The consent the form gave is the new number's alone: the customer's phone gained nothing.
+    new_point = ContactPoint.objects.get(value="+12125550999")
+    assert new_point.consent_events.filter(channel="sms", action="grant").exists()
+    assert not ContactPoint.objects.get(value="+12125550147").consent_events.exists()
+    # A text from the new number is the stranger's, never a reply on the customer's lead.
+    text = capture_apply(
+        business=business, capture=capture(channel="sms", phones=["+12125550999"], message_body="cancel")
+    )
+    assert text.lead == stranger.lead and text.contact == stranger.contact
+
+
+def test_a_known_email_with_no_phone_still_finds_the_customer(business):
+    customer = capture_apply(business=business, capture=capture(phones=["+12125550147"], emails=["rosa@x.com"]))
+    again = capture_apply(business=business, capture=capture(emails=["rosa@x.com"], request_text="And the AC?"))
+    assert again.contact == customer.contact and not again.created_contact
 
 
 def test_a_closed_lead_leads_to_a_new_lead_on_the_same_contact(business):
