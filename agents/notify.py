@@ -12,6 +12,7 @@ form) is therefore escaped before it is posted.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import requests
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from agents.queue import task_enqueue
+from agents.webhooks.transport import webhook_post
 from crm.models import Business, TeamMember
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,36 @@ NOTICE_TIMEOUT = 30
 def slack_escape(text: str) -> str:
     """Plain text as Slack shows it literally (its three control characters)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackFailed(RuntimeError):
+    """A Slack post did not arrive; the message says why in our words (a
+    status, a refusal), never with the far side's answer in it."""
+
+
+def slack_post(url: str, text: str) -> None:
+    """Post `text` to a Slack incoming webhook, or raise SlackFailed.
+
+    A business's own URL is a tenant's input: it goes through the outbound
+    webhooks' server-side request forgery guard at every post (public
+    addresses only, the connection made to the address checked, no
+    redirects: agents.webhooks.transport). The operator's SLACK_WEBHOOK_URL
+    is their own setting, posted as it is."""
+    if url == str(settings.SLACK_WEBHOOK_URL or ""):
+        try:
+            response = requests.post(url, json={"text": text}, timeout=SLACK_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise SlackFailed(f"Slack not reached ({type(exc).__name__})") from None
+        if not 200 <= response.status_code < 300:
+            raise SlackFailed(f"Slack answered {response.status_code}")
+        return
+    answer = webhook_post(url, json.dumps({"text": text}).encode(), {"Content-Type": "application/json"})
+    if answer.refused:
+        raise SlackFailed(f"the business's Slack webhook is refused: {answer.error}")
+    if not answer.delivered:
+        raise SlackFailed(
+            f"Slack answered {answer.status_code}" if answer.status_code else f"Slack not reached ({answer.error})"
+        )
 
 
 def slack_webhook_for(business: Business | None) -> str:
@@ -61,6 +93,6 @@ def notice_deliver(email: str, subject: str, text: str, *, slack_url: str = "") 
             log.warning("notice by email failed: %s", exc)
     if slack_url:
         try:
-            requests.post(slack_url, json={"text": slack_escape(f"{subject}: {text}")}, timeout=SLACK_TIMEOUT)
-        except requests.RequestException as exc:
+            slack_post(slack_url, slack_escape(f"{subject}: {text}"))
+        except SlackFailed as exc:
             log.warning("notice to Slack failed: %s", exc)

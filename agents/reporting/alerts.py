@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 
-import requests
 from django.conf import settings
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.notify import slack_escape, slack_webhook_for
+from agents.notify import slack_escape, slack_post, slack_webhook_for
 from approvals.models import ApprovalRequest
 from crm.localtime import when, zone_or_none
 from crm.models import CLOSED_STAGES, Business, InboundEvent, Lead, Timer
@@ -38,7 +37,6 @@ TIMER_KIND = "reporting.slack_alert"
 LOOKBACK = timedelta(days=1)
 BURST_WINDOW = timedelta(minutes=15)
 BURST_THRESHOLD = 5
-TIMEOUT = (3.05, 5)
 
 
 def _link(path: str) -> str:
@@ -171,8 +169,7 @@ def slack_alert_send(timer: Timer) -> None:
     url = str(settings.SLACK_WEBHOOK_URL or "") if operator else slack_webhook_for(timer.business)
     if not url:
         raise RuntimeError("no Slack webhook: set the business's slack_webhook_url or SLACK_WEBHOOK_URL")
-    response = requests.post(url, json={"text": timer.payload["text"]}, timeout=TIMEOUT)
-    response.raise_for_status()
+    slack_post(url, timer.payload["text"])
 
 
 def register() -> None:

@@ -3,10 +3,12 @@ from __future__ import annotations
 from datetime import time
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from crm.ids import PublicIdField
 from crm.localtime import zone_validate
+from crm.services.webhook_targets import TargetRefused, TargetUnresolved, target_check
 
 CURRENCY_DEFAULT = "USD"
 # Day names as business hours and availability spell them, Monday first (date.weekday() order).
@@ -114,6 +116,15 @@ class Business(models.Model):
         # Not a field validator: validators are part of a field's migration
         # state, and this check needs none.
         zone_validate(self.timezone)
+        if self.slack_webhook_url:
+            # A tenant's URL the server posts to: the outbound webhooks'
+            # guard (public addresses only) at save, and again at each post.
+            try:
+                target_check(self.slack_webhook_url)
+            except TargetUnresolved:
+                pass  # nothing can reach it; each post checks again
+            except TargetRefused as exc:
+                raise ValidationError({"slack_webhook_url": f"Refused: {exc}."}) from exc
 
 
 class Money(models.Model):

@@ -9,6 +9,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agents.notify import member_notify
@@ -33,9 +34,10 @@ def sink() -> Iterator[tuple[str, list[tuple[str, dict]]]]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             posts.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
-            self.send_response(200)
+            failing = self.path.endswith("/fails")
+            self.send_response(500 if failing else 200)
             self.end_headers()
-            self.wfile.write(b"ok")
+            self.wfile.write(b"internal: db password hunter2" if failing else b"ok")
 
         def log_message(self, *args: object) -> None:
             return
@@ -71,6 +73,7 @@ def test_a_lead_named_with_slack_markup_arrives_escaped(settings, sink, business
 
 def test_business_b_alert_goes_to_b_webhook_with_the_name_escaped(settings, sink, business, other_business):
     base, posts = sink
+    settings.WEBHOOK_ALLOW_PRIVATE = True  # the local sink stands in for Slack
     settings.SLACK_WEBHOOK_URL = base + "/operator"
     Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
     setter_a = member_create(business, Role.SETTER, username="ann")
@@ -92,6 +95,7 @@ def test_business_b_alert_goes_to_b_webhook_with_the_name_escaped(settings, sink
 
 def test_a_business_with_its_own_webhook_is_alerted_without_the_operators(settings, sink, other_business):
     base, posts = sink
+    settings.WEBHOOK_ALLOW_PRIVATE = True  # the local sink stands in for Slack
     settings.SLACK_WEBHOOK_URL = ""
     Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
     member = member_create(other_business, Role.SETTER, username="bea")
@@ -101,3 +105,43 @@ def test_a_business_with_its_own_webhook_is_alerted_without_the_operators(settin
     assert alerts_scan() == 1
     alerts_job()
     assert [path for path, _ in posts] == ["/b"]
+
+
+def test_a_business_slack_url_on_this_machine_is_refused_at_save_and_at_each_post(settings, sink, other_business):
+    """A tenant's Slack URL is fetched by the server: the outbound webhooks'
+    guard refuses a loopback, private or metadata address when the business
+    is saved (the admin and the business file) and again at each post."""
+    base, posts = sink
+    settings.SLACK_WEBHOOK_URL = ""
+    other_business.slack_webhook_url = base + "/b"
+    with pytest.raises(ValidationError) as refused:
+        other_business.full_clean()
+    assert "loopback" in str(refused.value.message_dict["slack_webhook_url"])
+    other_business.slack_webhook_url = "http://169.254.169.254/latest/meta-data/"
+    with pytest.raises(ValidationError):
+        other_business.full_clean()
+
+    # Saved before the guard (or a name that resolves inward since): refused at the post, nothing sent.
+    Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
+    member = member_create(other_business, Role.SETTER, username="bea")
+    lead = lead_create(other_business)
+    lead_sync.lead_assign(lead, member, actor="test", reason="test")
+    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    assert alerts_scan() == 1
+    alerts_job()
+    timer = Timer.objects.get(kind="reporting.slack_alert")
+    assert posts == [] and timer.status == "failed" and "loopback" in timer.error
+
+
+def test_slacks_answer_never_reaches_the_stored_error(settings, sink, other_business):
+    base, posts = sink
+    settings.SLACK_WEBHOOK_URL = base + "/fails"
+    member = member_create(other_business, Role.SETTER, username="bea")
+    lead = lead_create(other_business)
+    lead_sync.lead_assign(lead, member, actor="test", reason="test")
+    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    alerts_scan()
+    alerts_job()
+    timer = Timer.objects.get(kind="reporting.slack_alert")
+    assert len(posts) == 1 and "Slack answered 500" in timer.error
+    assert "hunter2" not in timer.error
