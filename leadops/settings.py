@@ -107,6 +107,12 @@ SLACK_WEBHOOK_URL = env.str("SLACK_WEBHOOK_URL", default="")
 # Where the hourly receipt checkpoint goes (crm.services.receipt_checkpoints):
 # a file path, mailto:ADDRESS or an https:// URL; empty: not exported.
 RECEIPT_CHECKPOINT_TO = env.str("RECEIPT_CHECKPOINT_TO", default="")
+# The Ed25519 key that signs each checkpoint (base64 of its 32 bytes; make one
+# with `export_receipt_checkpoint --new-key`). It lives here, outside the
+# database, so nobody who can write the database can sign a checkpoint. A
+# verifier on another host needs only the public half.
+RECEIPT_CHECKPOINT_KEY = env.str("RECEIPT_CHECKPOINT_KEY", default="")
+RECEIPT_CHECKPOINT_PUBLIC_KEY = env.str("RECEIPT_CHECKPOINT_PUBLIC_KEY", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
 # The django-q2 broker: "orm" (the database, the default) or "redis" (REDIS_URL).
 # A separate switch, not implied by REDIS_URL: the cache may move to Redis

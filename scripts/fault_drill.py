@@ -42,6 +42,7 @@ Exit status 0 when every run shows 0, 0, 0 and an intact chain.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -70,6 +71,7 @@ FAULTS = ("kill9", "pg-restart", "storm")
 BROKERS = ("orm", "redis")
 DATABASE = "drill"
 SECRET_KEY = "drill-only-insecure-key-never-use-it-to-serve-anything-0123456789"  # noqa: S105
+CHECKPOINT_KEY = base64.b64encode(bytes(range(32))).decode()  # drill-only, public: signs nothing real
 SID, TOKEN, SERVICE = "AC" + "d" * 32, "drill-auth-token", "MG" + "d" * 32
 SITE_SECRET = "drill-site-secret"  # noqa: S105
 BUSINESS = f"""
@@ -271,6 +273,8 @@ class Drill:
             "DJANGO_SETTINGS_MODULE": "leadops.settings",
             "DEBUG": "false",
             "SECRET_KEY": os.environ.get("SECRET_KEY", SECRET_KEY),
+            # The drill's own checkpoint key (export_receipt_checkpoint refuses to export unsigned).
+            "RECEIPT_CHECKPOINT_KEY": CHECKPOINT_KEY,
             "SEND_MODE": "live",
             "TWILIO_ACCOUNT_SID": SID,
             "TWILIO_AUTH_TOKEN": TOKEN,

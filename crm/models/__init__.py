@@ -49,7 +49,7 @@ from crm.models.leads import (
     Timer,
 )
 from crm.models.playbook import MessageTemplateVersion
-from crm.models.receipts import Receipt, ReceiptImmutable, ReceiptPersonalData
+from crm.models.receipts import Receipt, ReceiptCheckpoint, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 from crm.models.webhooks import (
@@ -111,6 +111,7 @@ __all__ = [
     "Payment",
     "Provider",
     "Receipt",
+    "ReceiptCheckpoint",
     "ReceiptImmutable",
     "ReceiptPersonalData",
     "Refund",

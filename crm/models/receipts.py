@@ -291,3 +291,25 @@ class ReceiptPersonalData(models.Model):
 
     def __str__(self) -> str:
         return f"personal data of receipt {self.receipt_id}"
+
+
+class ReceiptCheckpoint(models.Model):
+    """One exported checkpoint of a business's chain, as it was signed and
+    sent: the exporter's memory of the line each next one chains to. The
+    proof is the exported copy (verify_receipts reads that); a row here that
+    someone deletes or rewrites only breaks the next line's link, which the
+    verifier then refuses."""
+
+    business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="+")
+    seq = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+    exported_at = models.DateTimeField()
+    prev = models.CharField(max_length=64, blank=True)  # the digest of the business's previous line
+    signature = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)  # sha256 of this signed line
+
+    class Meta:
+        indexes = [models.Index(fields=["business", "-id"], name="crm_receiptcheckpoint_head_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.business_id} checkpoint at seq {self.seq}"

@@ -13,9 +13,11 @@ import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import ProgrammingError, connection, transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from crm.models import Business, Receipt, ReceiptImmutable
+from crm.services.receipt_checkpoints import line_digest, new_key_pair
 from crm.services.receipts import (
     GENESIS_HASH,
     receipt_content_hash,
@@ -364,13 +366,98 @@ def test_receipts_sealed_under_the_first_scheme_still_verify_and_the_chain_goes_
     assert broken is not None and broken.receipt == old.public_id and "altered" in broken.problem
 
 
-# Checkpoints exported outside the database
+# Checkpoints exported outside the database, signed and chained
+
+KEY, PUBLIC = new_key_pair()
+
+
+@pytest.fixture(autouse=True)
+def checkpoint_key(settings: Any) -> None:
+    settings.RECEIPT_CHECKPOINT_KEY = KEY
 
 
 def _checkpoint_file(tmp_path: Path) -> Path:
     path = tmp_path / "checkpoints.jsonl"
     call_command("export_receipt_checkpoint", "--to", str(path), stdout=StringIO())
     return path
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _rewrite(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_without_a_signing_key_nothing_is_exported(business: Business, settings: Any, tmp_path: Path) -> None:
+    _write(business, 1)
+    settings.RECEIPT_CHECKPOINT_KEY = ""
+    with pytest.raises(CommandError, match="no RECEIPT_CHECKPOINT_KEY"):
+        _checkpoint_file(tmp_path)
+    assert not (tmp_path / "checkpoints.jsonl").exists()
+
+
+def test_each_checkpoint_is_signed_and_names_the_one_before_it(business: Business, tmp_path: Path) -> None:
+    _write(business, 2)
+    path = _checkpoint_file(tmp_path)
+    _write(business, 1)
+    call_command("export_receipt_checkpoint", "--to", str(path), stdout=StringIO())
+    first, second = _lines(path)
+    assert first["prev"] == "" and second["prev"] == line_digest(first) and (first["seq"], second["seq"]) == (2, 3)
+    # Printed lines are signed but remembered nowhere: the next export still follows the file.
+    call_command("export_receipt_checkpoint", stdout=StringIO())
+    call_command("export_receipt_checkpoint", "--to", str(path), stdout=StringIO())
+    assert _lines(path)[2]["prev"] == line_digest(second)
+    call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_checkpoint_rebased_without_the_key_is_refused_whatever_the_last_line_says(
+    business: Business, tmp_path: Path
+) -> None:
+    """Someone who can rewrite the database and the file cut the chain, then
+    wrote a last line for the shorter head: without the key it signs nothing."""
+    *_, last = _write(business, 3)
+    path = _checkpoint_file(tmp_path)
+    with _append_only_guard_off(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM crm_receipt WHERE id = %s", [last.pk])
+    lines = _lines(path)
+    forged = {**lines[-1], "seq": 2, "hash": Receipt.objects.get(business=business, seq=2).hash}
+    _rewrite(path, [*lines, {**forged, "prev": line_digest(lines[-1])}])
+    with pytest.raises(CommandError, match=r"line 2 of .* is not signed by the checkpoint key"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+    # Signed with a key of their own: refused all the same.
+    other, _ = new_key_pair()
+    with override_settings(RECEIPT_CHECKPOINT_KEY=other):
+        call_command("export_receipt_checkpoint", "--to", str(tmp_path / "theirs.jsonl"), stdout=StringIO())
+    _rewrite(path, [*lines, *_lines(tmp_path / "theirs.jsonl")])
+    with pytest.raises(CommandError, match=r"line 2 of .* is not signed by the checkpoint key"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_checkpoint_dropped_from_the_middle_breaks_the_chain_of_checkpoints(
+    business: Business, tmp_path: Path
+) -> None:
+    path = tmp_path / "checkpoints.jsonl"
+    for _ in range(3):
+        _write(business, 1)
+        call_command("export_receipt_checkpoint", "--to", str(path), stdout=StringIO())
+    first, _second, third = _lines(path)
+    _rewrite(path, [first, third])
+    with pytest.raises(CommandError, match=r"line 2 of .* does not follow business acme's checkpoint on line 1"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+
+
+def test_a_verifier_elsewhere_needs_only_the_public_key(business: Business, settings: Any, tmp_path: Path) -> None:
+    _write(business, 1)
+    path = _checkpoint_file(tmp_path)
+    settings.RECEIPT_CHECKPOINT_KEY = ""
+    with pytest.raises(CommandError, match="no key to check the signatures with"):
+        call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
+    call_command("verify_receipts", "--checkpoint", str(path), "--public-key", PUBLIC, stdout=StringIO())
+    settings.RECEIPT_CHECKPOINT_PUBLIC_KEY = PUBLIC
+    call_command("verify_receipts", "--checkpoint", str(path), stdout=StringIO())
 
 
 def test_an_exported_checkpoint_holds_each_business_head(

@@ -3,7 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from crm.models import Business, Receipt
-from crm.services.receipt_checkpoints import checkpoints_read
+from crm.services.receipt_checkpoints import checkpoints_read, verifying_key
 from crm.services.receipts import checkpoint_verify, receipt_checkpoints, receipts_seal, receipts_verify
 
 
@@ -18,8 +18,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--checkpoint",
             metavar="FILE",
-            help="A file of exported checkpoints (JSON lines, as export_receipt_checkpoint writes): the newest "
-            "one of each business must still be in its chain, with the same hash",
+            help="A file of exported checkpoints (JSON lines, as export_receipt_checkpoint writes): every line "
+            "must be signed by the checkpoint key and follow its business's previous line, and the newest one of "
+            "each business must still be in its chain, with the same hash",
+        )
+        parser.add_argument(
+            "--public-key",
+            metavar="BASE64",
+            default="",
+            help="The key the checkpoints are signed by (default RECEIPT_CHECKPOINT_PUBLIC_KEY, else the half of "
+            "RECEIPT_CHECKPOINT_KEY)",
         )
         parser.add_argument(
             "--no-seal", action="store_true", help="Only read: leave receipts that wait for the sealer unsealed"
@@ -34,7 +42,7 @@ class Command(BaseCommand):
         checkpoints = []
         if options["checkpoint"]:
             try:
-                checkpoints = checkpoints_read(options["checkpoint"])
+                checkpoints = checkpoints_read(options["checkpoint"], verifying_key(options["public_key"]))
             except (OSError, ValueError) as exc:
                 raise CommandError(f"cannot read the checkpoints: {exc}") from exc
             if business is not None:
