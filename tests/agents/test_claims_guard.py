@@ -14,8 +14,8 @@ FOUND = [
     # prices and money amounts
     ("The visit is $199.", PRICE, "$199"),
     ("A tune-up runs $ 1,299.99 for the whole system.", PRICE, "$ 1,299.99"),
-    ("That would be 199 dollars for the diagnostic.", PRICE, "199 dollars"),
-    ("It comes to about 80 bucks.", PRICE, "80 bucks"),
+    ("That would be 199 dollars for the diagnostic.", PRICE, "be 199 dollars"),
+    ("It comes to about 80 bucks.", PRICE, "comes to about 80 bucks"),
     ("We charge USD 50 for the trip.", PRICE, "USD 50"),
     ("Der Service kostet €30.", PRICE, "€30"),
     ("Son 30€ por la visita.", PRICE, "30€"),
@@ -24,7 +24,7 @@ FOUND = [
     ("Service calls cost as low as 49.", PRICE, "as low as 49"),
     ("El precio es 150 por la visita.", PRICE, "precio es 150"),
     ("Son 200 dólares.", PRICE, "200 dólares"),
-    ("Cuesta 90 pesos.", PRICE, "Cuesta 90"),
+    ("Cuesta 90 pesos.", PRICE, "Cuesta 90 pesos"),
     # discounts and free offers
     ("Get 20% off your first service.", DISCOUNT, "20% off"),
     ("Take 15 percent off this month.", DISCOUNT, "15 percent off"),
