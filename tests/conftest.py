@@ -16,6 +16,17 @@ from crm.registry import Registry
 from tests.factories import BusinessFactory, member_create
 from tests.redis_server import MISSING, redis_available, redis_server
 
+# `TEST_CLOCK_SHIFT_DAYS=400 make pytest` runs the suite with this process's
+# clock that many days ahead (time-machine, still ticking), from before any
+# test module or conftest below this one is imported (some compute their
+# dates on import). A test that mixes the wall clock with a fixed date
+# (consent granted "now", judged at a fixed noon) passes today and fails on a
+# later day; moved ahead, it fails today. OpenSSL, PostgreSQL's now() and the
+# processes a test starts keep the real clock, so a test comparing those with
+# ours is no such bomb.
+if _days := int(os.environ.get("TEST_CLOCK_SHIFT_DAYS") or 0):
+    time_machine.travel(datetime.now(UTC) + timedelta(days=_days), tick=True).start()
+
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
@@ -31,22 +42,6 @@ def redis_url(redis_server_url: str) -> str:
     """The run's Redis database, emptied for this test."""
     redis.Redis.from_url(redis_server_url).flushdb()
     return redis_server_url
-
-
-@pytest.fixture(scope="session", autouse=True)
-def clock_shifted() -> Iterator[None]:
-    """`TEST_CLOCK_SHIFT_DAYS=400 make pytest` runs the suite with this
-    process's clock that many days ahead (time-machine, still ticking). A
-    test that mixes the wall clock with a fixed date (consent granted "now",
-    judged at a fixed noon) passes today and fails on a later day; moved
-    ahead, it fails today. PostgreSQL's now() and the processes a test starts
-    keep the real clock, so a test comparing those with ours is no such bomb."""
-    days = int(os.environ.get("TEST_CLOCK_SHIFT_DAYS") or 0)
-    if not days:
-        yield
-        return
-    with time_machine.travel(datetime.now(UTC) + timedelta(days=days), tick=True):
-        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
