@@ -418,6 +418,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Enums first (the default), then: a field some roles never read is optional.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "crm.api.common.fields_by_permission_optional",
+    ],
 }
 
 # django-q2: the ORM broker unless Q_BROKER=redis (below); tasks are enqueued

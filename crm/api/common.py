@@ -13,6 +13,8 @@ from django.db.models import Model, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 
+from crm.permissions import can
+
 
 def public_id_parameter(source: str, **kwargs: Any) -> serializers.CharField:
     return serializers.CharField(source=source, read_only=True, **kwargs)
@@ -31,6 +33,26 @@ class ErrorSerializer(serializers.Serializer):
 
 
 AUTH_ERRORS = {401: ErrorSerializer, 403: ErrorSerializer}
+
+
+class FieldsByPermission(serializers.Serializer):
+    """Fields a role may not read are left out of the answer, record by
+    record: `field_permissions` names, per field, the permission its
+    reader needs in the record's business (`business_id` of the record).
+    Seeing a lead is not seeing everything about it: a technician reads the
+    lead of their visit, never its click ids or its consent evidence."""
+
+    field_permissions: dict[str, str] = {}
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is None or not self.field_permissions:
+            return data
+        for name, permission in self.field_permissions.items():
+            if name in data and not can(request.user, permission, instance.business_id):
+                del data[name]
+        return data
 
 
 def list_schema(summary: str, serializer: type[serializers.Serializer], filters: Any = None) -> Any:
@@ -70,3 +92,18 @@ class ReadViewSet(viewsets.ReadOnlyModelViewSet[M]):
 
     def filter_list(self, queryset: QuerySet[M], **filters: Any) -> QuerySet[M]:
         return queryset
+
+
+def fields_by_permission_optional(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular's last step: a field some roles never get is not
+    required in the schema (`FieldsByPermission`), so a client, and a
+    schema check, expects it may be absent."""
+    pending: list[type[Any]] = list(FieldsByPermission.__subclasses__())
+    components = result.get("components", {}).get("schemas", {})
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        component = components.get(cls.__name__.removesuffix("Serializer"))
+        if component and "required" in component:
+            component["required"] = [name for name in component["required"] if name not in cls.field_permissions]
+    return result

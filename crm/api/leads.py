@@ -20,6 +20,7 @@ from rest_framework.reverse import reverse
 from crm.api.common import (
     AUTH_ERRORS,
     ErrorSerializer,
+    FieldsByPermission,
     ReadViewSet,
     detail_schema,
     list_schema,
@@ -108,11 +109,15 @@ class ContactSerializer(serializers.ModelSerializer):
         return consent_summary(list(contact.points.all()))
 
 
-class ContactDetailSerializer(ContactSerializer):
-    """A person, plus every consent event over their points, oldest first."""
+class ContactDetailSerializer(FieldsByPermission, ContactSerializer):
+    """A person, plus every consent event over their points, oldest first
+    (the evidence: address, browser, page; for roles with consentevent.view)."""
 
+    field_permissions = {"consent_events": "consentevent.view"}
     # Reads `points__consent_events` as well: prefetch it.
-    consent_events = serializers.SerializerMethodField()
+    consent_events = serializers.SerializerMethodField(
+        help_text="Absent for a role without consentevent.view (a technician)."
+    )
 
     class Meta(ContactSerializer.Meta):
         fields = [*ContactSerializer.Meta.fields, "consent_events"]
@@ -145,13 +150,17 @@ class LeadTouchSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class LeadSerializer(serializers.ModelSerializer):
+class LeadSerializer(FieldsByPermission, serializers.ModelSerializer):
+    # The touches carry the click ids (gclid, fbclid) and the campaign: the sales side's.
+    field_permissions = {"touches": "leadtouch.view"}
     id = public_id_parameter("public_id")
     business = public_id_parameter("business.public_id")
     owner = username_field("owner")
     exceptions = serializers.ListField(child=serializers.ChoiceField(choices=LeadException.choices), read_only=True)
     contact = ContactSerializer(read_only=True)
-    touches = LeadTouchSerializer(many=True, read_only=True)
+    touches = LeadTouchSerializer(
+        many=True, read_only=True, help_text="Absent for a role without leadtouch.view (a technician)."
+    )
 
     class Meta:
         model = Lead

@@ -27,6 +27,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
+from django.db.models import Q
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
@@ -964,3 +965,59 @@ def test_every_url_answers_each_role_as_the_matrix_says() -> None:
             print(f'    "{route}": ("{sample}", "{observed["get"]}", "{observed["post"]}"),')
     assert not printing, "printed the observed matrix"
     assert not wrong, "\n".join(wrong)
+
+
+# ------------------------------------------------------------------ fields per role
+
+# What a technician may never read, in any answer of the API: the click ids
+# and the campaign's touches, the consent ledger's evidence (address,
+# browser, page), and money.
+DENIED_TO_TECHNICIANS = {"touches", "gclid", "fbclid", "consent_events", "evidence", "amount"}
+
+
+def keys_of(value: Any) -> set[str]:
+    """Every key anywhere in a JSON answer."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in keys_of(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in keys_of(v)}
+    return set()
+
+
+def phones_of(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value.get("phones") or []) | {p for v in value.values() for p in phones_of(v)}
+    if isinstance(value, list):
+        return {p for v in value for p in phones_of(v)}
+    return set()
+
+
+@pytest.mark.django_db
+def test_a_technician_reads_no_click_id_consent_evidence_money_or_other_leads_phone_in_any_api_answer() -> None:
+    samples = world()
+    clients = {role: client_for(role) for role in ("owner", "technician")}
+    keys: dict[str, set[str]] = {"owner": set(), "technician": set()}
+    phones: set[str] = set()
+    read = 0
+    for route, (sample, _get, _post) in MATRIX.items():
+        if not route.startswith("api/v1/") or "format" in route or "schema" in route or "docs" in route:
+            continue
+        path = samples.fill(route, sample)
+        for role, client in clients.items():
+            response = client.get(path)
+            if response.status_code != 200 or not response["Content-Type"].startswith("application/json"):
+                continue
+            keys[role] |= keys_of(response.json())
+            if role == "technician":
+                read += 1
+                phones |= phones_of(response.json())
+    assert read >= 5, "the technician read the API's answers"
+    assert keys["owner"] >= DENIED_TO_TECHNICIANS, "the owner reads every one of these fields"
+    assert not keys["technician"] & DENIED_TO_TECHNICIANS, keys["technician"] & DENIED_TO_TECHNICIANS
+    tom = m.TeamMember.objects.get(user__username="tom")
+    theirs = set(
+        m.ContactPoint.objects.filter(
+            Q(contact__leads__appointments__assigned_to=tom) | Q(contact__leads__jobs__technician=tom), kind="phone"
+        ).values_list("value", flat=True)
+    )
+    assert phones and phones <= theirs, phones - theirs
