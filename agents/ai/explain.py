@@ -35,7 +35,7 @@ from django.db import transaction
 from agents.ai.calls import ACTOR, EXPLAIN, model_call_counted
 from agents.ai.client import ModelFailure, ModelRequest, ModelSettings, Usage, model_ask
 from agents.ai.drafter import ai_settings_for
-from agents.ai.grounding import TURN_CHARS, redact
+from agents.ai.grounding import TURN_CHARS, person_words, redact
 from agents.ai.inbound import ai_timer_leave
 from agents.ai.intents import keyword_text
 from crm.models import Lead, Message, Timer
@@ -88,13 +88,14 @@ class Explanation:
 
 def lead_words(lead: Lead) -> str:
     """What the lead wrote: the request, the form's text answers and their
-    last messages, with email addresses and phone numbers replaced."""
+    last messages, with email addresses, phone numbers and the person's
+    names and address replaced."""
     parts = [lead.request_text]
     for touch in lead.touches.all():
         parts.extend(str(v) for v in touch.answers.values() if isinstance(v, str))
     bodies = Message.objects.filter(lead=lead, direction="in").order_by("-created_at", "-pk")
     parts.extend(reversed([b[:TURN_CHARS] for b in bodies.values_list("body", flat=True)[:WORDS_MESSAGES]]))
-    return redact("\n".join(p.strip() for p in parts if p and p.strip()))
+    return redact("\n".join(p.strip() for p in parts if p and p.strip()), person_words(lead.contact))
 
 
 def _asked(lead: Lead) -> bool:

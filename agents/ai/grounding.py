@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -75,9 +76,27 @@ class Grounding:
         return next((f for f in self.facts if f.id == fact_id), None)
 
 
-def redact(text: str) -> str:
-    """`text` with email addresses and phone numbers replaced."""
-    return _PHONE.sub("[phone]", _EMAIL.sub("[email]", text))
+def redact(text: str, people: Iterable[tuple[str, str]] = ()) -> str:
+    """`text` with email addresses and phone numbers replaced, and each of
+    `people`'s words (a name, an address: (words, placeholder)) by its
+    placeholder, whole words and any case ("Hi Rosa" is "Hi {first_name}")."""
+    text = _PHONE.sub("[phone]", _EMAIL.sub("[email]", text))
+    for words, placeholder in people:
+        if len(words.strip()) >= 2:
+            text = re.sub(rf"(?<!\w){re.escape(words.strip())}(?!\w)", placeholder, text, flags=re.IGNORECASE)
+    return text
+
+
+def person_words(contact: Any) -> list[tuple[str, str]]:
+    """What names the person (their names, address, postal code), longest
+    first, with the placeholder that stands for each in a model's prompt."""
+    pairs = [
+        (contact.address, "[address]"),
+        (contact.last_name, "{last_name}"),
+        (contact.first_name, "{first_name}"),
+        (contact.postal_code, "[postal code]"),
+    ]
+    return sorted(((w, p) for w, p in pairs if w and w.strip()), key=lambda pair: -len(pair[0]))
 
 
 def money(amount: Decimal | str, currency: str) -> str:
@@ -181,8 +200,11 @@ def grounding_for(lead: Lead, message: Message | None, *, text: str = "") -> Gro
     if message is not None:
         turns = turns.filter(created_at__lte=message.created_at)
     recent = list(turns.order_by("-created_at", "-pk")[:CONVERSATION_TURNS])[::-1]
+    # The person's names and address never reach the provider, whoever wrote
+    # them ("Hi Rosa", "this is Rosa Diaz at 12 Elm St").
+    people = person_words(lead.contact)
     conversation = tuple(
-        Turn("customer" if m.direction == "in" else "business", redact(m.body)[:TURN_CHARS]) for m in recent
+        Turn("customer" if m.direction == "in" else "business", redact(m.body, people)[:TURN_CHARS]) for m in recent
     )
     asked = message.body if message is not None else text
     return Grounding(
@@ -190,7 +212,7 @@ def grounding_for(lead: Lead, message: Message | None, *, text: str = "") -> Gro
         facts=tuple(facts),
         lead=lead_facts(lead),
         conversation=conversation,
-        message=redact(asked)[:TURN_CHARS],
+        message=redact(asked, people)[:TURN_CHARS],
         values=placeholder_values(business, playbook_context(lead)),
     )
 

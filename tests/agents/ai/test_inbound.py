@@ -8,6 +8,7 @@ out only after a person approves it, through the gate."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from agents import tasks
 from agents.ai.inbound import TIMER_KIND
 from approvals.models import ApprovalRequest
 from crm.models import Business, Contact, Lead, Message, ModelCall, Receipt, TeamMember, Timer
+from tests.factories import lead_create
 from tests.helpers.capture import run_queued_events
 from tests.helpers.llm import GOOD_DRAFT, PROMISING_DRAFT, ModelServer
 from tests.helpers.twilio import SMS, post
@@ -296,3 +298,17 @@ def test_the_person_is_never_named_to_the_provider(
     sent = str(request["json"])
     assert "555-0188" not in sent and "rosa.diaz@example.com" not in sent and "+12125550147" not in sent
     assert "[phone]" in sent and "[email]" in sent
+
+
+def test_the_persons_names_and_address_never_reach_the_provider_whoever_wrote_them(
+    acme: Business, twilio_settings: None, openai_model: ModelServer, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Known from a form: the names and address the conversation repeats
+    ("Hi Rosa", "this is Rosa Diaz at 12 Elm St") go as placeholders."""
+    lead = lead_create(acme, phone="+12125550147", first_name="Rosa", last_name="Diaz")
+    Contact.objects.filter(pk=lead.contact_id).update(address="12 Elm St", postal_code="60601")
+    deliver(django_capture_on_commit_callbacks, "Hi, this is ROSA diaz at 12 elm st, 60601. How much for a tune-up?")
+    [request] = openai_model.posts()
+    sent = str(request["json"])
+    assert not re.search(r"rosa|diaz|elm st|60601", sent, re.IGNORECASE), sent
+    assert "{first_name} {last_name} at [address], [postal code]" in sent
