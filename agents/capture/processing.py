@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DataError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -105,6 +105,11 @@ def _run(event_id: int, *, now: datetime) -> str:
             outcome = handler(event, *args)
     except MalformedPayload as exc:  # the same bytes fail the same way: no retry
         return _finish(event, S.FAILED, f"malformed payload: {exc}")
+    except DataError as exc:
+        # A value the database cannot hold (a 100,000-character phone, a NUL
+        # byte in text): the same bytes fail the same way, so it is
+        # malformed, stored once with the reason, never retried.
+        return _finish(event, S.FAILED, f"malformed payload: {str(exc).splitlines()[0]}")
     except RetryLater as exc:
         return _retry_or_fail(event, str(exc), waiting=True, now=now)
     except Exception as exc:  # a failed event stays visible with its error

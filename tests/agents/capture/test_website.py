@@ -174,3 +174,31 @@ def test_the_hosted_form_stores_a_double_submit_once(hosted_source):
 
     assert event_process(event.pk) == "processed"
     assert Lead.objects.get().contact.points.get().value == "+12125550147"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"phone": "1" * 100_000},
+        {"first_name": "Ro\u0000sa"},
+        {"message": "bang\u0000bang"},
+        {"favourite_colour": "te\u0000al"},
+        {"utm_source": "x" * 100_000},
+    ],
+    ids=["100k-phone", "nul-in-name", "nul-in-message", "nul-in-answer", "100k-utm"],
+)
+def test_a_form_the_database_cannot_hold_is_stored_malformed_once_never_retried(
+    website_source, django_capture_on_commit_callbacks, change
+):
+    """The same bytes fail the same way: a value too long for its column or
+    a NUL byte (which PostgreSQL text cannot hold) either becomes a lead or
+    fails once, kept with its reason, never five times."""
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(Client(), {**FORM, **change})
+    assert response.status_code in (200, 400)
+    outcome = run_queued_events() if response.status_code == 200 else []
+    event = InboundEvent.objects.get()
+    assert event.attempts <= 1 and event.retry_at is None, (outcome, event.status, event.error)
+    assert event.status in ("processed", "failed")
+    if event.status == "failed":
+        assert event.error.startswith("malformed payload"), event.error
