@@ -263,6 +263,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "django_q",
     "axes",
     "crm",
@@ -292,10 +293,32 @@ MIDDLEWARE = [
     # `request.htmx`: the workspace answers htmx's requests with fragments.
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Content-Security-Policy on every answer (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     # Last: turns a login refused for too many failures into a 429 page.
     "axes.middleware.AxesMiddleware",
 ]
 WEBHOOK_PATH_PREFIX = "/hooks/"
+
+# Every page's Content-Security-Policy (django-csp). No inline script
+# anywhere: the workspace's and the admin's scripts are files under /static/,
+# the API docs load Swagger UI's setup as a file too. Inline style attributes
+# stay allowed (htmx's indicator, a few templates): a style cannot run code.
+# The hosted form replaces frame-ancestors with its business's embed origins.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 ROOT_URLCONF = "leadops.urls"
 WSGI_APPLICATION = "leadops.wsgi.application"

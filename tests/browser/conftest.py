@@ -59,10 +59,24 @@ def shots(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def browser_context(browser: Browser) -> Iterator[BrowserContext]:
-    """A fresh context per test: no cookie, storage or cache of an earlier test."""
+    """A fresh context per test: no cookie, storage or cache of an earlier
+    test. Every page a browser test opens is also held to the site's
+    Content-Security-Policy: Chromium reports each thing the policy refused
+    (an inline script, a handler attribute, a foreign source) on the
+    console, and any such report fails the test (a test that expects one
+    takes it from `context.csp_refused`)."""
     context = browser.new_context()
+    refused: list[str] = []
+    context.csp_refused = refused  # type: ignore[attr-defined]
+    context.on(
+        "console",
+        lambda message: refused.append(f"{message.page.url if message.page else ''}: {message.text}")
+        if "Content Security Policy" in message.text
+        else None,
+    )
     try:
         yield context
+        assert not refused, "the page broke its Content-Security-Policy:\n" + "\n".join(refused)
     finally:
         context.close()
         _join_request_threads()
