@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.defaults import page_not_found
 from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 _CODES = {
@@ -21,6 +24,36 @@ _CODES = {
     415: "unsupported_media_type",
     429: "too_many_requests",
 }
+
+
+def _throttle_setup(throttle: UserRateThrottle | AnonRateThrottle) -> None:
+    # The "throttle" cache (Redis, else this process's memory: leadops.settings).
+    throttle.cache = caches["throttle"]
+
+
+class UserThrottle(UserRateThrottle):
+    """Every API view: per signed-in user (a token's or a session's),
+    whatever address they call from. The rate is read from
+    API_THROTTLE_RATES at each request, not frozen at import as DRF's own
+    throttles read theirs (so an operator's or a test's setting holds)."""
+
+    def __init__(self) -> None:
+        _throttle_setup(self)
+        super().__init__()
+
+    def get_rate(self) -> str | None:
+        return settings.API_THROTTLE_RATES.get(self.scope or "")
+
+
+class AnonThrottle(AnonRateThrottle):
+    """Every API view a caller may reach without signing in: per address."""
+
+    def __init__(self) -> None:
+        _throttle_setup(self)
+        super().__init__()
+
+    def get_rate(self) -> str | None:
+        return settings.API_THROTTLE_RATES.get(self.scope or "")
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -431,6 +431,17 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "leadops.api.exception_handler",
+    # Every API view is throttled (429 in the API's error shape, with
+    # Retry-After), counted in the shared cache: per user once signed in,
+    # per address before. Authentication and permissions come first, so a
+    # stranger is refused (401) before being counted.
+    "DEFAULT_THROTTLE_CLASSES": ["leadops.api.UserThrottle", "leadops.api.AnonThrottle"],
+}
+# Requests per period (DRF's "N/second|minute|hour|day"): generous for a
+# person or an integration, a wall for a runaway script.
+API_THROTTLE_RATES = {
+    "user": env.str("API_THROTTLE_USER", default="1200/minute"),
+    "anon": env.str("API_THROTTLE_ANON", default="60/minute"),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -529,8 +540,14 @@ if REDIS_URL:
         },
         "database": _DATABASE_CACHE,
     }
+    CACHES["throttle"] = CACHES["default"]
 else:
     CACHES = {"default": _DATABASE_CACHE, "database": _DATABASE_CACHE}
+    # The API's throttle counts in each web process's memory without Redis:
+    # counting in the database table would cost every API request a few
+    # queries. A runaway client is still stopped, at the rate times the
+    # number of processes.
+    CACHES["throttle"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-throttle"}
 CAPTCHA_PROVIDER = env.str("CAPTCHA_PROVIDER", default="")
 if CAPTCHA_PROVIDER not in ("", "turnstile", "hcaptcha"):
     raise environ.ImproperlyConfigured(f"CAPTCHA_PROVIDER must be 'turnstile' or 'hcaptcha', not {CAPTCHA_PROVIDER!r}")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 import time_machine
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.db import ProgrammingError
 from pytest_django import DjangoDbBlocker
 
@@ -56,6 +56,12 @@ def rate_limits_start_empty(django_db_setup: None, django_db_blocker: DjangoDbBl
             # No test in this run uses the database, so pytest-django set none
             # up: there is no cache table, and nothing to clear.
             return
+
+
+@pytest.fixture(autouse=True)
+def api_throttle_forgotten() -> None:
+    """The API's throttle counts in process memory without Redis: each test starts uncounted."""
+    caches["throttle"].clear()
 
 
 @pytest.fixture(autouse=True)
