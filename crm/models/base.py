@@ -9,6 +9,7 @@ from django.db import models
 from crm.ids import PublicIdField
 from crm.localtime import zone_validate
 from crm.services.webhook_targets import TargetRefused, TargetUnresolved, target_check
+from crm.validation import name_refusal, origin_refusal
 
 CURRENCY_DEFAULT = "USD"
 # Day names as business hours and availability spell them, Monday first (date.weekday() order).
@@ -116,6 +117,15 @@ class Business(models.Model):
         # Not a field validator: validators are part of a field's migration
         # state, and this check needs none.
         zone_validate(self.timezone)
+        errors: dict[str, str] = {}
+        if refusal := name_refusal(self.name):
+            errors["name"] = f"The name {refusal}."
+        for origin in self.embed_origins or []:
+            if refusal := origin_refusal(str(origin)):
+                errors["embed_origins"] = f"{origin!r} {refusal}."
+                break
+        if errors:
+            raise ValidationError(errors)
         if self.slack_webhook_url:
             # A tenant's URL the server posts to: the outbound webhooks'
             # guard (public addresses only) at save, and again at each post.

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.functions import Lower
 
 from crm.ids import PublicIdField
 from crm.localtime import zone_validate
 from crm.models.base import Business, Role
+from crm.validation import name_refusal
 
 
 class ServiceLine(models.Model):
@@ -24,6 +27,13 @@ class ServiceLine(models.Model):
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["business", "slug"], name="crm_serviceline_unique_slug"),
+            # Two lines of one name would be one choice shown twice (in any case).
+            models.UniqueConstraint(
+                "business",
+                Lower("name"),
+                name="crm_serviceline_unique_name",
+                violation_error_message="This business already has a service line of that name.",
+            ),
             models.CheckConstraint(
                 condition=models.Q(high_value_amount__isnull=True) | models.Q(high_value_amount__gte=0),
                 name="crm_serviceline_high_value_nonnegative",
@@ -32,6 +42,10 @@ class ServiceLine(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if refusal := name_refusal(self.name):
+            raise ValidationError({"name": f"The name {refusal}."})
 
 
 class ServiceArea(models.Model):
@@ -94,6 +108,8 @@ class TeamMember(models.Model):
 
     def clean(self) -> None:
         zone_validate(self.timezone)
+        if refusal := name_refusal(self.display_name):
+            raise ValidationError({"display_name": f"The name {refusal}."})
 
 
 class Availability(models.Model):

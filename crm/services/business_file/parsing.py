@@ -34,6 +34,7 @@ from crm.services.business_file.reading import (
 )
 from crm.services.webhooks import WebhookRefused, webhook_events_check, webhook_secret_check
 from crm.us_states import STATE_CODES
+from crm.validation import origin_refusal
 
 # A template is sent on a channel that reaches the person: every step channel but a task.
 TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
@@ -306,9 +307,6 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
 
 # An origin a browser sends: scheme, host (a leading "*." allowed, as CSP
 # allows) and an optional port; nothing that could end the CSP directive.
-_ORIGIN = re.compile(
-    r"^https?://(\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$"
-)
 
 
 def _contact_countries(m: Map, region: str) -> list[str]:
@@ -325,14 +323,14 @@ def _contact_countries(m: Map, region: str) -> list[str]:
 
 
 def _embed_origins(m: Map) -> list[str]:
-    """["https://acme.example"]: the sites that may frame the hosted form."""
+    """["https://acme.example"]: the sites that may frame the hosted form
+    (crm.validation.origin_refusal: the admin's rule too)."""
     origins = []
     for ref in m.texts("embed_origins"):
-        if not _ORIGIN.match(ref.name):
-            raise BusinessFileError(
-                ref.line, f"bad origin {ref.name!r} in embed_origins (like https://acme.example, no path)"
-            )
-        origins.append(ref.name.lower())
+        refusal = origin_refusal(ref.name.lower())
+        if refusal:
+            raise BusinessFileError(ref.line, f"bad origin {ref.name!r} in embed_origins: {refusal}")
+        origins.append(ref.name.lower().rstrip("/"))
     return origins
 
 
