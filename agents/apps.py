@@ -9,7 +9,10 @@ class AgentsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         import agents.capture.providers  # noqa: F401 - registers every provider's processing handler
+        from agents import queue
         from agents.outbound import timers as outbound_timers
+
+        queue.register()  # a forgotten person's task rows go with them
 
         outbound_timers.register()
 

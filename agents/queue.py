@@ -54,7 +54,46 @@ def task_enqueue(
         try:
             async_task(func, *args, q_options={**options, "broker": _broker(cluster)})
         except Exception:
-            # Logged here with what was lost, so the line names the task the sweep will recover.
-            log.exception("could not enqueue %s%r; the periodic sweep will pick it up", func, args)
+            # The task's name only: its arguments may name a person (a log is
+            # no place for personal data, and erasure cannot reach it).
+            log.exception("could not enqueue %s; the periodic sweep will pick it up", func)
 
     transaction.on_commit(enqueue, robust=True)
+
+
+def tasks_forget(forgetting: Any) -> None:
+    """Erase a forgotten person from django-q's rows (crm.services.forget):
+    a queued task (ORM broker) or a finished one whose arguments or result
+    name them (a notice's text, an address) is deleted, not redacted (its
+    pickle is django-q's). A queued notice about them is never sent then;
+    what the task would have done for them no longer applies. With the Redis
+    broker, tasks still queued there expire with Redis (docs/security.md)."""
+    from django_q.models import OrmQ, Schedule, Task
+    from django_q.signing import BadSignature, SignedPackage
+
+    def mentions(value: Any) -> bool:
+        text = repr(value)
+        return forgetting.redact(text) != text
+
+    finished = [t.pk for t in Task.objects.all().iterator() if mentions((t.args, t.kwargs, t.result, t.name))]
+    Task.objects.filter(pk__in=finished).delete()
+    forgetting.count("django_q_task", len(finished))
+    queued = []
+    for row in OrmQ.objects.all().iterator():
+        try:
+            package = SignedPackage.loads(row.payload)
+        except (BadSignature, ValueError, TypeError):
+            continue  # not ours to read
+        if mentions((package.get("args"), package.get("kwargs"))):
+            queued.append(row.pk)
+    OrmQ.objects.filter(pk__in=queued).delete()
+    forgetting.count("django_q_ormq", len(queued))
+    scheduled = [s.pk for s in Schedule.objects.all().iterator() if mentions((s.args, s.kwargs, s.name))]
+    Schedule.objects.filter(pk__in=scheduled).delete()
+    forgetting.count("django_q_schedule", len(scheduled))
+
+
+def register() -> None:
+    from crm.services.forget import forget_eraser_register
+
+    forget_eraser_register("django_q", tasks_forget)

@@ -348,3 +348,51 @@ def test_the_admin_action_forgets_once_the_owner_types_the_id(history: History, 
     assert leftovers() == []
     assert receipts_verify() is None
     assert timezone.now() - receipt.at < timedelta(minutes=1)
+
+
+def decoded_task_leftovers(needles: list[str] = NEEDLES) -> list[str]:
+    """The needles in django-q's rows as a worker would read them: queued
+    payloads unsigned and unpickled, finished tasks' arguments and results
+    unpickled (the catalogue scan above cannot see into a signed pickle)."""
+    from django_q.models import OrmQ, Task
+    from django_q.signing import SignedPackage
+
+    texts = [f"ormq {row.pk}: {SignedPackage.loads(row.payload)!r}" for row in OrmQ.objects.all()]
+    texts += [f"task {t.name}: {(t.args, t.kwargs, t.result)!r}" for t in Task.objects.all()]
+    return [f"{text[:60]}… holds {n!r}" for text in texts for n in needles if n.lower() in text.lower()]
+
+
+def test_a_forgotten_person_is_in_no_task_queued_or_finished_in_any_format(
+    history: History, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django_q.models import Task
+
+    from agents.notify import member_notify
+
+    setter = member_create(history.business, Role.SETTER, username="sam", email="sam@example.com")
+    with django_capture_on_commit_callbacks(execute=True):  # queued, not yet sent
+        member_notify(setter, "New lead", "Rosa Diaz (212) 555-0147 wants a quote", slack=False)
+    now = timezone.now()
+    Task.objects.create(  # one that ran, kept in the history as django-q keeps it
+        id="0" * 32,
+        name="notice-ran",
+        func="agents.tasks.notice_deliver",
+        args=("sam@example.com", "New lead", "rosa.diaz@example.com wrote again", ""),
+        kwargs={},
+        result=None,
+        group="notify",
+        started=now,
+        stopped=now,
+        success=True,
+    )
+    Task.objects.create(
+        id="1" * 32, name="unrelated", func="agents.tasks.alerts", args=(), kwargs={}, started=now, stopped=now
+    )
+    assert decoded_task_leftovers(), "the person is in the task rows before"
+
+    result = contact_forget(history.contact, actor="olivia", reason="asked")
+
+    assert decoded_task_leftovers() == []
+    assert result.counts["django_q_task"] == 1 and result.counts["django_q_ormq"] >= 1
+    assert Task.objects.filter(name="unrelated").exists(), "only the rows that name the person go"
+    assert leftovers() == []
