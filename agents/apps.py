@@ -13,6 +13,9 @@ class AgentsConfig(AppConfig):
         from agents.outbound import timers as outbound_timers
 
         queue.register()  # a forgotten person's task rows go with them
+        from agents.outbound import provider_copies
+
+        provider_copies.register()  # and their texts' bodies and recordings at Twilio
 
         outbound_timers.register()
 

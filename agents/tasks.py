@@ -176,6 +176,13 @@ def message_dispatch(message_id: int) -> str:
     return _message_dispatch(message_id)
 
 
+def twilio_copies_erase(business_id: int, messages: list[str], recordings: list[str]) -> dict[str, Any]:
+    from agents.outbound.provider_copies import twilio_copies_erase as _erase
+
+    done = _erase(business_id, messages, recordings)
+    return {"messages": done.messages, "recordings": done.recordings, "gone": done.gone, "dry_run": done.dry_run}
+
+
 def notice_deliver(email: str, subject: str, text: str, slack_url: str = "") -> None:
     from agents.notify import notice_deliver as _notice_deliver
 

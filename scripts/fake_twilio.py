@@ -53,7 +53,13 @@ SMART_ENCODING = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u
 POOL_NUMBER = "+13125550999"
 # The path part after the account: a list or create (Messages.json), or a
 # fetch by id (Messages/{sid}.json).
-RESOURCES = {"Messages.json": "messages", "Messages": "messages", "Calls.json": "calls", "Calls": "calls"}
+RESOURCES = {
+    "Messages.json": "messages",
+    "Messages": "messages",
+    "Calls.json": "calls",
+    "Calls": "calls",
+    "Recordings": "recordings",
+}
 
 
 @dataclass
@@ -72,6 +78,8 @@ class FakeTwilio:
     sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)  # every request, in order
+    # Recordings Twilio holds (sid → call sid); a DELETE removes one.
+    recordings: dict[str, str] = field(default_factory=dict)
     answered: Counter[str] = field(default_factory=Counter)  # outcome → creates answered so
     in_flight: int = 0  # creates being answered right now
     steady: str = "ok"
@@ -127,6 +135,8 @@ class FakeTwilio:
                     return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
                 if method == "GET":
                     return self._read(sid, resource, parts, form)
+                if method == "DELETE" or (method == "POST" and len(parts) == 6):
+                    return self._change(sid, resource, parts[5].removesuffix(".json"), method, form)
                 if resource == "calls":
                     return self._answer(201, self._record(sid, "calls", form, next(sids)))
                 outcome = fake._next_outcome()
@@ -157,6 +167,22 @@ class FakeTwilio:
                     and ("DateSent>" not in form or m["date_sent"] is not None)
                 ]
                 return self._answer(200, {resource: list(reversed(listed)), "next_page_uri": None})
+
+            def _change(self, sid: str, resource: str, wanted: str, method: str, form: dict[str, str]) -> None:
+                """A message's update (its body redacted: Body="") or a recording's delete."""
+                with fake._lock:
+                    if resource == "recordings" and method == "DELETE" and wanted in fake.recordings:
+                        del fake.recordings[wanted]
+                        self.send_response(204)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return None
+                    for record in fake.sent.get(sid, []) if resource == "messages" else []:
+                        if record["sid"] == wanted and method == "POST":
+                            if "Body" in form:
+                                record["body"] = form["Body"]
+                            return self._answer(200, record)
+                return self._answer(404, {"code": 20404, "message": "not found", "status": 404})
 
             def _record(self, sid: str, resource: str, form: dict[str, str], number: int) -> dict[str, Any]:
                 """Keep a created text or call as Twilio stores it, and return it."""
@@ -207,6 +233,9 @@ class FakeTwilio:
 
             def do_GET(self) -> None:
                 self._handle("GET")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
 
             def log_message(self, format: str, *args: Any) -> None:
                 return

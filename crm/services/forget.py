@@ -92,6 +92,11 @@ class Forgetting:
     # Public ids of records about them: their receipts are found by subject.
     subjects: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=dict)
+    # The provider's own copies, read before the records are erased: Twilio's
+    # message sids (texts both ways) and recording sids, for an eraser that
+    # asks the provider to delete them once this transaction commits.
+    twilio_messages: list[str] = field(default_factory=list)
+    twilio_recordings: list[str] = field(default_factory=list)
 
     def count(self, table: str, n: int) -> None:
         if n:
@@ -201,7 +206,15 @@ def _forgetting(contact: Contact) -> Forgetting:
     forgetting.subjects.update(c.public_id for c in contacts)
     forgetting.subjects.update(p.public_id for p in points)
     forgetting.subjects.update(leads.values_list("public_id", flat=True))
+    person = Q(contact_id__in=contact_ids) | Q(lead_id__in=lead_ids)
+    texts = Message.objects.filter(person, channel="sms", provider_sid__regex=r"^(SM|MM)[0-9a-fA-F]{32}$")
+    forgetting.twilio_messages = sorted({sid for sid in texts.values_list("provider_sid", flat=True) if sid})
+    recordings = Call.objects.filter(person).exclude(recording_url="").values_list("recording_url", flat=True)
+    forgetting.twilio_recordings = sorted({m.group(0) for url in recordings if (m := _RECORDING_SID.search(url))})
     return forgetting
+
+
+_RECORDING_SID = re.compile(r"RE[0-9a-fA-F]{32}")
 
 
 def _variants(kind: str, value: str, region: str) -> Iterable[str]:

@@ -396,3 +396,41 @@ def test_a_forgotten_person_is_in_no_task_queued_or_finished_in_any_format(
     assert result.counts["django_q_task"] == 1 and result.counts["django_q_ormq"] >= 1
     assert Task.objects.filter(name="unrelated").exists(), "only the rows that name the person go"
     assert leftovers() == []
+
+
+@pytest.mark.parametrize("mode", ["live", "dry_run"])
+def test_twilio_is_asked_to_redact_the_texts_and_delete_the_recordings_unless_dry_run(
+    history: History, settings: Any, django_capture_on_commit_callbacks: Any, mode: str
+) -> None:
+    from django_q.models import OrmQ
+
+    from agents import tasks
+    from scripts.fake_twilio import FakeTwilio
+
+    account, text_sid, recording_sid = "AC" + "a" * 32, "SM" + "7" * 32, "RE" + "7" * 32
+    twilio = FakeTwilio({account: TOKEN}).start()
+    try:
+        settings.TWILIO_API_BASE_URL, settings.TWILIO_ACCOUNT_SID, settings.SEND_MODE = twilio.url, account, mode
+        # What Twilio holds of her: the text she sent, the call's recording.
+        twilio.sent[account] = [{"sid": text_sid, "body": "Rosa here, is Tuesday ok?", "to": LINE, "from": PHONE}]
+        twilio.recordings[recording_sid] = "CA" + "7" * 32
+        Call.objects.filter(lead=history.lead).update(
+            recording_url=f"https://api.twilio.com/2010-04-01/Accounts/{account}/Recordings/{recording_sid}"
+        )
+        OrmQ.objects.all().delete()
+
+        with django_capture_on_commit_callbacks(execute=True):
+            result = contact_forget(history.contact, actor="olivia", reason="asked")
+
+        assert (result.counts["twilio_message_bodies"], result.counts["twilio_recordings"]) == (1, 1)
+        [queued] = [q.task for q in OrmQ.objects.all() if q.task["func"] == "agents.tasks.twilio_copies_erase"]
+        assert not decoded_task_leftovers(), "the task carries sids, never the person"
+        done = tasks.twilio_copies_erase(*queued["args"])
+        if mode == "live":
+            assert done == {"messages": 1, "recordings": 1, "gone": 0, "dry_run": False}
+            assert twilio.sent[account][0]["body"] == "" and twilio.recordings == {}
+        else:
+            assert done["dry_run"] and twilio.seen == [], "a dry run asks Twilio nothing"
+            assert twilio.recordings == {recording_sid: "CA" + "7" * 32}
+    finally:
+        twilio.stop()
