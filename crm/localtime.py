@@ -74,19 +74,23 @@ def when(at: datetime | None, fmt: str = MINUTE, zone: tzinfo | None = None) -> 
     return f"{local:{fmt}} {local.tzname()}"
 
 
-def moment_words(at: datetime | None, zone: tzinfo | None = None) -> str:
+def moment_words(at: datetime | None, zone: tzinfo | None = None, *, relative: bool = True) -> str:
     """A moment as the workspace says it, in `zone` (default the active
     zone), as short as it can be said relative to that zone's today:
     "3:04 PM CST", "Yesterday 3:04 PM CST", "Tue 3:04 PM CST",
     "Mar 2, 3:04 PM CST", "Mar 2 2025, 3:04 PM CST". One format for every
-    time a person reads on a page (inbox, thread, its answers, the brief)."""
+    time a person reads on a page (inbox, thread, its answers). Inside a
+    sentence ("on …", "due …") `relative=False` keeps the date:
+    "Mar 2, 3:04 PM CST" whatever the day."""
     if at is None:
         return ""
     zone = zone or timezone.get_current_timezone()
     local = at.astimezone(zone)
     today = timezone.now().astimezone(zone).date()
     days = (today - local.date()).days
-    if days == 0:
+    if not relative:
+        pattern = "M j, g:i A T" if local.year == today.year else "M j Y, g:i A T"
+    elif days == 0:
         pattern = "g:i A T"
     elif days == 1:
         pattern = r"\Y\e\s\t\e\r\d\a\y g:i A T"

@@ -120,13 +120,13 @@ def _ask(key: str, answer: str, ok: bool, evidence: Iterable[str] = ()) -> Answe
 def _when(at: datetime | None, tz: tzinfo = UTC) -> str:
     """A time for the answer's reader. The API's answers speak UTC, dated in
     full ("2026-12-04 15:00 UTC") for a program to keep; a page passes its
-    viewer's zone and gets the words every other time on it uses
-    ("Yesterday 9:00 AM CST")."""
+    viewer's zone and gets the page's own words, dated, as a sentence
+    needs them ("on Dec 3, 9:00 AM CST")."""
     if at is None:
         return "—"
     if tz is UTC:
         return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
-    return moment_words(at, tz)
+    return moment_words(at, tz, relative=False)
 
 
 def _source(lead: Lead, tz: tzinfo) -> Answer:
