@@ -118,6 +118,24 @@ def source_numbers_refusals(business: Business, provider: str, config: dict[str,
         )
         if taken:
             refusals[key] = f"{key} {value} is already in use by another business"
+    line = config.get("phone_number")
+    if provider == "twilio" and line and "phone_number" not in refusals:
+        # The line texts and calls the business's customers: a number of a
+        # country it does not contact is a mistake (or someone else's line).
+        try:
+            parsed = phonenumbers.parse(str(line), business.region or "US")
+            # The number's own region, else its calling code's (a test range, a new block).
+            country = phonenumbers.region_code_for_number(parsed) or phonenumbers.region_code_for_country_code(
+                parsed.country_code
+            )
+        except phonenumbers.NumberParseException:
+            country = None
+        allowed = contact_countries(business)
+        if country not in allowed:
+            refusals["phone_number"] = (
+                f"phone_number {line} is a {country or 'unknown'} number; this business contacts "
+                f"{', '.join(allowed)} numbers only (policy: contact_countries)"
+            )
     forward_to = config.get("forward_to")
     if forward_to:
         refusal = number_refusal(business, str(forward_to), "voice")

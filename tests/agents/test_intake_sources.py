@@ -146,3 +146,12 @@ def test_a_premium_rate_forward_already_stored_is_never_dialled(settings, busine
     assert response.status_code == 200
     root = ET.fromstring(response.content)  # noqa: S314 - our own answer, not outside input
     assert root.find("Dial") is None and root.find("Hangup") is not None
+
+
+def test_a_twilio_line_abroad_is_refused_unless_the_business_contacts_that_country():
+    text = file_with().replace(A_LINE, "+44 20 7946 0018")
+    error = refusal(text)
+    assert error.line == 3 and "phone_number +442079460018 is a GB number" in error.reason
+    assert not Business.objects.filter(slug="acme-hvac").exists()
+    business = load(text + "policy: {contact_countries: [US, GB]}\n")
+    assert business.sources.get().config["phone_number"] == "+442079460018"
