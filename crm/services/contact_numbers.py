@@ -126,7 +126,7 @@ def source_numbers_refusals(business: Business, provider: str, config: dict[str,
             parsed = phonenumbers.parse(str(line), business.region or "US")
             # The number's own region, else its calling code's (a test range, a new block).
             country = phonenumbers.region_code_for_number(parsed) or phonenumbers.region_code_for_country_code(
-                parsed.country_code
+                parsed.country_code or 0
             )
         except phonenumbers.NumberParseException:
             country = None
