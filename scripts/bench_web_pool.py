@@ -48,7 +48,11 @@ def connections_now() -> int:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [NAME])
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            [NAME],
+        )
         return int(cursor.fetchone()[0])
 
 
