@@ -20,3 +20,6 @@ class LeadopsConfig(AppConfig):
 
         # A new session starts seen: its first request need not write it again.
         user_logged_in.connect(session_seen_at_login, dispatch_uid="leadops.session_seen_at_login")
+        from leadops.two_factor import two_factor_at_login
+
+        user_logged_in.connect(two_factor_at_login, dispatch_uid="leadops.two_factor_at_login")

@@ -264,6 +264,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "csp",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "django_q",
     "axes",
     "crm",
@@ -286,6 +288,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "leadops.middleware.AuthenticationMiddleware",
+    # Two-step sign-in (optional, owners and managers): django-otp marks a
+    # verified session; ours sends an unverified one with a device to its code.
+    "django_otp.middleware.OTPMiddleware",
+    "leadops.two_factor.TwoFactorMiddleware",
     "leadops.middleware.SessionIdleMiddleware",
     "leadops.middleware.ViewerTimezoneMiddleware",
     "leadops.middleware.NoStoreMiddleware",
@@ -556,3 +562,6 @@ CAPTCHA_SECRET_KEY = env.str("CAPTCHA_SECRET_KEY", default="")
 if CAPTCHA_PROVIDER and not (CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY):
     raise environ.ImproperlyConfigured("CAPTCHA_PROVIDER needs CAPTCHA_SITE_KEY and CAPTCHA_SECRET_KEY")
 CAPTCHA_VERIFY_URL = env.str("CAPTCHA_VERIFY_URL", default="")
+
+# django-otp's TOTP: the issuer the authenticator app shows beside the code.
+OTP_TOTP_ISSUER = env.str("OTP_TOTP_ISSUER", default="LeadOps")

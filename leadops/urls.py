@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
-from leadops import booking_views, copilot, reports, revenue, views, work
+from leadops import booking_views, copilot, reports, revenue, two_factor, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.reports_api import LeadTraceView
 
@@ -34,6 +34,8 @@ urlpatterns = [
     # Browsers ask for /favicon.ico whatever the page links.
     path("favicon.ico", RedirectView.as_view(url=static("workspace/favicon.svg"), permanent=True)),
     path("healthz/", views.healthz, name="healthz"),
+    path("account/two-factor/", two_factor.setup, name="two-factor-setup"),
+    path("account/verify/", two_factor.verify, name="two-factor-verify"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("app/", include("leadops.workspace.urls")),
     # The copilot's page is the workspace's thread now; old links land there.

@@ -31,6 +31,7 @@ from django.db.models import Q
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from rest_framework.authtoken.models import Token
 
 from agents.conversions.delivery import conversions_pump
@@ -54,6 +55,30 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "healthz/": ("none", "200 200 200 200 200 200", "200 200 200 200 200 200"),
     "favicon.ico": ("none", "301 301 301 301 301 301", "301 301 301 301 301 301"),
     "healthz/queue/": ("none", "503 503 503 503 503 503", "503 503 503 503 503 503"),
+    # Two-step sign-in: owners and managers add an app; whoever signed in may enter a code.
+    "account/two-factor/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    "account/verify/": ("none", "200 200 200 200 200 302", "200 200 200 200 200 302"),
+    # Authenticator apps in the admin: the operator's (superuser) alone, to remove a lost one.
+    "admin/otp_totp/totpdevice/<int:pk>/config/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/otp_totp/totpdevice/<int:pk>/qrcode/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/otp_totp/totpdevice/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/otp_totp/totpdevice/add/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
+    "admin/otp_totp/totpdevice/<path:object_id>/history/": (
+        "totpdevice",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/otp_totp/totpdevice/<path:object_id>/delete/": (
+        "totpdevice",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/otp_totp/totpdevice/<path:object_id>/change/": (
+        "totpdevice",
+        "403 403 403 403 403 302",
+        "403 403 403 403 403 302",
+    ),
+    "admin/otp_totp/totpdevice/<path:object_id>/": ("totpdevice", "302 302 302 302 302 302", "302 302 302 302 302 302"),
     "app/": ("none", "302 302 302 302 302 302", "302 302 302 302 302 302"),
     "app/inbox/": ("none", "200 200 200 403 200 302", "405 405 405 403 405 302"),
     "app/inbox/live/": ("none", "200 200 200 403 200 302", "405 405 405 403 405 302"),
@@ -746,7 +771,7 @@ class Samples:
         path = path.replace("(?P<app_label>...)", "crm")
         path = path.replace("(?P<url>.*)", "no-such-page/")
         path = path.replace("<path:content_type_id>", str(self.records.get("content_type", "")))
-        path = re.sub(r"<path:object_id>", str(getattr(record, "pk", "")), path)
+        path = re.sub(r"<path:object_id>|<int:pk>", str(getattr(record, "pk", "")), path)
         key = getattr(record, "key", None) if isinstance(record, m.Source) else None
         value = str(key or getattr(record, "public_id", None) or "")
         path = re.sub(r"\(\?P<id>\[\^/\.\]\+\)", value, path)
@@ -859,6 +884,10 @@ def world() -> Samples:
         "source:google_ads": m.Source.objects.filter(business=business, provider="google_ads").first(),
         "source:typeform": m.Source.objects.filter(business=business, provider="typeform").first(),
         "source:calendly": m.Source.objects.filter(business=business, provider="calendly").first(),
+        # Someone else's authenticator app (the operator's admin manages them; a role never does).
+        "totpdevice": TOTPDevice.objects.create(
+            user=member_create(business, m.Role.MANAGER, username="max").user, name="authenticator", confirmed=True
+        ),
     }
     return Samples(records)
 
