@@ -53,7 +53,9 @@ def two_factor_at_login(sender: object, request: HttpRequest | None = None, user
 
 class TwoFactorMiddleware:
     """Sends a signed-in user with a confirmed device to /account/verify/
-    until their session is verified (a session-signed API call gets a 403).
+    until their session is verified (a session-signed API call, or a
+    fragment htmx asks for, gets a 403: never the code page swapped into a
+    badge).
     After AuthenticationMiddleware and django-otp's OTPMiddleware."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
@@ -70,7 +72,7 @@ class TwoFactorMiddleware:
             and not user.is_verified()
             and not request.path_info.startswith(_OPEN)
         ):
-            if request.path_info.startswith("/api/"):
+            if request.path_info.startswith("/api/") or request.headers.get("HX-Request"):
                 return JsonResponse(
                     {"error": "forbidden", "detail": "Enter your authenticator code at /account/verify/ first."},
                     status=403,
