@@ -21,6 +21,7 @@ import django_otp
 import qrcode
 import qrcode.image.svg
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -62,6 +63,10 @@ class TwoFactorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        # Without a session cookie nobody is signed in: no session is loaded
+        # (it would add `Vary: Cookie` to public pages).
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+            return self.get_response(request)
         session = getattr(request, "session", None)
         user = getattr(request, "user", None)
         if (
