@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import redis
 import time_machine
 from django.core.cache import cache, caches
 from django.db import ProgrammingError
+from django.utils import timezone
 from pytest_django import DjangoDbBlocker
 
 from crm.models import Business, Role, TeamMember
@@ -25,7 +26,7 @@ from tests.redis_server import MISSING, redis_available, redis_server
 # processes a test starts keep the real clock, so a test comparing those with
 # ours is no such bomb.
 if _days := int(os.environ.get("TEST_CLOCK_SHIFT_DAYS") or 0):
-    time_machine.travel(datetime.now(UTC) + timedelta(days=_days), tick=True).start()
+    time_machine.travel(timezone.now() + timedelta(days=_days), tick=True).start()
 
 
 @pytest.fixture(scope="session")

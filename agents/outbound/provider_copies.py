@@ -14,6 +14,7 @@ visibly in django-q and can be run again (redacting twice is harmless).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,27 +60,27 @@ def twilio_copies_erase(business_id: int, messages: list[str], recordings: list[
         return CopiesErased(dry_run=True)
     client = twilio_client(business_account(business_id))
     done = CopiesErased()
-    for sid in messages:
-        try:
-            client.messages(sid).update(body="")
-            done.messages += 1
-        except TwilioRestException as exc:
-            if exc.status != 404:
-                done.errors.append(f"message {sid}: HTTP {exc.status}")
-            else:
-                done.gone += 1
-    for sid in recordings:
-        try:
-            client.recordings(sid).delete()
-            done.recordings += 1
-        except TwilioRestException as exc:
-            if exc.status != 404:
-                done.errors.append(f"recording {sid}: HTTP {exc.status}")
-            else:
-                done.gone += 1
+    done.messages = _each(done, "message", messages, lambda sid: client.messages(sid).update(body=""))
+    done.recordings = _each(done, "recording", recordings, lambda sid: client.recordings(sid).delete())
     if done.errors:
         raise RuntimeError("Twilio kept some copies: " + "; ".join(done.errors))
     return done
+
+
+def _each(done: CopiesErased, what: str, sids: list[str], erase: Callable[[str], Any]) -> int:
+    """Erase each sid; how many went. Twilio's 404 (already gone) is
+    counted in `done.gone`, any other refusal noted in `done.errors`."""
+    erased = 0
+    for sid in sids:
+        try:
+            erase(sid)
+            erased += 1
+        except TwilioRestException as exc:
+            if exc.status == 404:
+                done.gone += 1
+            else:
+                done.errors.append(f"{what} {sid}: HTTP {exc.status}")
+    return erased
 
 
 def register() -> None:

@@ -51,6 +51,14 @@ def sink() -> Iterator[tuple[str, list[tuple[str, dict]]]]:
         server.server_close()
 
 
+def overdue_lead(business: Business) -> None:
+    """A lead of the business past its first-response time: an alert to post."""
+    member = member_create(business, Role.SETTER, username="bea")
+    lead = lead_create(business)
+    lead_sync.lead_assign(lead, member, actor="test", reason="test")
+    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+
+
 def test_slack_escape_leaves_no_markup():
     from agents.notify import slack_escape
 
@@ -98,10 +106,7 @@ def test_a_business_with_its_own_webhook_is_alerted_without_the_operators(settin
     settings.WEBHOOK_ALLOW_PRIVATE = True  # the local sink stands in for Slack
     settings.SLACK_WEBHOOK_URL = ""
     Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
-    member = member_create(other_business, Role.SETTER, username="bea")
-    lead = lead_create(other_business)
-    lead_sync.lead_assign(lead, member, actor="test", reason="test")
-    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    overdue_lead(other_business)
     assert alerts_scan() == 1
     alerts_job()
     assert [path for path, _ in posts] == ["/b"]
@@ -123,10 +128,7 @@ def test_a_business_slack_url_on_this_machine_is_refused_at_save_and_at_each_pos
 
     # Saved before the guard (or a name that resolves inward since): refused at the post, nothing sent.
     Business.objects.filter(pk=other_business.pk).update(slack_webhook_url=base + "/b")
-    member = member_create(other_business, Role.SETTER, username="bea")
-    lead = lead_create(other_business)
-    lead_sync.lead_assign(lead, member, actor="test", reason="test")
-    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    overdue_lead(other_business)
     assert alerts_scan() == 1
     alerts_job()
     timer = Timer.objects.get(kind="reporting.slack_alert")
@@ -136,10 +138,7 @@ def test_a_business_slack_url_on_this_machine_is_refused_at_save_and_at_each_pos
 def test_slacks_answer_never_reaches_the_stored_error(settings, sink, other_business):
     base, posts = sink
     settings.SLACK_WEBHOOK_URL = base + "/fails"
-    member = member_create(other_business, Role.SETTER, username="bea")
-    lead = lead_create(other_business)
-    lead_sync.lead_assign(lead, member, actor="test", reason="test")
-    sla_check(lead, now=timezone.now() + timedelta(hours=2))
+    overdue_lead(other_business)
     alerts_scan()
     alerts_job()
     timer = Timer.objects.get(kind="reporting.slack_alert")

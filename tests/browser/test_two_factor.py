@@ -32,6 +32,9 @@ def test_a_manager_turns_on_two_step_sign_in_and_signs_in_with_a_code(live_serve
     page.goto(f"{base}/account/two-factor/")
     page.wait_for_selector("#two-factor-qr svg")
     page.screenshot(path=str(shots / "two-factor-setup.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    page.screenshot(path=str(shots / "two-factor-setup-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 720})
     device = TOTPDevice.objects.get(user=mia.user)
     assert page.inner_text("#two-factor-key").strip()
     page.fill("input[name=code]", code_now(device))
