@@ -58,8 +58,8 @@ from agents.playbook.assistant import Draft, draft_reply, model_text_verdict
 from agents.playbook.claims_guard import Finding, claims_unbacked
 from agents.playbook.templates import playbook_context
 from crm.services.business_file import business_file_parse, business_spec_apply
-from crm.services.business_file.parsing import AUTO_REPLY_INTENTS
 from crm.services.records import contact_create, lead_open
+from crm.validation import AUTO_REPLY_INTENTS
 
 DEFAULT_BUSINESS_FILE = Path(__file__).resolve().parents[2] / "demo" / "acme-hvac.yaml"
 PROVIDERS = ("rules", "model")

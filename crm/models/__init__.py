@@ -1,5 +1,5 @@
 from crm.models.ai import ModelCall, ModelCallQuota
-from crm.models.base import DAYS, Business, Role
+from crm.models.base import Business, Role
 from crm.models.comms import (
     BLOCK_REASONS,
     INTENTS,
@@ -60,6 +60,7 @@ from crm.models.webhooks import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from crm.validation import DAYS
 
 __all__ = [
     "ALL_EVENTS",

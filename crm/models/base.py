@@ -9,11 +9,9 @@ from django.db import models
 from crm.ids import PublicIdField
 from crm.localtime import zone_validate
 from crm.services.webhook_targets import TargetRefused, TargetUnresolved, target_check
-from crm.validation import name_refusal, origin_refusal
+from crm.validation import name_refusal, policy_refusals
 
 CURRENCY_DEFAULT = "USD"
-# Day names as business hours and availability spell them, Monday first (date.weekday() order).
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 class Role(models.TextChoices):
@@ -117,13 +115,11 @@ class Business(models.Model):
         # Not a field validator: validators are part of a field's migration
         # state, and this check needs none.
         zone_validate(self.timezone)
-        errors: dict[str, str] = {}
+        # The JSON policy fields: the admin shows them raw, so the shapes the
+        # business file's parser enforces are checked here too.
+        errors = policy_refusals({field.name: getattr(self, field.name) for field in self._meta.fields})
         if refusal := name_refusal(self.name):
             errors["name"] = f"The name {refusal}."
-        for origin in self.embed_origins or []:
-            if refusal := origin_refusal(str(origin)):
-                errors["embed_origins"] = f"{origin!r} {refusal}."
-                break
         if errors:
             raise ValidationError(errors)
         if self.slack_webhook_url:

@@ -108,3 +108,51 @@ def test_the_admin_refuses_the_same_rules_on_its_forms():
     ).content.decode()
     assert "already has a service line of that name" in page
     assert ServiceLine.objects.filter(business=business).count() == 1
+
+
+# The policy fields the admin shows as raw JSON: each shape the business
+# file's parser would refuse, typed in the admin's form instead.
+BAD_POLICY = {
+    "business_hours": ({"mon": "nine to five"}, "'mon' in business_hours must be a time range"),
+    "quiet_hours_by_state": ({"Florida": "08:00-20:00"}, "'Florida' is not a two-letter US state code"),
+    "contact_countries": (["XX"], "bad country 'XX' in contact_countries"),
+    "scope_keywords": ({"urgent": ["now"]}, "unknown flag 'urgent' in scope_keywords"),
+    "fit_rules": ([{"rule": "vibes", "points": 5}], "bad rule 'vibes' in fit_rules"),
+    "ai_auto_reply": (["revocation"], "bad intent 'revocation' in ai auto_reply"),
+    "call_states": (["ZZ"], "'ZZ' in calls states is not a two-letter US state code"),
+    "playbook": ({"booking_url": "javascript:alert(1)"}, "booking_url in playbook must be an http(s) URL"),
+}
+
+
+def test_the_admin_refuses_policy_json_the_business_file_would_refuse():
+    """The raw JSON fields went through no rule in the admin: a state window
+    keyed "Florida" was saved and silently never applied, a business_hours
+    day of "nine to five" broke the SLA clock for every lead."""
+    business = BusinessFactory.create(slug="acme", name="Acme", timezone="America/Chicago")
+    owner = member_create(business, Role.OWNER, username="olivia")
+    client = Client()
+    client.force_login(owner.user)
+    url = f"/admin/crm/business/{business.pk}/change/"
+    form = client.get(url).context["adminform"].form
+    base = {k: v for k, v in form.initial.items() if v is not None and not isinstance(v, (list, dict))}
+    base.update({name: json.dumps(form.initial[name]) for name in BAD_POLICY})
+    for field, (value, message) in BAD_POLICY.items():
+        page = client.post(url, {**base, field: json.dumps(value)}).content.decode()
+        assert message.replace("'", "&#x27;") in page, field
+    business.refresh_from_db()
+    assert all(getattr(business, field) == form.initial[field] for field in BAD_POLICY), "nothing was saved"
+
+    good = {
+        "business_hours": {"mon": "08:00-18:00", "sat": "09:00-24:00"},
+        "quiet_hours_by_state": {"TX": "09:00-20:00"},
+        "contact_countries": ["US", "CA"],
+        "scope_keywords": {"emergency": ["flooding"]},
+        "fit_rules": [{"rule": "in_area", "points": 30}],
+        "ai_auto_reply": ["question"],
+        "call_states": ["TX"],
+        "playbook": {"booking_url": "https://acme.example/book", "facts": ["Family owned."]},
+    }
+    response = client.post(url, {**base, **{k: json.dumps(v) for k, v in good.items()}})
+    assert response.status_code == 302
+    business.refresh_from_db()
+    assert {field: getattr(business, field) for field in good} == good

@@ -34,7 +34,15 @@ from crm.services.business_file.reading import (
 )
 from crm.services.webhooks import WebhookRefused, webhook_events_check, webhook_secret_check
 from crm.us_states import STATE_CODES
-from crm.validation import origin_refusal
+from crm.validation import (
+    AUTO_REPLY_INTENTS,
+    FACT_MAX_LENGTH,
+    FIT_RULES,
+    SCOPE_FLAGS,
+    booking_url_refusal,
+    origin_refusal,
+    policy_refusals,
+)
 
 # A template is sent on a channel that reaches the person: every step channel but a task.
 TEMPLATE_CHANNELS = tuple(c for c in Sequence.StepChannel.values if c != Sequence.StepChannel.TASK)
@@ -348,7 +356,6 @@ def _parse_notifications(doc: Map) -> dict[str, Any]:
 # The intents a model's reply may answer without a person (`ai: {auto_reply: [...]}`).
 # Never a revocation, a complaint, a wrong number or spam: those keep their
 # own paths, and a person answers what needs answering.
-AUTO_REPLY_INTENTS = ("booking_request", "question", "price_question", "reschedule", "other")
 
 
 def _parse_ai(doc: Map) -> dict[str, Any]:
@@ -377,9 +384,6 @@ def _parse_ai(doc: Map) -> dict[str, Any]:
     }
 
 
-FACT_MAX_LENGTH = 300
-
-
 def _parse_playbook(doc: Map, currency: str) -> dict[str, Any]:
     """playbook: {booking_url, prices: [{item, amount, note}], facts: [...]}:
     what a drafted reply may state besides the records (services, areas,
@@ -391,8 +395,8 @@ def _parse_playbook(doc: Map, currency: str) -> dict[str, Any]:
     playbook: dict[str, Any] = {}
     url = m.text("booking_url", "")
     if url:
-        if not re.fullmatch(r"https?://[^\s]+", url):
-            raise m.error("booking_url", f"booking_url in playbook must be an http(s) URL, not {url!r}")
+        if refusal := booking_url_refusal(url):
+            raise m.error("booking_url", refusal)
         playbook["booking_url"] = url
     prices = []
     for raw, line in m.items("prices"):
@@ -469,22 +473,6 @@ def _amount(m: Map, key: str, what: str) -> Decimal:
     return amount.quantize(Decimal("0.01"))
 
 
-# The ICP/fit scorer's rules (agents.fit.qualify applies them) and the scope flags.
-FIT_RULES = (
-    "in_area",
-    "out_of_area",
-    "service_matched",
-    "has_phone",
-    "has_email",
-    "sms_consent",
-    "paid_click",
-    "emergency",
-    "commercial",
-    "warranty",
-)
-SCOPE_FLAGS = ("emergency", "commercial", "warranty", "licensed_diagnosis")
-
-
 def _fit_rules(m: Map) -> list[dict[str, Any]]:
     """[{rule: in_area, points: 30}, ...]: the business's own scoring; empty keeps the built-in one."""
     rules = []
@@ -511,16 +499,9 @@ def _state_windows(m: Map) -> dict[str, str]:
     if not m.has("quiet_hours_by_state"):
         return {}
     raw = m.raw("quiet_hours_by_state")
-    if not isinstance(raw, dict):
-        raise m.error("quiet_hours_by_state", "quiet_hours_by_state must map a state code to HH:MM-HH:MM")
-    windows = {}
-    for state, window in raw.items():
-        if not (isinstance(state, str) and re.fullmatch(r"[A-Z]{2}", state)):
-            raise m.error("quiet_hours_by_state", f"{state!r} is not a two-letter US state code")
-        if not (isinstance(window, str) and re.fullmatch(r"\d\d:\d\d-\d\d:\d\d", window)):
-            raise m.error("quiet_hours_by_state", f"{window!r} for {state} is not HH:MM-HH:MM")
-        windows[state] = window
-    return windows
+    if refusal := policy_refusals({"quiet_hours_by_state": raw}).get("quiet_hours_by_state"):
+        raise m.error("quiet_hours_by_state", refusal)
+    return dict(raw)
 
 
 def _parse_source(item: ItemMap, region: str) -> SourceRow:

@@ -6,7 +6,6 @@ names the line of any it refuses. Nothing here knows the file's sections.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import date, time
 from typing import Any
@@ -16,9 +15,9 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 
+from crm.localtime import clock_time
 from crm.phones import phone_to_e164
-
-_TIME_RANGE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-(?:([01]\d|2[0-3]):([0-5]\d)|(24:00))$")
+from crm.validation import time_range_refusal
 
 
 class BusinessFileError(Exception):
@@ -294,14 +293,10 @@ def time_range(
 ) -> tuple[time, time]:
     """A checked "HH:MM-HH:MM". `to_midnight`: the range may end at "24:00"
     (a day's hours open until midnight; crm.localtime.END_OF_DAY)."""
-    match = _TIME_RANGE.match(value) if isinstance(value, str) else None
-    if not match or (match[5] and not to_midnight):
-        raise BusinessFileError(line, f'{what} must be a time range like "08:00-18:00", not {value!r}')
-    start = time(int(match[1]), int(match[2]))
-    end = time.max if match[5] else time(int(match[3]), int(match[4]))
-    if (ordered and start >= end) or start == end:
-        raise BusinessFileError(line, f"{what}: the range {value!r} must end after it starts")
-    return start, end
+    if refusal := time_range_refusal(value, ordered=ordered, to_midnight=to_midnight):
+        raise BusinessFileError(line, f"{what} {refusal}")
+    start, end = value.split("-")
+    return clock_time(start), time.max if end == "24:00" else clock_time(end)
 
 
 @dataclass
