@@ -683,9 +683,11 @@ def appointment_record_external(
     """A booking made in an outside calendar (Calendly): the calendar decided
     the slot, so there is no capacity check here; the lead is booked and the
     same reminders, brief and nurture stop follow. No confirmation: the
-    calendar sent its own. Idempotent on (provider, external_id)."""
+    calendar sent its own. Idempotent on (business, provider, external_id)."""
     now = now or timezone.now()
-    existing = Appointment.objects.filter(provider=provider, external_id=external_id).first()
+    existing = Appointment.objects.filter(
+        business_id=lead.business_id, provider=provider, external_id=external_id
+    ).first()
     if existing is not None:
         return existing
     if ends_at <= starts_at:

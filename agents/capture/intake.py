@@ -94,8 +94,9 @@ def event_accept(
     status: str = InboundEvent.Status.RECEIVED,
     error: str = "",
 ) -> Accepted:
-    """Store one delivery; a repeat of a stored (provider, external_id) is a
-    duplicate and changes nothing.
+    """Store one delivery; a repeat of a stored (provider, external_id)
+    accepted by the same source's endpoint (or by the provider-wide one, with
+    no source) is a duplicate and changes nothing.
 
     A new event in `received` status gets its processing enqueued on commit.
     An event stored already `failed` (a signed body we could not parse) is
@@ -118,6 +119,7 @@ def event_accept(
                 body=body,
                 headers=headers,
                 source=source,
+                accepted_by=source,
                 **owner,
                 kind=kind,
                 is_test=is_test,
@@ -127,9 +129,11 @@ def event_accept(
                 received_at=timezone.now(),
             )
     except IntegrityError:
-        # The unique (provider, external_id) constraint, not a prior SELECT,
-        # decides: two racing deliveries store one row.
-        existing = InboundEvent.objects.filter(provider=provider, external_id=external_id[:200]).first()
+        # The unique (provider, accepted_by, external_id) constraint, not a
+        # prior SELECT, decides: two racing deliveries store one row.
+        existing = InboundEvent.objects.filter(
+            provider=provider, accepted_by=source, external_id=external_id[:200]
+        ).first()
         if existing is None:
             raise  # another constraint refused the row: a real error, not a repeat
         return Accepted(existing, duplicate=True)

@@ -189,7 +189,7 @@ def payment_receive(
                 match_status=Payment.MatchStatus.UNMATCHED,
             )
     except IntegrityError:
-        payment = Payment.objects.select_for_update().get(provider=provider, external_id=external_id)
+        payment = Payment.objects.select_for_update().get(business=business, provider=provider, external_id=external_id)
         if payment.match_status != Payment.MatchStatus.MATCHED and metadata_refs(hints.metadata):
             payment_match(payment, hints)
         return Received(payment, created=False)

@@ -287,6 +287,14 @@ class InboundEvent(models.Model):
     # such as Stripe's, before the payload is parsed).
     business = models.ForeignKey(Business, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     source = models.ForeignKey(Source, on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    # The source whose own endpoint accepted the delivery, set once when it is
+    # stored (`source` may be filled in later, once the payload names it).
+    # A repeat is judged within it: where a business signs its deliveries with
+    # its own key (Calendly, Typeform, a website form), an id it posts first
+    # must not make another business's real delivery "a repeat". Empty for a
+    # provider-wide endpoint, where the provider alone signs and its ids are
+    # unique (Stripe before its account is read).
+    accepted_by = models.ForeignKey(Source, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     provider = models.CharField(max_length=16, choices=Provider.choices)
     external_id = models.CharField(max_length=200)
     kind = models.CharField(max_length=64, blank=True)
@@ -310,7 +318,11 @@ class InboundEvent(models.Model):
     class Meta:
         ordering = ["-received_at"]
         constraints = [
-            models.UniqueConstraint(fields=["provider", "external_id"], name="crm_inboundevent_unique_external_id"),
+            models.UniqueConstraint(
+                fields=["provider", "accepted_by", "external_id"],
+                nulls_distinct=False,
+                name="crm_inboundevent_unique_external_id",
+            ),
             models.CheckConstraint(
                 condition=models.Q(status__in=["received", "processing", "processed", "ignored", "failed"]),
                 name="crm_inboundevent_status_valid",

@@ -54,7 +54,10 @@ class Appointment(models.Model):
             models.CheckConstraint(
                 condition=models.Q(ends_at__gt=models.F("starts_at")), name="crm_appointment_ends_after_start"
             ),
-            models.UniqueConstraint(fields=["provider", "external_id"], name="crm_appointment_unique_external_id"),
+            # A provider's id (or a typed reference) names something within one business.
+            models.UniqueConstraint(
+                fields=["business", "provider", "external_id"], name="crm_appointment_unique_external_id"
+            ),
         ]
         indexes = [
             # Reports ask per lead for an appointment in a status (held, no-show).
@@ -179,7 +182,10 @@ class Payment(Money):
         ordering = ["received_at"]
         constraints = [
             _nonnegative("payment"),
-            models.UniqueConstraint(fields=["provider", "external_id"], name="crm_payment_unique_external_id"),
+            # A provider's id (or a typed reference) names something within one business.
+            models.UniqueConstraint(
+                fields=["business", "provider", "external_id"], name="crm_payment_unique_external_id"
+            ),
             models.CheckConstraint(
                 condition=~models.Q(match_status="matched") | models.Q(lead__isnull=False),
                 name="crm_payment_matched_has_lead",
@@ -215,7 +221,10 @@ class Refund(Money):
         ordering = ["refunded_at"]
         constraints = [
             _nonnegative("refund"),
-            models.UniqueConstraint(fields=["provider", "external_id"], name="crm_refund_unique_external_id"),
+            # A provider's id (or a typed reference) names something within one business.
+            models.UniqueConstraint(
+                fields=["business", "provider", "external_id"], name="crm_refund_unique_external_id"
+            ),
         ]
 
     def __str__(self) -> str:

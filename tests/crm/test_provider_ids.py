@@ -171,3 +171,67 @@ def test_a_stripe_payment_on_one_businesss_account_cannot_be_filed_as_anothers(v
         business_for(money)
     money.hints.metadata["business"] = "claimer"
     assert business_for(money) == claimer
+
+
+# --- a provider's id means something inside one business -------------------------------
+
+
+def _calendly_post(key: str, source_key: str, body: bytes):
+    from agents.capture.providers.calendly import calendly_signature
+
+    signed = calendly_signature(key, body, int(timezone.now().timestamp()))
+    return Client().post(
+        f"/hooks/calendly/{source_key}/",
+        data=body,
+        content_type="application/json",
+        headers={"Calendly-Webhook-Signature": signed},
+    )
+
+
+def test_a_business_signing_its_own_events_cannot_preempt_anothers_booking(
+    victim, claimer, django_capture_on_commit_callbacks
+):
+    """Each business signs its Calendly deliveries with its own key. Repeats
+    were judged across every business: the claimer, knowing an invitee's
+    address (its own booking with the victim), posted that booking to its
+    own endpoint first; the victim's real delivery was then "a repeat" and
+    dropped, and its visit never booked."""
+    from tests.agents.booking.test_calendly import CREATED, EMAIL, INVITEE
+    from tests.helpers.capture import run_queued_events
+
+    Source.objects.create(business=victim, key="cal-v", provider="calendly", secret="victim-key")
+    Source.objects.create(business=claimer, key="cal-c", provider="calendly", secret="claimer-key")
+    victims_lead = owned_lead(victim, member_create(victim, Role.SETTER, username="vic"), email=EMAIL)
+    owned_lead(claimer, member_create(claimer, Role.SETTER, username="cla"), email=EMAIL)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first = _calendly_post("claimer-key", "cal-c", CREATED)
+        second = _calendly_post("victim-key", "cal-v", CREATED)
+    assert first.status_code == second.status_code == 200
+    assert (first.json()["duplicate"], second.json()["duplicate"]) == (False, False)
+    assert run_queued_events() == ["processed", "processed"]
+
+    booked = Appointment.objects.get(business=victim, external_id=INVITEE)
+    assert booked.lead == victims_lead
+    assert Appointment.objects.get(business=claimer, external_id=INVITEE).lead.business == claimer
+    # A true repeat on the victim's own endpoint is still one event.
+    assert _calendly_post("victim-key", "cal-v", CREATED).json()["duplicate"] is True
+
+
+def test_two_businesses_may_record_the_same_payment_reference(victim, claimer):
+    """A manual payment's reference is what the contractor typed ("INV-1001"):
+    the second business to use one was refused by a constraint across all."""
+    from agents.revenue.payments import payment_manual_record
+
+    payments = [
+        payment_manual_record(
+            lead=owned_lead(business, member_create(business, Role.SETTER, username=f"s-{business.slug}")),
+            amount=Decimal("150.00"),
+            currency="USD",
+            received_at=timezone.now(),
+            actor="test",
+            reference="INV-1001",
+        )
+        for business in (victim, claimer)
+    ]
+    assert [(p.business, p.external_id) for p in payments] == [(victim, "INV-1001"), (claimer, "INV-1001")]
