@@ -15,9 +15,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-
-class MalformedPayload(ValueError):
-    """A body that passed authentication but cannot be parsed."""
+from crm.services.inbound_handlers import MalformedPayload
 
 
 def json_object(body: bytes) -> dict[str, Any]:

@@ -20,31 +20,21 @@ counting every try).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import DataError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.capture.base import MalformedPayload
 from agents.orchestrator import lead_steps_inline
 from crm.models import InboundEvent
-from crm.registry import Registry
 from crm.selectors import reads_shared
+from crm.services.inbound_handlers import EVENT_HANDLERS, MalformedPayload, RetryLater
 from crm.services.receipts import receipts_batched
 
 log = logging.getLogger(__name__)
 
 S = InboundEvent.Status
-# A handler returns PROCESSED or IGNORED (an echo, a status we do not track…).
-# One that must read from the network first registers a `prepare` step: it
-# runs outside the transaction, and its result is handed to the handler, so
-# no transaction stays open while a provider is slow.
-Handler = Callable[..., str]
-Prepare = Callable[[InboundEvent], Any]
-EVENT_HANDLERS: Registry[tuple[Handler, Prepare | None]] = Registry("inbound event handler")
 
 STALE_PROCESSING = timedelta(minutes=10)
 LOST_ENQUEUE = timedelta(minutes=2)
@@ -54,16 +44,6 @@ MAX_ATTEMPTS = InboundEvent.ATTEMPTS_PER_RUN
 RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=4), timedelta(minutes=15), timedelta(minutes=40))
 SWEEP_BATCH = 500
 ERROR_LIMIT = 4000
-
-
-class RetryLater(Exception):
-    """Raised by a handler when the event refers to a record that is not
-    saved yet but is expected to be: the event waits and is tried again."""
-
-
-def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
-    """`handler(event)`, or `handler(event, prepared)` when `prepare` is given."""
-    EVENT_HANDLERS.register(f"{provider}:{kind}", (handler, prepare))
 
 
 def _claim(event_id: int, *, now: datetime) -> bool:

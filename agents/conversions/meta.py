@@ -27,8 +27,8 @@ from urllib.parse import quote
 import requests
 from django.conf import settings
 
-from agents.capture.meta_graph import TRANSIENT, USER_AGENT, graph_error_text, graph_timeout, redact
 from agents.conversions.base import Answer, Built, Skip
+from agents.meta_graph import TRANSIENT, USER_AGENT, graph_error_text, graph_timeout, redact
 from crm.models import ConversionKind, ConversionUpload
 from crm.services.conversions import account_secrets, lead_net_collected, lead_won_value
 

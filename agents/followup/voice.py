@@ -32,8 +32,6 @@ from django.urls import reverse
 from django.utils import timezone
 from twilio.twiml.voice_response import VoiceResponse
 
-from agents.capture.base import MalformedPayload
-from agents.capture.processing import handler_register
 from agents.capture.providers.twilio import form_params
 from agents.consent.policy import consent_decide
 from agents.followup.sequences.engine import enrollments_stop
@@ -46,6 +44,7 @@ from crm.models import Call, ConsentEvent, Enrollment, InboundEvent, Lead, Messa
 from crm.phones import phone_to_e164
 from crm.selectors import business_manager
 from crm.services.consent import consent_record
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 from crm.services.receipts import receipt_write
 from crm.services.records import task_ensure
 

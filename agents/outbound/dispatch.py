@@ -49,7 +49,7 @@ from twilio.http import HttpClient
 from twilio.rest import Client
 from twilio.twiml.voice_response import VoiceResponse
 
-from agents.capture.meta_graph import message_sid
+from agents.meta_graph import message_sid
 from agents.outbound.instagram import dm_post, instagram_source_for
 from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
 from agents.queue import task_enqueue

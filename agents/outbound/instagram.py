@@ -44,7 +44,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.capture.meta_graph import USER_AGENT, graph_error_text, graph_timeout, message_sid, redact
+from agents.meta_graph import USER_AGENT, graph_error_text, graph_timeout, message_sid, redact
 from crm.models import ContactPoint, Message, Provider, Source
 from crm.services.receipts import receipt_write
 

@@ -9,9 +9,8 @@ from urllib.parse import parse_qs
 
 from django.utils import timezone
 
-from agents.capture.base import MalformedPayload
-from agents.capture.processing import RetryLater
 from crm.models import InboundEvent, Message
+from crm.services.inbound_handlers import MalformedPayload, RetryLater
 from crm.services.receipts import receipt_write
 
 S = Message.Status

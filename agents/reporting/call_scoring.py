@@ -38,13 +38,12 @@ from django.views.decorators.http import require_POST
 
 from agents.ai.inbound import AI_TASK_TIMEOUT
 from agents.ai.speech import speech_settings_for
-from agents.capture.base import MalformedPayload
-from agents.capture.processing import handler_register
 from agents.capture.providers.twilio import form_params, signature_problem, signing_account
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.playbook.claims_guard import claims_scan
 from agents.queue import task_enqueue
 from crm.models import Appointment, Business, Call, InboundEvent, Provider, Timer
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 

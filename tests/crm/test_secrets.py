@@ -22,7 +22,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
-from agents.capture.meta_graph import GraphError, lead_fetch, redact
+from agents.meta_graph import GraphError, lead_fetch, redact
 from crm.fields import FieldDecryptionError
 from crm.models import Business, Source
 from crm.services.business_file import business_file_parse, business_spec_apply

@@ -23,9 +23,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from twilio.request_validator import RequestValidator
 
-from agents.capture.meta_graph import GraphError, lead_fetch
 from agents.capture.providers.meta import signature_valid
 from agents.capture.providers.typeform import typeform_signature
+from agents.meta_graph import GraphError, lead_fetch
 from agents.orchestrator import orchestrate_pending
 from crm.models import CLOSED_STAGES, Business, Call, Contact, ContactPoint, InboundEvent, Lead, Message
 from crm.phones import phone_to_e164

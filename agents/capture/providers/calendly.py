@@ -52,8 +52,8 @@ from agents.booking.services import (
     appointment_record_external,
     appointment_release_rescheduled,
 )
-from agents.capture.base import MalformedPayload, json_object
-from agents.capture.processing import event_process, handler_register
+from agents.capture.base import json_object
+from agents.capture.processing import event_process
 from agents.capture.webhooks import (
     WebhookError,
     accept,
@@ -65,6 +65,7 @@ from agents.capture.webhooks import (
     source_for,
 )
 from crm.models import Appointment, Business, ExceptionItem, InboundEvent, Provider, Source, TeamMember
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 CREATED = "invitee.created"
 CANCELED = "invitee.canceled"

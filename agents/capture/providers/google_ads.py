@@ -34,11 +34,11 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, iso_time, json_object, split_name, truthy
+from agents.capture.base import Capture, iso_time, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
-from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
 from crm.models import InboundEvent, Provider
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 KIND = "lead"
 PHONE_COLUMNS = {"PHONE_NUMBER", "WORK_PHONE"}

@@ -44,11 +44,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from agents.ai.receptionist import inbound_schedule
-from agents.capture.base import Capture, MalformedPayload, json_object, split_name, truthy
+from agents.capture.base import Capture, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.intake import Accepted, event_accept, rejection_count
-from agents.capture.meta_graph import lead_fetch, message_sid
-from agents.capture.processing import handler_register
 from agents.capture.webhooks import (
     WebhookError,
     accept,
@@ -60,8 +58,10 @@ from agents.capture.webhooks import (
 )
 from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_log
+from agents.meta_graph import lead_fetch, message_sid
 from agents.outbound.instagram import dm_echo_apply, dm_seen_apply
 from crm.models import InboundEvent, Provider, Source
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 LEADGEN = "leadgen"
 DM = "instagram_dm"

@@ -39,9 +39,8 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import MalformedPayload, json_object
+from agents.capture.base import json_object
 from agents.capture.intake import event_accept, headers_kept
-from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, remote_addr
 from agents.revenue.payments import (
     PaymentHints,
@@ -51,6 +50,7 @@ from agents.revenue.payments import (
     refund_sync_total,
 )
 from crm.models import Business, InboundEvent, Payment, Provider, Source
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 TOLERANCE_SECONDS = 300
 PAYMENT_INTENT_SUCCEEDED = "payment_intent.succeeded"

@@ -57,10 +57,9 @@ from twilio.twiml.messaging_response import MessagingResponse
 from twilio.twiml.voice_response import VoiceResponse
 
 from agents.ai.receptionist import inbound_schedule
-from agents.capture.base import Capture, MalformedPayload
+from agents.capture.base import Capture
 from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
-from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.consent.keywords import inbound_text_apply
 from agents.consent.recording import recording_notice_reason
@@ -72,6 +71,7 @@ from crm.locks import xact_lock
 from crm.models import Business, Call, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.contact_numbers import number_refusal
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:call_listener"

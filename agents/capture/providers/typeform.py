@@ -40,12 +40,12 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.capture.base import Capture, MalformedPayload, iso_time, json_object, split_name, utm_from
+from agents.capture.base import Capture, iso_time, json_object, split_name, utm_from
 from agents.capture.identity import capture_apply
 from agents.capture.intake import rejection_count
-from agents.capture.processing import handler_register
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, remote_addr
 from crm.models import InboundEvent, Provider, Source
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 RESPONSE = "form_response"
 PARTIAL = "form_response_partial"

@@ -31,23 +31,15 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agents.capture.base import (
-    Capture,
-    ConsentEvidence,
-    MalformedPayload,
-    json_object,
-    split_name,
-    truthy,
-    utm_from,
-)
+from agents.capture.base import Capture, ConsentEvidence, json_object, split_name, truthy, utm_from
 from agents.capture.challenge import RESPONSE_FIELDS, challenge_for, challenge_passed
 from agents.capture.identity import capture_apply
 from agents.capture.intake import client_address, rejection_count
-from agents.capture.processing import handler_register
 from agents.capture.ratelimit import limit_hit
 from agents.capture.webhooks import WebhookError, accept, accepted_response, body_digest, raw_body, reject, source_for
 from crm.models import InboundEvent, Provider, Source
 from crm.phones import phone_to_e164
+from crm.services.inbound_handlers import MalformedPayload, handler_register
 
 KNOWN_FIELDS = {
     "first_name",

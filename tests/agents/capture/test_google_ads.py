@@ -14,9 +14,9 @@ from django.test import Client
 from django.urls import reverse
 from django_q.models import OrmQ
 
-from agents.capture.base import MalformedPayload
 from agents.capture.providers.google_ads import parse_lead
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
+from crm.services.inbound_handlers import MalformedPayload
 from tests.factories import ServiceLineFactory
 from tests.helpers.capture import run_queued_events
 

@@ -16,9 +16,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.capture.meta_graph import LEAD_FIELDS, backoff_delays
 from agents.capture.processing import event_replay
 from agents.capture.providers.meta import lead_capture, meta_signature
+from agents.meta_graph import LEAD_FIELDS, backoff_delays
 from crm.models import Business, InboundEvent, Lead, RejectedDelivery, Source
 from tests.helpers.capture import run_queued_events
 from tests.helpers.graph import GraphServer, graph_running

@@ -11,10 +11,10 @@ import pytest
 import stripe
 from django.utils import timezone
 
-from agents.capture.base import MalformedPayload
 from agents.capture.processing import event_replay
 from agents.capture.providers.stripe import money_from_minor, stripe_signature
 from crm.models import InboundEvent, Payment, Refund, RejectedDelivery, Source
+from crm.services.inbound_handlers import MalformedPayload
 from tests.factories import BusinessFactory, lead_create
 from tests.helpers.capture import run_queued_events
 from tests.helpers.revenue import (

@@ -1,6 +1,8 @@
 """Graph API client: read one Lead Ads lead by its leadgen id; the helpers
 (timeouts, backoff, redaction, Meta's error shape) the Instagram Send API
-client shares (agents/outbound/instagram.py).
+client (agents/outbound/instagram.py) and the Conversions API client
+(agents/conversions/meta.py) share. It sits below the roles that use it:
+capture, outbound and conversions each import it, it imports none of them.
 
 A leadgen webhook carries only ids, so processing fetches the lead. Network
 trouble (timeouts, dropped connections, 5xx) is retried with exponential

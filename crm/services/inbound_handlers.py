@@ -1,0 +1,39 @@
+"""What processes a stored inbound event, by provider and kind.
+
+The role that acts on a delivery registers its handler here at startup
+(follow-up handles Twilio's voice events, outbound its status callbacks,
+reporting its recordings), and capture's processing looks the handler up:
+the roles import this module, never capture, and capture imports none of
+them (as `crm.services.timers` does for per-lead clocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crm.models import InboundEvent
+from crm.registry import Registry
+
+# A handler returns PROCESSED or IGNORED (an echo, a status we do not track…).
+# One that must read from the network first registers a `prepare` step: it
+# runs outside the transaction, and its result is handed to the handler, so
+# no transaction stays open while a provider is slow.
+Handler = Callable[..., str]
+Prepare = Callable[[InboundEvent], Any]
+EVENT_HANDLERS: Registry[tuple[Handler, Prepare | None]] = Registry("inbound event handler")
+
+
+class MalformedPayload(ValueError):
+    """A body that passed authentication but cannot be parsed: the same
+    bytes fail the same way, so the event is failed once, not retried."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler when the event refers to a record that is not
+    saved yet but is expected to be: the event waits and is tried again."""
+
+
+def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
+    """`handler(event)`, or `handler(event, prepared)` when `prepare` is given."""
+    EVENT_HANDLERS.register(f"{provider}:{kind}", (handler, prepare))
