@@ -43,7 +43,7 @@ from django.db import transaction
 from agents.ai.calls import Understanding, understand
 from agents.ai.client import ModelFailure, ModelSettings
 from agents.ai.drafter import proposal_of
-from agents.ai.grounding import Fact, Grounding, Turn, business_links, playbook_facts, redact
+from agents.ai.grounding import Grounding, Turn, redact
 from agents.ai.intents import (
     INTENTS,
     MODEL,
@@ -56,6 +56,7 @@ from agents.ai.intents import (
 )
 from agents.playbook.assistant import Draft, draft_reply, model_text_verdict
 from agents.playbook.claims_guard import Finding, claims_unbacked
+from agents.playbook.facts import Fact, business_links, playbook_facts
 from agents.playbook.templates import playbook_context
 from crm.services.business_file import business_file_parse, business_spec_apply
 from crm.services.records import contact_create, lead_open

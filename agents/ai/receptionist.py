@@ -46,7 +46,6 @@ from django.utils import timezone
 
 from agents.ai.calls import CallOutcome
 from agents.ai.drafter import ModelDrafter, ai_settings_for
-from agents.ai.grounding import Fact, placeholder_values, playbook_facts
 from agents.ai.inbound import (
     REPLY_CHANNEL,
     draft_route,
@@ -75,6 +74,7 @@ from agents.fit.exceptions import booking_refusal
 from agents.outbound.clock import hours_open
 from agents.outbound.gate import POINT_KIND, message_send
 from agents.playbook.assistant import Draft, Proposal, draft_proposal
+from agents.playbook.facts import Fact, placeholder_values, playbook_facts
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
 from crm.models import Availability, Lead, Message, Receipt, Task, Timer
 from crm.services.lead_sync import lead_for_update

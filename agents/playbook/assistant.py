@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.ai.grounding import playbook_facts
 from agents.playbook.claims_guard import Finding, claim_kinds, claims_scan, claims_unbacked
+from agents.playbook.facts import playbook_facts
 from agents.playbook.templates import (
     LEAD_TYPED_PLACEHOLDERS,
     TemplateRenderError,

@@ -11,7 +11,8 @@ import pytest
 
 from agents.ai.calls import understand
 from agents.ai.client import ModelFailure, ModelSettings, cost_of, model_settings
-from agents.ai.grounding import ANSWER_NAME, SYSTEM_PROMPT, Fact, Grounding, Turn
+from agents.ai.grounding import ANSWER_NAME, SYSTEM_PROMPT, Grounding, Turn
+from agents.playbook.facts import Fact
 from tests.helpers.llm import GOOD_DRAFT, PROMISING_DRAFT, ModelServer, model_server
 
 GROUNDING = Grounding(

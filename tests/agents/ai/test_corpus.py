@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from agents.ai.calls import understand
 from agents.ai.client import ModelFailure, ModelSettings
 from agents.ai.evaluation import corpus_read, evaluate
-from agents.ai.grounding import Fact, Grounding, Turn
+from agents.ai.grounding import Grounding, Turn
 from agents.ai.intents import (
     INTENTS,
     MODEL,
@@ -33,6 +33,7 @@ from agents.ai.intents import (
 )
 from agents.playbook.assistant import model_text_verdict
 from agents.playbook.claims_guard import claim_backed, claims_scan
+from agents.playbook.facts import Fact
 from tests.helpers.llm import customer_message, model_server
 
 CORPUS = Path(__file__).resolve().parents[3] / "agents" / "ai" / "corpus" / "intents.csv"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.ai.grounding import playbook_facts
 from agents.playbook.assistant import Proposal, draft_proposal, model_text_verdict
 from agents.playbook.claims_guard import Finding, claim_backed, claims_unbacked
+from agents.playbook.facts import playbook_facts
 from crm.models import Business
 from tests.factories import lead_create
 
