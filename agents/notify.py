@@ -19,8 +19,8 @@ import requests
 from django.conf import settings
 from django.core.mail import send_mail
 
+from agents.guarded_post import webhook_post
 from agents.queue import task_enqueue
-from agents.webhooks.transport import webhook_post
 from crm.models import Business, TeamMember
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def slack_post(url: str, text: str) -> None:
     A business's own URL is a tenant's input: it goes through the outbound
     webhooks' server-side request forgery guard at every post (public
     addresses only, the connection made to the address checked, no
-    redirects: agents.webhooks.transport). The operator's SLACK_WEBHOOK_URL
+    redirects: agents.guarded_post). The operator's SLACK_WEBHOOK_URL
     is their own setting, posted as it is."""
     if url == str(settings.SLACK_WEBHOOK_URL or ""):
         try:

@@ -36,7 +36,7 @@ def money(amount: Decimal | str, currency: str) -> str:
 
 
 def clock_words(hhmm: str) -> str:
-    """"14:30" as "2:30 PM"; "24:00" (a day open until midnight) as "midnight"."""
+    """A clock time in words: 14:30 is "2:30 PM", 24:00 (open until midnight) "midnight"."""
     if hhmm.strip() == END_OF_DAY:
         return "midnight"
     hour, minute = (int(part) for part in hhmm.split(":"))

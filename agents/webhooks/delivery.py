@@ -51,10 +51,10 @@ from django.urls import reverse
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+from agents.guarded_post import Answer, webhook_post
 from agents.notify import slack_escape
 from agents.queue import task_enqueue
 from agents.reporting.alerts import alert_raise
-from agents.webhooks.transport import Answer, webhook_post
 from crm.fields import FieldDecryptionError
 from crm.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from crm.services.outbox import OUTBOX_WAKE, event_envelope, outbox_sequence_all

@@ -1,4 +1,6 @@
-"""Posting one webhook to a receiver.
+"""Posting one webhook to a receiver: the one way LeadOps posts to a URL a
+tenant gave it (outbound webhooks, the business's Slack channel). Below the
+roles that use it (agents/webhooks, agents/notify), importing none of them.
 
 The URL's host is resolved and every address checked at each post
 (crm.services.webhook_targets), and the connection goes to the address
