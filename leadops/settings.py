@@ -458,10 +458,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Enums first (the default), then: a field some roles never read is optional.
+    # Enums first (the default), then: a field some roles never read is
+    # optional; every operation may answer the throttle's 429.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "crm.api.common.fields_by_permission_optional",
+        "crm.api.common.throttled_documented",
     ],
 }
 

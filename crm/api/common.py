@@ -107,3 +107,19 @@ def fields_by_permission_optional(result: dict[str, Any], generator: Any, **kwar
         if component and "required" in component:
             component["required"] = [name for name in component["required"] if name not in cls.field_permissions]
     return result
+
+
+def throttled_documented(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular's last step: every API view is throttled
+    (leadops.api), so every operation may answer 429 in the error shape,
+    with Retry-After; a client built from the schema expects it."""
+    answer = {
+        "description": "Too many requests: wait the seconds in Retry-After.",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+    for item in result.get("paths", {}).values():
+        for method, operation in item.items():
+            if method in ("get", "post", "put", "patch", "delete"):
+                operation.setdefault("responses", {}).setdefault("429", answer)
+    return result

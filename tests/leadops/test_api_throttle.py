@@ -47,3 +47,23 @@ def test_past_the_rate_a_user_gets_a_429_in_the_error_shape_and_another_user_doe
     refused = clients["runaway"].get("/api/v1/leads/")
     assert refused.json()["error"] == "too_many_requests" and int(refused["Retry-After"]) > 0
     assert clients["calm"].get("/api/v1/leads/").status_code == 200
+
+
+def test_the_schema_documents_the_429_every_operation_may_answer(business):
+    """A client generated from the schema must expect the throttle's answer:
+    a long schemathesis run met 125 undocumented 429s."""
+    client = APIClient()
+    client.force_authenticate(member_create(business, Role.OWNER, username="olivia").user)
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    operations = [
+        (path, method, operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    ]
+    assert len(operations) >= 30
+    undocumented = [f"{method.upper()} {path}" for path, method, op in operations if "429" not in op["responses"]]
+    assert not undocumented, undocumented
+    answer = operations[0][2]["responses"]["429"]
+    assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+    assert "Retry-After" in answer["headers"]
