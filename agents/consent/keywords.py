@@ -6,8 +6,9 @@ and complaints (Twilio's keyword rules).
   STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT, REVOKE, OPTOUT; opt-in START, YES,
   UNSTOP; help HELP, INFO. The ledger records each. When Twilio already
   answered (the request carried `OptOutType`), we send nothing ourselves;
-  otherwise exactly one compliant confirmation goes out through the gate
-  (keyed by the inbound message id, so a replay never sends a second).
+  otherwise the reading carries the one compliant confirmation owed, which
+  agents/outbound/keyword_replies.py sends through the gate (keyed by the
+  inbound message id, so a replay never sends a second).
 - Free text that reads as a revocation ("please stop texting me", "no más
   mensajes") pauses every automated path for the person at once and asks a
   person to confirm the opt-out (approval kind `opt_out_question`).
@@ -22,7 +23,7 @@ back (confirmations and HELP are an SMS carrier rule; a DM owes none).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents.consent.policy import consent_channel
 from crm.models import Contact, ContactPoint, ContactPointKind, Lead, Message
@@ -72,6 +73,9 @@ COMPLAINT = re.compile(
 class Reading:
     kind: str  # opt_out, opt_in, help, revocation, complaint, or ""
     keyword: str = ""
+    # The compliance confirmation owed for a keyword by text ("" when none:
+    # Twilio already answered, a DM, or no keyword).
+    reply: str = ""
 
 
 def read_text(body: str) -> Reading:
@@ -102,10 +106,12 @@ def confirmation_text(kind: str, business_name: str) -> str:
     }[kind]
 
 
-def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") -> Reading:
-    """Act on one inbound text already recorded on `lead`. Joins the caller's
-    transaction; safe to run again for the same message (replays)."""
-    from agents.outbound.gate import message_send
+def keyword_text_record(*, message: Message, lead: Lead, opt_out_type: str = "") -> Reading:
+    """Record what one inbound text already on `lead` changes: the ledger,
+    the pause, the complaint. Joins the caller's transaction; safe to run
+    again for the same message (replays). Sends nothing: the reading's
+    `reply` is the confirmation owed, which the outbound role sends through
+    the gate (agents/outbound/keyword_replies.py: `inbound_text_apply`)."""
     from approvals.services import approval_request_open
 
     reading = read_text(message.body)
@@ -130,16 +136,7 @@ def inbound_text_apply(*, message: Message, lead: Lead, opt_out_type: str = "") 
             # Twilio's Advanced Opt-Out already answered: mirror, never reply
             # twice. A DM: nothing is owed back (and HELP means nothing there).
             return reading
-        message_send(
-            lead=lead,
-            channel="sms",
-            body=confirmation_text(reading.kind, lead.business.name),
-            actor=ACTOR,
-            idempotency_key=f"keyword-reply:{message.public_id}",
-            automated=True,
-            compliance_reply=True,
-        )
-        return reading
+        return replace(reading, reply=confirmation_text(reading.kind, lead.business.name))
     if reading.kind == "revocation":
         revocation_ask(message, lead)
     if reading.kind == "complaint" and "complaint" not in lead.exceptions:

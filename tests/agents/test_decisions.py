@@ -6,8 +6,8 @@ from datetime import time
 
 import pytest
 
-from agents.consent.keywords import inbound_text_apply
 from agents.outbound.gate import message_send
+from agents.outbound.keyword_replies import inbound_text_apply
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalConflict, approval_approve, approval_edit, approval_reject, approval_request_open
 from crm.models import ConsentState, Contact, Lead, Message, Receipt, Role

@@ -172,7 +172,7 @@ def lead_to(message: Message) -> str:
 def test_an_opt_out_question_cannot_be_re_pointed_at_another_persons_number(
     business: Business, manager: TeamMember
 ) -> None:
-    from agents.consent.keywords import inbound_text_apply
+    from agents.outbound.keyword_replies import inbound_text_apply
 
     lead, bystander = reachable_lead(business), reachable_lead(business)
     text = Message.objects.create(

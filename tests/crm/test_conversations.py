@@ -11,10 +11,10 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_record
 from agents.outbound.dispatch import message_give_up
 from agents.outbound.gate import message_send
+from agents.outbound.keyword_replies import inbound_text_apply
 from agents.playbook.copilot import reply_send
 from approvals.models import ApprovalRequest
 from approvals.services import approval_approve, approval_reject

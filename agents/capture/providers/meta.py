@@ -56,10 +56,10 @@ from agents.capture.webhooks import (
     reject,
     remote_addr,
 )
-from agents.consent.keywords import inbound_text_apply
 from agents.followup.replies import reply_log
 from agents.meta_graph import lead_fetch, message_sid
 from agents.outbound.instagram import dm_echo_apply, dm_seen_apply
+from agents.outbound.keyword_replies import inbound_text_apply
 from crm.models import InboundEvent, Provider, Source
 from crm.services.inbound_handlers import MalformedPayload, handler_register
 

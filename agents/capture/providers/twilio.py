@@ -61,9 +61,9 @@ from agents.capture.base import Capture
 from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
-from agents.consent.keywords import inbound_text_apply
 from agents.consent.recording import recording_notice_reason
 from agents.followup.replies import reply_log
+from agents.outbound.keyword_replies import inbound_text_apply
 from agents.outbound.status import status_callback_process
 from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
 from agents.playbook.voice_prompts import voice_prompt

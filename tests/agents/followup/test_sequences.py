@@ -144,8 +144,8 @@ def _reply(lead: Lead) -> None:
 
 
 def _opt_out(lead: Lead) -> None:
-    from agents.consent.keywords import inbound_text_apply
     from agents.followup.replies import reply_log
+    from agents.outbound.keyword_replies import inbound_text_apply
 
     message = Message.objects.create(
         business=lead.business,
@@ -162,8 +162,8 @@ def _opt_out(lead: Lead) -> None:
 
 
 def _complaint(lead: Lead) -> None:
-    from agents.consent.keywords import inbound_text_apply
     from agents.followup.replies import reply_log
+    from agents.outbound.keyword_replies import inbound_text_apply
 
     message = Message.objects.create(
         business=lead.business,

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from agents.consent.keywords import inbound_text_apply
 from agents.outbound.dispatch import message_dispatch
 from agents.outbound.gate import message_gate, message_send
+from agents.outbound.keyword_replies import inbound_text_apply
 from crm.models import ConsentState, Enrollment, Message, Sequence
 from crm.services.consent import consent_record
 from tests.agents.outbound.fake_twilio import ScriptedTwilio, created
