@@ -43,9 +43,9 @@ from agents.followup.sequences import engine as sequence_engine
 from agents.revenue import jobs as revenue_jobs
 from agents.revenue import payments as revenue_payments
 from agents.routing import steps as routing
-from agents.routing.next_action import next_action_ensure
 from crm.models import Lead, Timer
 from crm.services.lead_sync import lead_current, lead_for_update, lead_refresh
+from crm.services.next_action import next_action_ensure
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_run, timers_run_due
 

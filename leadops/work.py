@@ -1,6 +1,6 @@
 """A setter's "My next actions": their open tasks by due time, overdue first,
 each completed with its outcome and either the next action or a closing
-outcome (the Task Creator's rule, enforced in agents.routing.next_action)."""
+outcome (the Task Creator's rule, enforced in crm.services.next_action)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from agents.routing.next_action import NextActionError, task_complete
 from crm.localtime import zone_label
 from crm.models import Task
 from crm.permissions import can
 from crm.selectors import scope_for
+from crm.services.next_action import NextActionError, task_complete
 
 CLOSE_CHOICES = [
     ("", "— keep the lead open —"),

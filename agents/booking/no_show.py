@@ -41,9 +41,9 @@ from agents.followup.sequences.preview import sequence_preview
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
-from agents.routing.next_action import next_action_set
 from crm.models import Appointment, Business, Lead, Sequence, Stage, Timer
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_schedule
 

@@ -41,7 +41,6 @@ from agents.followup.sequences.engine import enrollments_stop
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
-from agents.routing.next_action import next_action_set
 from crm.models import (
     Appointment,
     Availability,
@@ -56,6 +55,7 @@ from crm.models import (
 )
 from crm.selectors import business_manager
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set
 from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import appointment_record, task_ensure

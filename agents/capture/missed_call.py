@@ -35,10 +35,10 @@ from django.utils import timezone
 from agents.events import lead_event
 from agents.outbound.gate import message_send
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
-from agents.routing.next_action import next_action_set, next_action_update
 from crm.models import Business, Call, Contact, ContactPointKind, Lead, Message, Task, TeamMember
 from crm.selectors import business_manager
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set, next_action_update
 from crm.services.receipts import receipt_write, receipt_written
 
 ACTOR = "agent:missed_call"

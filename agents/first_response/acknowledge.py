@@ -25,11 +25,11 @@ from agents.ai.drafter import drafter_for
 from agents.notify import member_notify
 from agents.outbound.gate import message_send
 from agents.playbook.assistant import draft_acknowledgement
-from agents.routing.next_action import next_action_ensure
 from crm.localtime import when, zone_or_none
 from crm.models import Appointment, Lead, Message, Stage
 from crm.selectors import business_manager, member_zone, rows_held
 from crm.services.lead_sync import lead_for_update, lead_is_current, lead_mark_acknowledged
+from crm.services.next_action import next_action_ensure
 from crm.services.records import task_create
 
 ACTOR = "agent:first_response"

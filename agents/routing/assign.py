@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from agents.notify import member_notify
 from agents.routing.eligibility import Candidate, owner_candidates, setters_of
-from agents.routing.next_action import next_action_set
 from crm.models import Lead, LeadException, TeamMember
 from crm.selectors import business_manager
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 

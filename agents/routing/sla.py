@@ -108,7 +108,7 @@ def sla_check(lead: Lead, *, now: datetime | None = None) -> str:
             reason="SLA breached: reassigned",
         )
         if routed.rule == RULE:
-            from agents.routing.next_action import next_action_set
+            from crm.services.next_action import next_action_set
 
             lead_sync.lead_refresh(lead)
             next_action_set(

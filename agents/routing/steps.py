@@ -13,12 +13,12 @@ from agents.ai.explain import explanation_schedule
 from agents.events import UNREACHABLE_TITLE, MissingInformation
 from agents.fit.qualify import EXCEPTION_PATH, Fit, lead_fit
 from agents.routing.assign import lead_route
-from agents.routing.next_action import next_action_ensure, next_action_update
 from agents.routing.sla import sla_check, sla_deadline, sla_minutes, sla_start
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
 from crm.models import Lead, Task
 from crm.services import lead_sync
+from crm.services.next_action import next_action_ensure, next_action_update
 
 ACTOR = "agent:orchestrator"
 FIT_ACTOR = "agent:fit"

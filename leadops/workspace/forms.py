@@ -9,10 +9,10 @@ from typing import Any
 from django import forms
 
 from agents.playbook.copilot import REPLY_CHANNELS
-from agents.routing.reached import CALL_OUTCOMES
 from crm.inbox import InboxQuery
 from crm.models import INTENTS, Stage, TeamMember
 from crm.permissions import SALES
+from crm.services.reached import CALL_OUTCOMES
 
 INBOX_CHANNELS = [
     ("", "Any channel"),

@@ -36,13 +36,13 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.followup.hold import automation_hold
 from agents.playbook.copilot import reply_send
 from agents.routing.assign import lead_reassign
-from agents.routing.next_action import NextActionError, next_action_set
-from agents.routing.reached import call_log, lead_reached
 from crm.inbox import InboxQuery, unread_conversations
 from crm.models import Lead, Message
 from crm.permissions import can, can_anywhere
 from crm.services.conversations import conversation_read, conversation_settle, note_add
 from crm.services.lead_sync import LeadSyncError
+from crm.services.next_action import NextActionError, next_action_set
+from crm.services.reached import call_log, lead_reached
 from leadops.workspace.forms import (
     INBOX_CHANNELS,
     INBOX_INTENTS,

@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from agents.audit import lead_audit
 from agents.routing.assign import lead_reassign
-from agents.routing.next_action import next_action_set
 from crm.models import Enrollment, Lead, Message, Role, Sequence
 from crm.services import lead_sync
 from crm.services.consent import consent_record
+from crm.services.next_action import next_action_set
 from crm.services.records import payment_record, refund_record
 from tests.factories import lead_create, member_create
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.routing.next_action import next_action_set
 from crm.models import Lead, Role, Task
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set
 from tests.factories import BusinessFactory, lead_create, member_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -18,12 +18,12 @@ from twilio.request_validator import RequestValidator
 from agents.followup.replies import reply_record
 from agents.followup.sequences.engine import enrollment_start
 from agents.outbound.gate import message_send
-from agents.routing.next_action import next_action_set
-from agents.routing.reached import call_log
 from approvals.models import ApprovalRequest
 from crm.models import Business, Call, Conversation, Lead, Message, MessageTemplate, Role, Sequence, Source, TeamMember
 from crm.services import lead_sync
 from crm.services.conversations import note_add
+from crm.services.next_action import next_action_set
+from crm.services.reached import call_log
 from crm.services.records import contact_create, lead_open
 from tests.factories import BusinessFactory, member_create
 from tests.helpers.capture import run_queued_events

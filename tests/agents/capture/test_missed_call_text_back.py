@@ -357,7 +357,7 @@ def test_redelivered_and_later_callbacks_of_one_missed_call_add_nothing(
 def test_a_call_back_done_and_then_another_missed_call_opens_a_new_call_back_but_no_second_text(
     text_back_on, twilio_source, setter, manager, django_capture_on_commit_callbacks
 ):
-    from agents.routing.next_action import task_complete
+    from crm.services.next_action import task_complete
 
     call_missed(django_capture_on_commit_callbacks, sid=sid(1))
     lead = Lead.objects.get()

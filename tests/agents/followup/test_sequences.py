@@ -432,7 +432,7 @@ def test_enrollments_stop_needs_exactly_one_scope(lead: Lead) -> None:
 
 
 def test_a_lead_closed_from_its_next_actions_outcome_ends_its_path_at_once(lead: Lead) -> None:
-    from agents.routing.next_action import next_action_set, task_complete
+    from crm.services.next_action import next_action_set, task_complete
 
     enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
     task = next_action_set(lead, "Call Rosa back", NOON_NY + timedelta(hours=2), actor="sam", reason="test")
@@ -462,6 +462,6 @@ def test_closing_cancels_the_other_open_next_actions_with_a_receipt_each(lead: L
 
 
 def lead_sync_next_action(lead: Lead) -> Task:
-    from agents.routing.next_action import next_action_set
+    from crm.services.next_action import next_action_set
 
     return next_action_set(lead, "Call back", NOON_NY + timedelta(hours=2), actor="sam", reason="test")

@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents.routing.next_action import NextActionError, next_action_set, task_complete
 from crm.models import Task
 from crm.services import lead_sync
+from crm.services.next_action import NextActionError, next_action_set, task_complete
 from crm.services.records import task_create
 from tests.factories import lead_create
 

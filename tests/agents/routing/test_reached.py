@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from agents.followup.replies import reply_record
 from agents.routing.assign import lead_reassign
-from agents.routing.next_action import next_action_set
-from agents.routing.reached import call_log, lead_reached
 from crm.models import Call, Conversation, LeadException, Note, Receipt, Role, Stage, Task
 from crm.services import lead_sync
+from crm.services.next_action import next_action_set
+from crm.services.reached import call_log, lead_reached
 from tests.factories import lead_create, member_create
 
 pytestmark = pytest.mark.django_db

@@ -14,9 +14,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agents.routing.reached import lead_reached
 from crm.models import CLOSED_STAGES, Lead, Stage, Task, TeamMember
 from crm.services import lead_sync
+from crm.services.reached import lead_reached
 from crm.services.receipts import receipt_write
 from crm.services.records import task_create
 
