@@ -28,9 +28,10 @@ class AgentsConfig(AppConfig):
         from agents.fit import exceptions as fit_exceptions
 
         fit_exceptions.register()
-        from agents.booking import no_show
+        from agents.booking import calendly, no_show
         from agents.booking import services as booking
 
+        calendly.register()  # processing of Calendly's bookings, cancellations and no-shows
         booking.register()  # appointment reminders
         no_show.register()  # the no-show rebooking deadline
         from agents import followup

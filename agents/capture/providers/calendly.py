@@ -12,7 +12,8 @@ known by its event and the invitee's URI); 400 a signed body we cannot read
 (stored failed, for inspection and replay); 401 a missing, wrong or stale
 signature (counted, nothing stored); 403/404 the source; 413.
 
-Processing (one transaction per event):
+Processing (one transaction per event) is booking's, which owns appointments
+(agents/booking/calendly.py registers it); this module stores and parses:
 - `invitee.created`: the matched lead is booked (`appointment_record_external`:
   stage, reminders, brief, nurture stop; no confirmation, Calendly sent one).
   A reschedule's new booking names the old one (`old_invitee`) and links to it.
@@ -43,17 +44,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agents.booking.matcher import UNMATCHED, booking_exception, booking_exception_resolve, booking_match
-from agents.booking.no_show import no_show_record
-from agents.booking.services import (
-    HOLDING,
-    BookingError,
-    appointment_cancel,
-    appointment_record_external,
-    appointment_release_rescheduled,
-)
 from agents.capture.base import json_object
-from agents.capture.processing import event_process
 from agents.capture.webhooks import (
     WebhookError,
     accept,
@@ -64,8 +55,8 @@ from agents.capture.webhooks import (
     reject,
     source_for,
 )
-from crm.models import Appointment, Business, ExceptionItem, InboundEvent, Provider, Source, TeamMember
-from crm.services.inbound_handlers import MalformedPayload, handler_register
+from crm.models import Provider, Source
+from crm.services.inbound_handlers import MalformedPayload
 
 CREATED = "invitee.created"
 CANCELED = "invitee.canceled"
@@ -73,7 +64,6 @@ NO_SHOW = "invitee_no_show.created"
 NO_SHOW_DELETED = "invitee_no_show.deleted"
 IGNORED_KINDS = (NO_SHOW_DELETED, "routing_form_submission.created")
 TOLERANCE_SECONDS = 180
-ACTOR = "agent:booking_matcher"
 PHONE_QUESTION = ("phone", "mobile", "cell", "number")
 
 
@@ -216,150 +206,6 @@ def invitee_parse(data: dict[str, Any]) -> tuple[str, Invitee]:
 
 
 # --- processing ---------------------------------------------------------------
-
-
-def _event_invitee(event: InboundEvent) -> Invitee:
-    _kind, invitee = invitee_parse(json_object(bytes(event.body)))
-    return invitee
-
-
-def _appointment(business_id: int, invitee_uri: str) -> Appointment | None:
-    """The business's appointment of an invitee: an event accepted on one
-    business's source never reaches another's visits, whatever invitee it
-    names."""
-    return (
-        Appointment.objects.select_related("lead__business", "lead__contact")
-        .filter(provider=Provider.CALENDLY, external_id=invitee_uri, business_id=business_id)
-        .first()
-    )
-
-
-def _booking_of(event: InboundEvent, invitee_uri: str) -> Appointment | None:
-    """The appointment of an invitee in the event's business, recording its
-    booking first when that delivery is stored but not processed yet:
-    Calendly does not promise order, and workers take events in parallel."""
-    assert event.business_id is not None  # a Calendly event is stored with its source's business
-    appointment = _appointment(event.business_id, invitee_uri)
-    if appointment is not None:
-        return appointment
-    booking = InboundEvent.objects.filter(
-        provider=Provider.CALENDLY, external_id=f"{CREATED}:{invitee_uri}", business_id=event.business_id
-    ).first()
-    if booking is None:
-        return None
-    if booking.status == InboundEvent.Status.PROCESSING:
-        raise LookupError(f"its booking {booking.public_id} is being processed right now: replay this event")
-    if booking.status in (InboundEvent.Status.RECEIVED, InboundEvent.Status.FAILED):
-        event_process(booking.pk)
-    return _appointment(event.business_id, invitee_uri)
-
-
-def _host(business: Business, invitee: Invitee) -> TeamMember | None:
-    if not invitee.host_emails:
-        return None
-    return (
-        TeamMember.objects.filter(business=business, is_active=True, email__in=invitee.host_emails)
-        .order_by("pk")
-        .first()
-    )
-
-
-def _notes(invitee: Invitee) -> str:
-    lines = [f"Calendly: {invitee.event_name}"] if invitee.event_name else []
-    lines += [f"{q}: {a}" for q, a in invitee.answers]
-    return "\n".join(lines)
-
-
-def _created(event: InboundEvent) -> str:
-    business, invitee = event.business, _event_invitee(event)
-    assert business is not None
-    if _appointment(business.pk, invitee.uri) is not None:
-        return InboundEvent.Status.PROCESSED  # a replay: the booking is already recorded
-    if invitee.starts_at is None or invitee.ends_at is None:
-        raise MalformedPayload("the booking has no scheduled_event start_time and end_time")
-    match = booking_match(business, emails=invitee.emails, phones=invitee.phones, tracking=invitee.tracking)
-    if match.lead is None:
-        booking_exception(
-            business,
-            subject=event.public_id,
-            title=f"Calendly booking matches no lead: {invitee.label()}",
-            detail=f"{match.detail}; invitee {invitee.uri}",
-        )
-        return InboundEvent.Status.PROCESSED
-    old = _appointment(business.pk, invitee.old_invitee) if invitee.old_invitee else None
-    try:
-        appointment_record_external(
-            match.lead,
-            starts_at=invitee.starts_at,
-            ends_at=invitee.ends_at,
-            provider=Provider.CALENDLY,
-            external_id=invitee.uri,
-            actor=ACTOR,
-            assigned_to=_host(business, invitee),
-            location=invitee.location,
-            notes=_notes(invitee),
-            rescheduled_from=old,
-        )
-    except BookingError as exc:
-        booking_exception(
-            business,
-            subject=event.public_id,
-            lead=match.lead,
-            title=f"Calendly booking for {match.lead.public_id} needs a person: {invitee.label()}",
-            detail=f"matched by {match.how}, but {exc}; invitee {invitee.uri}",
-        )
-    return InboundEvent.Status.PROCESSED
-
-
-def _canceled(event: InboundEvent) -> str:
-    invitee = _event_invitee(event)
-    appointment = _booking_of(event, invitee.uri)
-    if appointment is None:
-        # Booked while unmatched: the person's exception for it can close.
-        for item in ExceptionItem.objects.filter(
-            business=event.business, kind=UNMATCHED, status=ExceptionItem.Status.OPEN, detail__contains=invitee.uri
-        ):
-            booking_exception_resolve(item, actor=ACTOR, how="canceled in Calendly before it was matched")
-        return InboundEvent.Status.IGNORED
-    if appointment.status not in HOLDING:
-        return InboundEvent.Status.IGNORED
-    if invitee.rescheduled:
-        appointment_release_rescheduled(appointment, actor=ACTOR)
-        return InboundEvent.Status.PROCESSED
-    by = f" by {invitee.canceled_by}" if invitee.canceled_by else ""
-    appointment_cancel(
-        appointment, actor=ACTOR, reason=f"canceled in Calendly{by}: {invitee.cancel_reason or 'no reason given'}"
-    )
-    return InboundEvent.Status.PROCESSED
-
-
-def _no_show(event: InboundEvent) -> str:
-    invitee = _event_invitee(event)
-    appointment = _booking_of(event, invitee.uri)
-    if appointment is None:
-        assert event.business is not None
-        booking_exception(
-            event.business,
-            subject=event.public_id,
-            title="Calendly no-show for a booking not on record",
-            detail=f"no appointment for invitee {invitee.uri}",
-        )
-        return InboundEvent.Status.PROCESSED
-    if appointment.status not in (*HOLDING, Appointment.Status.NO_SHOW):
-        return InboundEvent.Status.IGNORED
-    no_show_record(appointment, actor=ACTOR)
-    return InboundEvent.Status.PROCESSED
-
-
-def _ignore(event: InboundEvent) -> str:
-    return InboundEvent.Status.IGNORED
-
-
-handler_register(Provider.CALENDLY, CREATED, _created)
-handler_register(Provider.CALENDLY, CANCELED, _canceled)
-handler_register(Provider.CALENDLY, NO_SHOW, _no_show)
-for _kind in IGNORED_KINDS:
-    handler_register(Provider.CALENDLY, _kind, _ignore)
 
 
 # --- the endpoint ---------------------------------------------------------------
