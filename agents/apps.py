@@ -32,6 +32,9 @@ class AgentsConfig(AppConfig):
         from agents.booking import services as booking
 
         calendly.register()  # processing of Calendly's bookings, cancellations and no-shows
+        from agents.revenue import stripe as stripe_payments
+
+        stripe_payments.register()  # processing of Stripe's payments and refunds
         booking.register()  # appointment reminders
         no_show.register()  # the no-show rebooking deadline
         from agents import followup

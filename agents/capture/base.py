@@ -105,3 +105,14 @@ UTM_KEYS = ("utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content
 
 def utm_from(mapping: dict[str, Any]) -> dict[str, str]:
     return {key.removeprefix("utm_"): str(mapping[key]) for key in UTM_KEYS if mapping.get(key)}
+
+
+@dataclass(frozen=True)
+class PaymentHints:
+    """What a provider tells about who paid and for what."""
+
+    metadata: dict[str, str] = field(default_factory=dict)
+    emails: tuple[str, ...] = ()
+    phones: tuple[str, ...] = ()
+    name: str = ""
+    description: str = ""

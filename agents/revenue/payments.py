@@ -33,6 +33,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from agents.capture.base import PaymentHints
 from agents.events import MissingInformation, lead_event
 from crm.models import (
     Business,
@@ -71,17 +72,6 @@ CENT = Decimal("0.01")
 
 class PaymentError(Exception):
     """A link or record refused: nothing written."""
-
-
-@dataclass(frozen=True)
-class PaymentHints:
-    """What a provider tells about who paid and for what."""
-
-    metadata: dict[str, str] = field(default_factory=dict)
-    emails: tuple[str, ...] = ()
-    phones: tuple[str, ...] = ()
-    name: str = ""
-    description: str = ""
 
 
 @dataclass(frozen=True)

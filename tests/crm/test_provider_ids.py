@@ -19,8 +19,9 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.utils import timezone
 
-from agents.capture.providers.stripe import BusinessUnknown, StripeMoney, business_for
-from agents.revenue.payments import PaymentHints
+from agents.capture.base import PaymentHints
+from agents.capture.providers.stripe import StripeMoney
+from agents.revenue.stripe import BusinessUnknown, business_for
 from crm.models import Appointment, Business, InboundEvent, Role, Source
 from tests.factories import BusinessFactory, member_create
 from tests.helpers.booking import owned_lead

@@ -18,8 +18,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from agents.capture.base import PaymentHints
 from agents.revenue.jobs import invoice_issue, job_complete
-from agents.revenue.payments import PaymentHints, payment_manual_record, payment_receive, refund_add
+from agents.revenue.payments import payment_manual_record, payment_receive, refund_add
 from crm.models import Appointment, Business, Lead, Payment, Refund, Role, Source, Stage
 from crm.reports import NO_VALUE, UNATTRIBUTED, revenue_report
 from crm.services import lead_sync

@@ -15,8 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from agents.capture.base import PaymentHints
 from agents.revenue.jobs import invoice_issue
-from agents.revenue.payments import PaymentHints, payment_manual_record, payment_receive, refund_add
+from agents.revenue.payments import payment_manual_record, payment_receive, refund_add
 from crm.models import ExceptionItem, Job, Payment, Receipt, Refund, Role
 from crm.services import lead_sync
 from crm.services.records import appointment_record, estimate_record, job_record

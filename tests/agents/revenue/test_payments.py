@@ -13,13 +13,13 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from agents.capture.base import PaymentHints
 from agents.capture.processing import event_process
 from agents.orchestrator import orchestrate_pending
 from agents.revenue.jobs import invoice_issue
 from agents.revenue.payments import (
     EXCEPTION_KIND,
     PaymentError,
-    PaymentHints,
     payment_link,
     payment_manual_record,
     payment_receive,
