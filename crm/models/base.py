@@ -53,7 +53,7 @@ class Business(models.Model):
     fit_rules = models.JSONField(default=list, blank=True)
     # Job-scope words per flag: {"emergency": [...], "commercial": [...]}; merged over built-ins.
     scope_keywords = models.JSONField(default=dict, blank=True)
-    # Follow-up and reporting (issues 6 and 7).
+    # Follow-up and reporting.
     estimate_follow_up_days = models.PositiveIntegerField(default=3)
     brief_hour = models.PositiveSmallIntegerField(default=7, help_text="Local hour the daily brief is emailed")
     # Public intake. The countries (ISO 3166 codes) whose numbers may be texted

@@ -20,7 +20,7 @@ DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "acme-hvac.yaml"
 # acknowledgement not counted), measured on the costlier path (see below).
 # It was 122, then 102 (7 + 95) before the new-lead step ran in its
 # capture's unit of work (receipts in one INSERT, the lead held and written
-# once, the playbook read once). Issue 12's budget is 40 end to end.
+# once, the playbook read once). The budget is 40 end to end.
 END_TO_END_BUDGET = 40
 ACCEPTANCE_BUDGET = 5
 # What one new lead leaves on record, each in the one INSERT of its unit.
