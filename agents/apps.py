@@ -40,6 +40,9 @@ class AgentsConfig(AppConfig):
         from agents import followup
 
         followup.register()  # sequence steps, estimate clocks, follow-up calls
+        from agents.followup import inbound_messages
+
+        inbound_messages.register()  # what follows a text or DM a person sent
         from agents.reporting import alerts, brief, call_scoring, call_transcription
 
         call_scoring.register()  # processing of Twilio's recording callbacks
@@ -52,7 +55,7 @@ class AgentsConfig(AppConfig):
         from agents.ai import inbound as ai_inbound
 
         ai_inbound.register()  # a language model's reading of inbound messages (own job)
-        from agents.ai import receptionist
+        from agents.booking import receptionist
 
         receptionist.register()  # the after-hours receptionist (own job: it may call a model)
         from agents.ai import explain

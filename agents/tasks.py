@@ -204,7 +204,7 @@ def ai_sweep() -> dict[str, int]:
 
 def ai_inbound(timer_id: int) -> str:
     """The fast path of one model reading (agents.ai.inbound) or after-hours
-    reception (agents.ai.receptionist): run its timer now."""
+    reception (agents.booking.receptionist): run its timer now."""
     return timer_run(timer_id)
 
 

@@ -26,6 +26,7 @@ runs after commit, outside any transaction while the model is asked
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.db import transaction
 from django.utils import timezone
@@ -42,6 +43,7 @@ from agents.ai.intents import (
     keyword_text,
 )
 from agents.consent.keywords import revocation_ask
+from agents.outbound.clock import hours_open
 from agents.outbound.gate import POINT_KIND, message_send
 from agents.playbook.assistant import PERSON_APPROVES, Draft, Proposal, draft_proposal
 from agents.playbook.copilot import model_draft_key
@@ -52,6 +54,10 @@ from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_schedule
 
 TIMER_KIND = "ai.inbound"
+# The after-hours receptionist's timer (agents/booking/receptionist.py runs
+# it), left in place of the reading for a text or DM outside business hours.
+RECEPTION_TIMER = "ai.reception"
+RECEPTION_CHANNELS = ("sms", "dm", "instagram")
 # Above the longest call (55 s, leadops.settings), below the cluster's retry (90 s).
 AI_TASK_TIMEOUT = 80
 # The channel a reply goes back on, by the channel the message came in on.
@@ -90,6 +96,26 @@ def ai_timer_leave(lead: Lead, kind: str, *, key: str, payload: dict[str, Any]) 
         # A lost enqueue leaves the timer due: the AI job's sweep runs it.
         task_enqueue("agents.tasks.ai_inbound", timer.pk, group="ai", save=False, timeout=AI_TASK_TIMEOUT)
     return timer
+
+
+def reception_wanted(message: Message, lead: Lead) -> bool:
+    """The business turned the receptionist on and `message`, a text or DM
+    (not a keyword: the ledger answers those), came in outside its hours, in
+    its own zone."""
+    business = lead.business
+    if not business.ai_receptionist or message.direction != "in" or message.channel not in RECEPTION_CHANNELS:
+        return False
+    if lead.is_test or not message.body.strip() or keyword_text(message.body):
+        return False
+    return not hours_open(business.business_hours, ZoneInfo(business.timezone), message.created_at)
+
+
+def inbound_schedule(message: Message, lead: Lead) -> Timer | None:
+    """Where capture hands a recorded text or DM on, in its transaction: the
+    receptionist's timer after hours, else the model's usual reading."""
+    if reception_wanted(message, lead):
+        return read_timer_leave(message, lead, RECEPTION_TIMER)
+    return inbound_read_schedule(message, lead)
 
 
 def inbound_read(timer: Timer) -> None:

@@ -26,9 +26,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents.ai.inbound import inbound_read_schedule
+from agents.ai.inbound import inbound_read_schedule, reception_wanted
 from agents.ai.intents import intent_by_rules
-from agents.ai.receptionist import reception_wanted
 from agents.ai.urgency import message_urgent
 from agents.events import lead_event
 from agents.followup.sequences.engine import enrollments_stop
@@ -115,7 +114,7 @@ def reply_step(lead: Lead, data: dict[str, Any]) -> str:
     outcome = []
     # After hours, where the business turned the receptionist on, it answers
     # within the playbook and gives the owner the conversation only when a
-    # person is needed, with the reason (agents.ai.receptionist): one
+    # person is needed, with the reason (agents.booking.receptionist): one
     # take-over task, never a second beside its own.
     received = message is not None and reception_wanted(message, lead)
     if not received and not lead.tasks.filter(kind=TAKE_OVER, status=Task.Status.OPEN).exists():

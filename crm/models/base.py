@@ -75,7 +75,7 @@ class Business(models.Model):
     ai_monthly_calls = models.PositiveIntegerField(null=True, blank=True)
     ai_auto_reply = models.JSONField(default=list, blank=True)
     # Outside business hours, inbound texts and DMs are answered within the
-    # playbook (agents/ai/receptionist.py) and handed to a person otherwise.
+    # playbook (agents/booking/receptionist.py) and handed to a person otherwise.
     ai_receptionist = models.BooleanField(default=False)
     # The approved facts a drafted reply may state besides the records (the
     # business file's `playbook`): {"booking_url": ..., "prices": [{"item", "amount"}], "facts": [...]}.

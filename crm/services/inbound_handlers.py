@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from crm.models import InboundEvent
+from crm.models import InboundEvent, Lead, Message
 from crm.registry import Registry
 
 # A handler returns PROCESSED or IGNORED (an echo, a status we do not track…).
@@ -37,3 +37,21 @@ class RetryLater(Exception):
 def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:
     """`handler(event)`, or `handler(event, prepared)` when `prepare` is given."""
     EVENT_HANDLERS.register(f"{provider}:{kind}", (handler, prepare))
+
+
+# What follows a text or DM a person sent, once capture has recorded it on
+# its lead: the consent check, the end of automated follow-up for a reply,
+# and the reading (a model's, or the after-hours receptionist's). One
+# subscriber, follow-up's (agents/followup/inbound_messages.py), runs them in
+# that order in capture's transaction; capture only announces the message.
+MessageArrived = Callable[..., None]
+MESSAGE_ARRIVED: Registry[MessageArrived] = Registry("inbound message subscriber")
+
+
+def message_subscriber_register(subscriber: MessageArrived) -> None:
+    MESSAGE_ARRIVED.register("message", subscriber)
+
+
+def message_arrived(message: Message, lead: Lead, *, created_lead: bool, opt_out_type: str = "") -> None:
+    """Hand a recorded inbound text or DM on (in the caller's transaction)."""
+    MESSAGE_ARRIVED["message"](message, lead, created_lead=created_lead, opt_out_type=opt_out_type)

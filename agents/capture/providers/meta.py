@@ -43,7 +43,6 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from agents.ai.receptionist import inbound_schedule
 from agents.capture.base import Capture, json_object, split_name, truthy
 from agents.capture.identity import capture_apply
 from agents.capture.intake import Accepted, event_accept, rejection_count
@@ -56,12 +55,10 @@ from agents.capture.webhooks import (
     reject,
     remote_addr,
 )
-from agents.followup.replies import reply_log
 from agents.meta_graph import lead_fetch, message_sid
 from agents.outbound.instagram import dm_echo_apply, dm_seen_apply
-from agents.outbound.keyword_replies import inbound_text_apply
 from crm.models import InboundEvent, Provider, Source
-from crm.services.inbound_handlers import MalformedPayload, handler_register
+from crm.services.inbound_handlers import MalformedPayload, handler_register, message_arrived
 
 LEADGEN = "leadgen"
 DM = "instagram_dm"
@@ -506,15 +503,9 @@ def _process_dm(event: InboundEvent) -> str:
     )
     if applied.message is not None:
         # A STOP by DM revokes DMs; plain words that read as a revocation or a
-        # complaint pause automation and ask a person, as a text does.
-        reading = inbound_text_apply(message=applied.message, lead=applied.lead)
-        if not applied.created_lead:
-            # A DM on a lead we already had is a reply: automation for the person ends now.
-            reply_log(applied.message, lead=applied.lead, reading=reading.kind)
-        # After this commits: the after-hours receptionist where the business
-        # turned it on, else a language model's reading where it uses one
-        # (which may draft a reply for a person to approve).
-        inbound_schedule(applied.message, applied.lead)
+        # complaint pause automation and ask a person, as a text does; a reply
+        # ends automation (agents/followup/inbound_messages.py).
+        message_arrived(applied.message, applied.lead, created_lead=applied.created_lead)
     return S.PROCESSED
 
 

@@ -56,14 +56,11 @@ from twilio.twiml import TwiML
 from twilio.twiml.messaging_response import MessagingResponse
 from twilio.twiml.voice_response import VoiceResponse
 
-from agents.ai.receptionist import inbound_schedule
 from agents.capture.base import Capture
 from agents.capture.identity import capture_apply
 from agents.capture.missed_call import call_missed_record, call_status_record, status_update_from
 from agents.capture.webhooks import WebhookError, accept, body_digest, raw_body, reject
 from agents.consent.recording import recording_notice_reason
-from agents.followup.replies import reply_log
-from agents.outbound.keyword_replies import inbound_text_apply
 from agents.outbound.status import status_callback_process
 from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
 from agents.playbook.voice_prompts import voice_prompt
@@ -71,7 +68,7 @@ from crm.locks import xact_lock
 from crm.models import Business, Call, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.contact_numbers import number_refusal
-from crm.services.inbound_handlers import MalformedPayload, handler_register
+from crm.services.inbound_handlers import MalformedPayload, handler_register, message_arrived
 from crm.services.receipts import receipt_write
 
 ACTOR = "agent:call_listener"
@@ -470,16 +467,14 @@ def _process_sms(event: InboundEvent) -> str:
     )
     applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
     if applied.message is not None:
-        reading = inbound_text_apply(
-            message=applied.message, lead=applied.lead, opt_out_type=params.get("OptOutType", "")
+        # Consent reads it, a reply ends automation, and it is left for its
+        # reading (agents/followup/inbound_messages.py, in this transaction).
+        message_arrived(
+            applied.message,
+            applied.lead,
+            created_lead=applied.created_lead,
+            opt_out_type=params.get("OptOutType", ""),
         )
-        if not applied.created_lead:
-            # A text on a lead we already had is a reply: automation for the person ends now.
-            reply_log(applied.message, lead=applied.lead, reading=reading.kind)
-        # After this commits: the after-hours receptionist where the business
-        # turned it on, else a language model's reading where it uses one
-        # (which may draft a reply for a person to approve).
-        inbound_schedule(applied.message, applied.lead)
     return InboundEvent.Status.PROCESSED
 
 

@@ -14,7 +14,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from agents import tasks
-from agents.ai.receptionist import TIMER_KIND
+from agents.ai.inbound import RECEPTION_TIMER as TIMER_KIND
 from approvals.models import ApprovalRequest
 from crm.models import (
     DAYS,

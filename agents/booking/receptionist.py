@@ -8,8 +8,10 @@ instead (the one counted call agents/ai/inbound.py would make) and may pick
 which approved fact answers it, but its own words only ever wait for a
 person's approval.
 
-Capture leaves a timer (`ai.reception`, one per message) in place of the
-model's usual reading (`inbound_schedule`), run after commit (`reception_run`):
+Capture's hand-off leaves a timer (`ai.reception`, one per message) in place
+of the model's usual reading (`agents/ai/inbound.py`: `inbound_schedule`,
+`reception_wanted`), run after commit (`reception_run`, here: answering may
+book a visit, so the receptionist sits with booking):
 
 1. The model reads the message, when the business uses one (outside any
    transaction).
@@ -47,12 +49,11 @@ from django.utils import timezone
 from agents.ai.calls import CallOutcome
 from agents.ai.drafter import ModelDrafter, ai_settings_for
 from agents.ai.inbound import (
+    RECEPTION_TIMER,
     REPLY_CHANNEL,
     draft_route,
     draft_wanted,
-    inbound_read_schedule,
     intent_apply,
-    read_timer_leave,
 )
 from agents.ai.intents import (
     BOOKING_REQUEST,
@@ -66,12 +67,10 @@ from agents.ai.intents import (
     REVOCATION,
     SPAM,
     WRONG_NUMBER,
-    keyword_text,
 )
 from agents.booking.services import appointment_book, owner_or_manager
 from agents.booking.slots import BookingError, slot_key_parse, slots_offer, when_label
 from agents.fit.exceptions import booking_refusal
-from agents.outbound.clock import hours_open
 from agents.outbound.gate import POINT_KIND, message_send
 from agents.playbook.assistant import Draft, Proposal, draft_proposal
 from agents.playbook.facts import Fact, placeholder_values, playbook_facts
@@ -83,8 +82,6 @@ from crm.services.records import task_ensure
 from crm.services.timers import timer_handler_register
 
 ACTOR = "agent:receptionist"
-TIMER_KIND = "ai.reception"
-CHANNELS = ("sms", "dm", "instagram")
 HANDOVER_TITLE = "After hours:"
 # The approved templates the receptionist may send, by what they are for.
 ACK_TEMPLATE = "after_hours_sms"
@@ -165,26 +162,6 @@ class Decision:
 
 
 NONE = Decision("none")
-
-
-def reception_wanted(message: Message, lead: Lead) -> bool:
-    """The business turned the receptionist on and `message`, a text or DM
-    (not a keyword: the ledger answers those), came in outside its hours, in
-    its own zone."""
-    business = lead.business
-    if not business.ai_receptionist or message.direction != "in" or message.channel not in CHANNELS:
-        return False
-    if lead.is_test or not message.body.strip() or keyword_text(message.body):
-        return False
-    return not hours_open(business.business_hours, ZoneInfo(business.timezone), message.created_at)
-
-
-def inbound_schedule(message: Message, lead: Lead) -> Timer | None:
-    """Where capture hands a recorded text or DM on, in its transaction: the
-    receptionist's timer after hours, else the model's usual reading."""
-    if reception_wanted(message, lead):
-        return read_timer_leave(message, lead, TIMER_KIND)
-    return inbound_read_schedule(message, lead)
 
 
 def reception_run(timer: Timer) -> None:
@@ -478,4 +455,4 @@ def _book(message: Message, slot: str) -> None:
 
 def register() -> None:
     # May call a model: the AI job runs it (agents.tasks), never the timer loop.
-    timer_handler_register(TIMER_KIND, reception_run, own_job=True)
+    timer_handler_register(RECEPTION_TIMER, reception_run, own_job=True)
