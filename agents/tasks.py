@@ -194,10 +194,10 @@ def ai_sweep() -> dict[str, int]:
     """Model readings and call transcriptions whose fast path was lost (a failed enqueue, a worker
     that died): one at a time, claiming no more after AI_SWEEP_BUDGET, so the
     last call it starts still ends inside the job's timeout."""
-    from agents.ai import explain, inbound, receptionist
+    from agents.ai import explain, inbound
     from agents.reporting.call_scoring import TRANSCRIBE_KIND
 
-    kinds = [inbound.TIMER_KIND, receptionist.TIMER_KIND, explain.TIMER_KIND, TRANSCRIBE_KIND]
+    kinds = [inbound.TIMER_KIND, inbound.RECEPTION_TIMER, explain.TIMER_KIND, TRANSCRIBE_KIND]
     run = timers_run_due(kinds=kinds, batch=1, limit=AI_SWEEP_LIMIT, budget=AI_SWEEP_BUDGET)
     return {"claimed": run.claimed, "done": run.done, "failed": run.failed}
 
