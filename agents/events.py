@@ -5,21 +5,22 @@ when it cannot go on.
 This module is what every step module and every noticing role imports; it
 imports only `crm` and the queue, never a step. The table of event -> step
 is the orchestrator's (agents/orchestrator.py), which imports the steps and
-runs them; nothing imports the orchestrator back except the code that runs
-steps (the task entry point and event processing).
+runs them; nothing imports the orchestrator back except the task entry
+points (inbound processing reaches it through the unit runner it registers).
 
 An event is stored as a Timer row due now, keyed by (event, key), so the same
 event noticed twice is one row; a django-q2 task runs its step after commit,
 and `run_timers` runs any the queue lost. Inside a unit of work that collects
-inline steps (`agents.orchestrator.lead_steps_inline`) a new lead's event is
-handed to that unit instead, with no timer.
+new leads (`inline_steps_collected`, entered by the orchestrator's
+`inbound_unit_run` around an inbound event's handler) a new lead's event is
+handed to that unit instead, with no timer, and the orchestrator runs its
+step explicitly when the handler returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from django.utils import timezone
 
 from agents.queue import task_enqueue
+from crm.context import unit, unit_entered
 from crm.models import Lead, Task, Timer
 from crm.selectors import business_manager
 from crm.services.records import task_ensure
@@ -105,22 +107,20 @@ class InlineStep:
     actor: str
 
 
-_INLINE: ContextVar[list[InlineStep] | None] = ContextVar("lead_steps_inline", default=None)
-
-
 @contextmanager
 def inline_steps_collected() -> Iterator[list[InlineStep] | None]:
     """Collect the block's INLINE_EVENTS instead of scheduling them; yields
     the list, or None inside an outer collection (which gets them)."""
-    if _INLINE.get() is not None:
-        yield None
-        return
-    pending: list[InlineStep] = []
-    token = _INLINE.set(pending)
-    try:
-        yield pending
-    finally:
-        _INLINE.reset(token)
+    with unit_entered() as work:
+        if work.new_leads is not None:
+            yield None
+            return
+        pending: list[InlineStep] = []
+        work.new_leads = pending
+        try:
+            yield pending
+        finally:
+            work.new_leads = None
 
 
 def lead_event(
@@ -137,7 +137,8 @@ def lead_event(
     an inline collection (then there is no timer: None)."""
     if event not in EVENTS:
         raise ValueError(f"unknown lead event {event!r}")
-    inline = _INLINE.get()
+    work = unit()
+    inline = work.new_leads if work is not None else None
     if inline is not None and event in INLINE_EVENTS and due_at is None:
         inline.append(InlineStep(lead, event, key, dict(data or {}), actor))
         return None

@@ -5,7 +5,7 @@ a payment…) records it with `agents.events.lead_event`; this module runs the
 step the table names for it, once: a timer's conditional claim makes each
 step run once however its task is redelivered, and a new lead's first step
 runs inline at the end of its capture's own unit of work
-(`lead_steps_inline`).
+(`inbound_unit_run`, which capture's processing runs each handler in).
 
 A step decides and delegates: stage and owner change only through CRM Sync
 (`crm.services.lead_sync`), messages only through the send gate. When the
@@ -19,8 +19,7 @@ Imports point one way: this module imports the step modules; they import
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +32,7 @@ from agents.events import (
     ACTOR,
     EVENTS,
     TIMER_KIND,
+    InlineStep,
     MissingInformation,
     exception_task,
     inline_steps_collected,
@@ -44,10 +44,12 @@ from agents.revenue import jobs as revenue_jobs
 from agents.revenue import payments as revenue_payments
 from agents.routing import steps as routing
 from crm.models import Lead, Timer
+from crm.services.inbound_handlers import unit_runner_register
 from crm.services.lead_sync import lead_current, lead_for_update, lead_refresh
 from crm.services.next_action import next_action_ensure
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_run, timers_run_due
+from crm.services.units import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -83,22 +85,30 @@ if set(STEPS) != EVENTS:
     )
 
 
-@contextmanager
-def lead_steps_inline() -> Iterator[None]:
-    """Run the block's new-lead steps at its end, in its transaction.
+def inbound_unit_run(work: Callable[[], str]) -> str:
+    """How an inbound event's handler runs (registered with capture's
+    processing): one unit of work and, at its end, still in its transaction,
+    the first step of every lead the handler opened.
 
     A new lead's step (fit, owner, acknowledgement, next action, SLA clock)
     would otherwise be a timer row, a task, a claim and a second transaction
     right behind the capture that opened the lead: here it runs on the lead
     the capture holds (inserted in this transaction, so no one else can see
-    or lock it, and the step runs exactly once). Enter it inside the unit's
-    `atomic()`. The step runs in a savepoint: a step that fails is rolled
-    back alone and scheduled as an ordinary timer (retried, and visible with
-    its error), while the capture commits.
+    or lock it, and the step runs exactly once). The step runs in a
+    savepoint: a step that fails is rolled back alone and scheduled as an
+    ordinary timer (retried, and visible with its error), while the capture
+    commits.
     """
-    with inline_steps_collected() as pending:
-        yield
-    for item in pending or ():
+    with unit_of_work():
+        with inline_steps_collected() as opened:
+            outcome = work()
+        new_lead_steps_run(opened or [])
+    return outcome
+
+
+def new_lead_steps_run(opened: list[InlineStep]) -> None:
+    """Run each new lead's first step now, on the lead its capture holds."""
+    for item in opened:
         try:
             # The lead was inserted in this transaction: it is the unit's own.
             with transaction.atomic(), lead_current(item.lead):
@@ -174,3 +184,4 @@ def register() -> None:
     # A step's outside effects (sends, mail, Slack) all wait for commit, so the
     # step and its timer's done mark can be one transaction.
     timer_handler_register(TIMER_KIND, _run_step, atomic=True)
+    unit_runner_register(inbound_unit_run)  # an inbound event's handler, then its new leads' first step

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -22,6 +21,7 @@ from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from crm.context import unit, unit_entered
 from crm.localtime import when, zone_or_none
 from crm.models import (
     Appointment,
@@ -112,7 +112,6 @@ def lead_visibility_q(scope: Scope, prefix: str = "") -> Q:
 
 # --- the playbook, read once per unit of work ----------------------------------
 
-_SHARED: ContextVar[dict[Any, Any] | None] = ContextVar("reads_shared", default=None)
 _IN_HAND = "rows in hand"  # the key of the instances `rows_in_hand` filled
 
 
@@ -125,22 +124,28 @@ def reads_shared() -> Iterator[None]:
     not edit its business's playbook, so what it read stays true; what it
     handed on is forgotten when it ends, so no object outlives it with a
     stale list."""
-    if _SHARED.get() is not None:
-        yield
-        return
-    shared: dict[Any, Any] = {_IN_HAND: []}
-    token = _SHARED.set(shared)
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-        for instance, relation in shared[_IN_HAND]:
-            instance.__dict__.get("_prefetched_objects_cache", {}).pop(relation, None)
+    with unit_entered() as work:
+        if work.reads is not None:
+            yield
+            return
+        shared: dict[Any, Any] = {_IN_HAND: []}
+        work.reads = shared
+        try:
+            yield
+        finally:
+            work.reads = None
+            for instance, relation in shared[_IN_HAND]:
+                instance.__dict__.get("_prefetched_objects_cache", {}).pop(relation, None)
+
+
+def _shared() -> dict[Any, Any] | None:
+    work = unit()
+    return work.reads if work is not None else None
 
 
 def message_templates(business_id: int) -> dict[str, MessageTemplate]:
     """The business's message templates by key (approved or not)."""
-    shared = _SHARED.get()
+    shared = _shared()
     key = ("message_templates", business_id)
     if shared is not None and key in shared:
         return dict(shared[key])
@@ -157,7 +162,7 @@ def rows_in_hand(instance: Model, relation: str, rows: list[Any]) -> None:
     new contact's points, a new lead's touch), so the steps after it read
     them without a query. Filtering the relation still queries; `.all()`
     does not. Outside a unit of work it does nothing."""
-    shared = _SHARED.get()
+    shared = _shared()
     if shared is None:
         return
     shared[_IN_HAND].append((instance, relation))

@@ -22,15 +22,12 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.db import DataError, transaction
+from django.db import DataError
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.orchestrator import lead_steps_inline
 from crm.models import InboundEvent
-from crm.selectors import reads_shared
-from crm.services.inbound_handlers import EVENT_HANDLERS, MalformedPayload, RetryLater
-from crm.services.receipts import receipts_batched
+from crm.services.inbound_handlers import EVENT_HANDLERS, MalformedPayload, RetryLater, unit_run
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +76,9 @@ def _run(event_id: int, *, now: datetime) -> str:
     handler, prepare = registered
     try:
         args = (prepare(event),) if prepare else ()
-        # One unit of work: a new lead's first step runs at its end, and its
-        # receipts are one INSERT after that (the blocks exit inner first).
-        with transaction.atomic(), receipts_batched(), reads_shared(), lead_steps_inline():
-            outcome = handler(event, *args)
+        # One unit of work (the orchestrator's runner: a new lead's first
+        # step runs at its end), its receipts one INSERT after that.
+        outcome = unit_run(lambda: handler(event, *args))
     except MalformedPayload as exc:  # the same bytes fail the same way: no retry
         return _finish(event, S.FAILED, f"malformed payload: {exc}")
     except DataError as exc:

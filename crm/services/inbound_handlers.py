@@ -14,6 +14,7 @@ from typing import Any
 
 from crm.models import InboundEvent, Lead, Message
 from crm.registry import Registry
+from crm.services.units import unit_of_work
 
 # A handler returns PROCESSED or IGNORED (an echo, a status we do not track…).
 # One that must read from the network first registers a `prepare` step: it
@@ -32,6 +33,27 @@ class MalformedPayload(ValueError):
 class RetryLater(Exception):
     """Raised by a handler when the event refers to a record that is not
     saved yet but is expected to be: the event waits and is tried again."""
+
+
+# How a handler's unit of work runs: `runner(work)` calls `work()` inside
+# one unit and returns its outcome. The orchestrator registers the one that
+# also runs the first step of every lead the handler opened, at the unit's
+# end (agents/orchestrator.py: `inbound_unit_run`); without it, a plain unit.
+UnitRunner = Callable[[Callable[[], str]], str]
+UNIT_RUNNERS: Registry[UnitRunner] = Registry("inbound unit runner")
+
+
+def unit_runner_register(runner: UnitRunner) -> None:
+    UNIT_RUNNERS.register("inbound", runner)
+
+
+def unit_run(work: Callable[[], str]) -> str:
+    """`work()` in the registered runner's unit of work (a plain one if none)."""
+    runner = UNIT_RUNNERS.get("inbound")
+    if runner is not None:
+        return runner(work)
+    with unit_of_work():
+        return work()
 
 
 def handler_register(provider: str, kind: str, handler: Handler, *, prepare: Prepare | None = None) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from crm.context import unit, unit_entered
 from crm.locks import row_lock
 from crm.models import CLOSED_STAGES, EventType, Lead, Stage, TeamMember
 from crm.permissions import role_allows
@@ -75,8 +75,6 @@ def _refuse_second_open_lead(lead: Lead) -> None:
         raise LeadSyncError(f"{lead.public_id} cannot reopen: {newer} is already the open lead for this need")
 
 
-# The leads a unit of work holds current (see `lead_current`), by pk.
-_CURRENT: ContextVar[dict[int, Lead] | None] = ContextVar("leads_current", default=None)
 _RELATED = ("business", "contact", "owner__user")
 
 
@@ -98,20 +96,20 @@ def lead_current(lead: Lead) -> Iterator[Lead]:
     a query of its row. A block that raises writes nothing (its savepoint,
     or transaction, rolls back what it did).
     """
-    held = dict(_CURRENT.get() or {})
-    held[lead.pk] = lead
-    outer, lead._unwritten = lead._unwritten, set()
-    token = _CURRENT.set(held)
-    try:
-        yield lead
-        dirty, lead._unwritten = lead._unwritten, outer
-        if outer is not None:  # a nested block: the outer one writes them
-            outer.update(dirty or ())
-        elif dirty:
-            lead.save(update_fields=sorted(dirty | {"updated_at"}))
-    finally:
-        _CURRENT.reset(token)
-        lead._unwritten = outer
+    with unit_entered() as work:
+        before = work.leads
+        work.leads = {**before, lead.pk: lead}  # the unit's leads held current, by pk
+        outer, lead._unwritten = lead._unwritten, set()
+        try:
+            yield lead
+            dirty, lead._unwritten = lead._unwritten, outer
+            if outer is not None:  # a nested block: the outer one writes them
+                outer.update(dirty or ())
+            elif dirty:
+                lead.save(update_fields=sorted(dirty | {"updated_at"}))
+        finally:
+            work.leads = before
+            lead._unwritten = outer
 
 
 def _write(lead: Lead, fields: tuple[str, ...]) -> None:
@@ -135,7 +133,8 @@ def lead_mark_acknowledged(lead: Lead, at: datetime) -> None:
 
 
 def _held(pk: int) -> Lead | None:
-    return (_CURRENT.get() or {}).get(pk)
+    work = unit()
+    return work.leads.get(pk) if work is not None else None
 
 
 def lead_is_current(lead: Lead) -> bool:

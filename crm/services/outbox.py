@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from crm.context import unit, unit_entered
 from crm.models import Business, EventType, Lead, OutboxEvent, WebhookSubscription
 from crm.registry import Registry
 
@@ -97,9 +97,6 @@ class _Pending:
         """Nothing to do after commit: the event was inserted before it."""
 
 
-_BATCH: ContextVar[list[_Pending] | None] = ContextVar("outbox_batch", default=None)
-
-
 def event_emit(
     *,
     business: Business | int,
@@ -122,7 +119,8 @@ def event_emit(
         data=plain(data),
         created_at=timezone.now(),
     )
-    batch = _BATCH.get()
+    work = unit()
+    batch = work.events if work is not None else None
     if batch is not None and connection.in_atomic_block:
         pending = _Pending(event)
         batch.append(pending)
@@ -138,15 +136,16 @@ def event_emit(
 def events_batched() -> Iterator[list[_Pending] | None]:
     """Collect the block's events instead of inserting each (for the
     receipts' batch, which inserts them); None inside an outer block."""
-    if _BATCH.get() is not None:
-        yield None
-        return
-    batch: list[_Pending] = []
-    token = _BATCH.set(batch)
-    try:
-        yield batch
-    finally:
-        _BATCH.reset(token)
+    with unit_entered() as work:
+        if work.events is not None:
+            yield None
+            return
+        batch: list[_Pending] = []
+        work.events = batch
+        try:
+            yield batch
+        finally:
+            work.events = None
 
 
 def events_surviving(batch: list[_Pending] | None) -> list[OutboxEvent]:

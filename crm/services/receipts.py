@@ -30,7 +30,6 @@ import logging
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -39,6 +38,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
+from crm.context import unit, unit_entered
 from crm.models import Business, Lead, OutboxEvent, Receipt, ReceiptPersonalData
 from crm.models.receipts import personal_paths, placeholder, placeholders_in, reason_is_personal
 from crm.services.outbox import (
@@ -181,7 +181,7 @@ def receipt_write(
         at=timezone.now(),
     )
     receipt.content_hash = receipt_content_hash(receipt)
-    batch = _BATCH.get()
+    batch = _batch()
     if batch is not None and connection.in_atomic_block:
         pending = _Pending(receipt, salt, values)
         batch.append(pending)
@@ -236,9 +236,6 @@ class _Pending:
         """Nothing to do after commit: the receipt was inserted before it."""
 
 
-_BATCH: ContextVar[list[_Pending] | None] = ContextVar("receipts_batch", default=None)
-
-
 @contextmanager
 def receipts_batched() -> Iterator[None]:
     """Write every receipt of the block in one INSERT at its end.
@@ -252,23 +249,29 @@ def receipts_batched() -> Iterator[None]:
     Nested blocks are one block, written by the outermost. The block's
     outbox events (crm.services.outbox) are written in the same INSERT.
     """
-    if _BATCH.get() is not None:
-        yield
-        return
-    batch: list[_Pending] = []
-    token = _BATCH.set(batch)
-    try:
-        # The unit's outbox events ride in the same statement: a unit of work
-        # that announces what it changed costs no statement more for it.
-        with events_batched() as events:
+    with unit_entered() as work:
+        if work.receipts is not None:
             yield
-            receipts, announced = _surviving(batch), events_surviving(events)
-            if receipts:
-                _insert_many(receipts, announced)
-            else:
-                events_insert(announced)
-    finally:
-        _BATCH.reset(token)
+            return
+        batch: list[_Pending] = []
+        work.receipts = batch
+        try:
+            # The unit's outbox events ride in the same statement: a unit of work
+            # that announces what it changed costs no statement more for it.
+            with events_batched() as events:
+                yield
+                receipts, announced = _surviving(batch), events_surviving(events)
+                if receipts:
+                    _insert_many(receipts, announced)
+                else:
+                    events_insert(announced)
+        finally:
+            work.receipts = None
+
+
+def _batch() -> list[_Pending] | None:
+    work = unit()
+    return work.receipts if work is not None else None
 
 
 def _surviving(batch: list[_Pending]) -> list[_Pending]:
@@ -281,7 +284,7 @@ def receipt_written(*, subject: str, action: str) -> bool:
     """Whether a receipt of `action` about `subject` exists, the current
     `receipts_batched` block's own included (a claim checked twice in one
     unit of work)."""
-    batch = _BATCH.get() or []
+    batch = _batch() or []
     if any(p.receipt.subject == subject and p.receipt.action == action for p in _surviving(batch)):
         return True
     return Receipt.objects.filter(subject=subject, action=action).exists()

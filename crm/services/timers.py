@@ -21,9 +21,9 @@ from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
 from crm.registry import Registry
-from crm.selectors import reads_shared
-from crm.services.receipts import receipt_write, receipts_batched
+from crm.services.receipts import receipt_write
 from crm.services.rows import row_insert_once
+from crm.services.units import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,8 @@ def _run_claimed(timer: Timer, result: TimerRun) -> None:
             raise LookupError(f"no handler registered for timer kind {timer.kind!r}")
         handler = spec.handler
         if spec.atomic:
-            with transaction.atomic():
-                with receipts_batched(), reads_shared():  # one INSERT for the step's receipts
-                    handler(timer)
+            with unit_of_work():  # one INSERT for the step's receipts
+                handler(timer)
                 _mark_done(timer)
         else:
             handler(timer)
