@@ -43,12 +43,12 @@ class AgentsConfig(AppConfig):
         from agents.followup import inbound_messages
 
         inbound_messages.register()  # what follows a text or DM a person sent
-        from agents.reporting import alerts, brief, call_scoring, call_transcription
+        from agents.reporting import alerts, call_scoring, call_transcription, daily_brief
 
         call_scoring.register()  # processing of Twilio's recording callbacks
         call_transcription.register()  # a recording's speech to text (own job)
         alerts.register()  # Slack alerts are timers, posted by the timer runner
-        brief.register()  # so are the daily briefs
+        daily_brief.register()  # so are the daily briefs
         from agents.webhooks import delivery as webhooks
 
         webhooks.register()  # a commit that announced events wakes the webhooks cluster

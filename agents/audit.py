@@ -29,6 +29,7 @@ from django.db.models import Count, F, Min, Sum
 
 from agents.outbound.gate import COUNTED_STATUSES
 from agents.reporting.trace import REPLY_DOES_NOT_STOP, lead_trace
+from crm.attribution import revenue_report
 from crm.models import (
     CLOSED_STAGES,
     Appointment,
@@ -42,7 +43,6 @@ from crm.models import (
     Task,
 )
 from crm.permissions import role_allows
-from crm.reports import revenue_report
 from crm.services.receipts import receipts_verify
 
 

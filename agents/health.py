@@ -1,5 +1,5 @@
 """Is the task cluster doing its work? Judged per periodic job (agents.schedules)
-by when it last succeeded (its `JobRun` row): a job whose last success is
+by when it last succeeded (its `PeriodicRun` row): a job whose last success is
 older than its `overdue_after` — or that never succeeded — is overdue, and
 any overdue job turns the check red. `alive` is the timer job's own verdict:
 it runs every minute, so it is the cluster's pulse."""
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.schedules import JOBS
-from crm.models import JobRun
+from crm.models import PeriodicRun
 
 PULSE = "leadops.timers"
 
@@ -66,7 +66,7 @@ def queue_health(now: datetime | None = None) -> QueueHealth:
     from django_q.brokers import get_broker
 
     now = now or timezone.now()
-    runs = {run.name: run for run in JobRun.objects.filter(name__in=[job.name for job in JOBS])}
+    runs = {run.name: run for run in PeriodicRun.objects.filter(name__in=[job.name for job in JOBS])}
     jobs = []
     for job in JOBS:
         run = runs.get(job.name)

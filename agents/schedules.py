@@ -56,7 +56,7 @@ JOBS: list[Job] = [
     Job("leadops.alerts", "agents.tasks.alerts", 1, 55, timedelta(minutes=5)),
     Job("leadops.pipeline_qa", "agents.tasks.pipeline_qa", 15, 80, timedelta(minutes=45)),
     # Hourly: each business's brief goes out on the first run at or after its
-    # local `brief_hour`, once per member and day (agents.reporting.brief).
+    # local `brief_hour`, once per member and day (agents.reporting.daily_brief).
     Job("leadops.daily_brief", "agents.tasks.daily_brief", 60, 80, timedelta(hours=3)),
     # Rate-limit counters of windows gone by, kept in the database cache table
     # (agents.capture.ratelimit; Redis expires its own).

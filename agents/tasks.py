@@ -1,6 +1,6 @@
 """django-q2 task entry points: thin wrappers that call one service.
 
-The periodic jobs (agents.schedules) each record their run in a `JobRun` row
+The periodic jobs (agents.schedules) each record their run in a `PeriodicRun` row
 (`_job`): the queue health check reads when each last succeeded.
 """
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents.capture.processing import event_process, inbound_events_sweep
 from agents.outbound.dispatch import message_dispatch as _message_dispatch
-from crm.services.jobs import job_run_record
+from crm.services.periodic_runs import periodic_run_record
 from crm.services.timers import timer_run, timers_run_due
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,13 @@ def _job(name: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
                 result = run(*args, **kwargs)
             except BaseException as exc:
                 try:
-                    job_run_record(name, started_at=started, error=f"{type(exc).__name__}: {exc}")
+                    periodic_run_record(name, started_at=started, error=f"{type(exc).__name__}: {exc}")
                 except Exception:
                     log.exception("job %s: its failure could not be recorded", name)
                 raise
-            job_run_record(name, started_at=started, result=result if isinstance(result, dict) else {"result": result})
+            periodic_run_record(
+                name, started_at=started, result=result if isinstance(result, dict) else {"result": result}
+            )
             return result
 
         return recorded
@@ -147,7 +149,7 @@ def conversions_pump() -> dict[str, int]:
 
 @_job("leadops.daily_brief")
 def daily_brief() -> dict[str, int]:
-    from agents.reporting.brief import TIMER_KIND, briefs_schedule
+    from agents.reporting.daily_brief import TIMER_KIND, briefs_schedule
 
     scheduled = briefs_schedule()
     sent = timers_run_due(kinds=[TIMER_KIND])  # send now rather than at the next run

@@ -20,9 +20,15 @@ from crm.inbox import COUNT_CAP
 from crm.models import Message, TeamMember
 from crm.permissions import PERMISSIONS, business_ids_where
 
-S = Message.Status
 # A message that left us, or is leaving: the person has it, or will.
-WENT_OUT = (S.DRY_RUN, S.QUEUED, S.SENDING, S.SENT, S.DELIVERED, S.UNKNOWN)
+WENT_OUT = (
+    Message.Status.DRY_RUN,
+    Message.Status.QUEUED,
+    Message.Status.SENDING,
+    Message.Status.SENT,
+    Message.Status.DELIVERED,
+    Message.Status.UNKNOWN,
+)
 PENDING = ApprovalRequest.Status.PENDING
 
 

@@ -26,7 +26,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from agents.reporting.brief import BRIEF_ROLES, KINDS, brief_build, brief_text
+from agents.reporting.daily_brief import BRIEF_ROLES, KINDS, brief_build, brief_text
 from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
 from agents.reporting.pipeline_qa import IN_FLIGHT, QA_KINDS, STUCK_SEND
 from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit

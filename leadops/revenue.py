@@ -1,4 +1,4 @@
-"""The revenue page: the revenue report (crm.reports) for people, with a CSV
+"""The revenue page: the revenue report (crm.attribution) for people, with a CSV
 export. Staff login; a user reads the revenue of the businesses they own or
 manage. A thin view: the same validation and report as the API endpoint."""
 
@@ -10,9 +10,9 @@ from django.shortcuts import render
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from crm.api.revenue import report_businesses, revenue_for
+from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 from crm.exports import SafeCsvWriter
 from crm.localtime import zone_name
-from crm.reports import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, revenue_csv_rows
 
 
 @staff_member_required

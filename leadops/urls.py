@@ -6,9 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
-from leadops import booking_views, copilot, reports, revenue, two_factor, views, work
+from leadops import booking_views, copilot_redirect, reports, revenue, two_factor, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
-from leadops.reports_api import LeadTraceView
+from leadops.trace_api import LeadTraceView
 
 # An error under /api/ or /hooks/ answers in the API's error shape (leadops.api);
 # elsewhere Django's pages (templates/403.html, 404.html…).
@@ -39,7 +39,7 @@ urlpatterns = [
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     path("app/", include("leadops.workspace.urls")),
     # The copilot's page is the workspace's thread now; old links land there.
-    path("admin/leads/<str:public_id>/copilot/", copilot.lead_copilot, name="lead-copilot"),
+    path("admin/leads/<str:public_id>/copilot/", copilot_redirect.lead_copilot, name="lead-copilot"),
     path("admin/leads/<str:public_id>/booking/", booking_views.lead_booking, name="lead-booking"),
     path("admin/my/next-actions/", work.my_next_actions, name="my-next-actions"),
     path("admin/my/tasks/<str:public_id>/complete/", work.task_complete_view, name="task-complete"),

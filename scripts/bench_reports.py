@@ -384,7 +384,7 @@ def main(argv: list[str]) -> int:
     name = creation.create_test_db(verbosity=0, autoclobber=True, serialize=False, keepdb=False)
     try:
         from agents.reporting.alerts import alerts_scan
-        from agents.reporting.brief import brief_build
+        from agents.reporting.daily_brief import brief_build
         from agents.reporting.pipeline_qa import pipeline_qa_run
         from crm.models import ExceptionItem, Lead
 
@@ -423,7 +423,7 @@ def main(argv: list[str]) -> int:
             ("api: GET /api/v1/leads/<id>/trace/", api, f"/api/v1/leads/{lead.public_id}/trace/"),
         ]
         try:
-            pages.append(("page: revenue (crm.reports)", client, reverse("revenue")))
+            pages.append(("page: revenue (crm.attribution)", client, reverse("revenue")))
             pages.append(("api: GET /api/v1/reports/revenue/?by=source", api, "/api/v1/reports/revenue/?by=source"))
         except NoReverseMatch:
             print("(no revenue page in this checkout)")

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     call_command("migrate", verbosity=0)
     settings.ALLOWED_HOSTS = ["*"]
     from crm import models as m
-    from crm.reports import revenue_report
+    from crm.attribution import revenue_report
     from tests.factories import UserFactory
 
     if args.business:

@@ -43,8 +43,8 @@ from agents.ai.intents import (
     keyword_text,
 )
 from agents.consent.keywords import revocation_ask
-from agents.outbound.clock import hours_open
 from agents.outbound.gate import POINT_KIND, message_send
+from agents.outbound.local_hours import hours_open
 from agents.playbook.assistant import PERSON_APPROVES, Draft, Proposal, draft_proposal
 from agents.playbook.copilot import model_draft_key
 from agents.queue import task_enqueue

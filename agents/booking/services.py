@@ -33,8 +33,8 @@ from zoneinfo import ZoneInfo
 from django.db import transaction
 from django.utils import timezone
 
-from agents.booking.brief import brief_email, brief_store
 from agents.booking.slots import HOLDING, BookingError, NotASlot, members_free, slot_window, when_label
+from agents.booking.technician_brief import brief_email, brief_store
 from agents.events import MissingInformation, lead_event
 from agents.fit.exceptions import booking_refusal
 from agents.followup.sequences.engine import enrollments_stop

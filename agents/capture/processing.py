@@ -31,7 +31,6 @@ from crm.services.inbound_handlers import EVENT_HANDLERS, MalformedPayload, Retr
 
 log = logging.getLogger(__name__)
 
-S = InboundEvent.Status
 
 STALE_PROCESSING = timedelta(minutes=10)
 LOST_ENQUEUE = timedelta(minutes=2)
@@ -46,9 +45,11 @@ ERROR_LIMIT = 4000
 def _claim(event_id: int, *, now: datetime) -> bool:
     # A worker that died mid-event leaves it `processing`; after STALE_PROCESSING
     # another may take it over, while attempts remain.
-    claimable = Q(status__in=[S.RECEIVED, S.FAILED]) | Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
+    claimable = Q(status__in=[InboundEvent.Status.RECEIVED, InboundEvent.Status.FAILED]) | Q(
+        status=InboundEvent.Status.PROCESSING, claimed_at__lt=now - STALE_PROCESSING
+    )
     claimed = InboundEvent.objects.filter(claimable, pk=event_id, attempts__lt=F("attempt_limit")).update(
-        status=S.PROCESSING, claimed_at=now, attempts=F("attempts") + 1, retry_at=None
+        status=InboundEvent.Status.PROCESSING, claimed_at=now, attempts=F("attempts") + 1, retry_at=None
     )
     return claimed == 1
 
@@ -72,7 +73,9 @@ def _run(event_id: int, *, now: datetime) -> str:
     event = InboundEvent.objects.select_related("source", "business").get(pk=event_id)
     registered = EVENT_HANDLERS.get(f"{event.provider}:{event.kind}")
     if registered is None:
-        return _finish(event, S.FAILED, f"no handler for {event.provider} events of kind {event.kind!r}")
+        return _finish(
+            event, InboundEvent.Status.FAILED, f"no handler for {event.provider} events of kind {event.kind!r}"
+        )
     handler, prepare = registered
     try:
         args = (prepare(event),) if prepare else ()
@@ -80,12 +83,12 @@ def _run(event_id: int, *, now: datetime) -> str:
         # step runs at its end), its receipts one INSERT after that.
         outcome = unit_run(lambda: handler(event, *args))
     except MalformedPayload as exc:  # the same bytes fail the same way: no retry
-        return _finish(event, S.FAILED, f"malformed payload: {exc}")
+        return _finish(event, InboundEvent.Status.FAILED, f"malformed payload: {exc}")
     except DataError as exc:
         # A value the database cannot hold (a 100,000-character phone, a NUL
         # byte in text): the same bytes fail the same way, so it is
         # malformed, stored once with the reason, never retried.
-        return _finish(event, S.FAILED, f"malformed payload: {str(exc).splitlines()[0]}")
+        return _finish(event, InboundEvent.Status.FAILED, f"malformed payload: {str(exc).splitlines()[0]}")
     except RetryLater as exc:
         return _retry_or_fail(event, str(exc), waiting=True, now=now)
     except Exception as exc:  # a failed event stays visible with its error
@@ -98,18 +101,20 @@ def _retry_or_fail(event: InboundEvent, error: str, *, waiting: bool, now: datet
     # Counted from the last replay (or the start): attempt n of this run.
     attempt = MAX_ATTEMPTS - (event.attempt_limit - event.attempts)
     if event.attempts >= event.attempt_limit:
-        return _finish(event, S.FAILED, f"{error} (gave up after {attempt} attempts; replay once fixed)")
+        return _finish(
+            event, InboundEvent.Status.FAILED, f"{error} (gave up after {attempt} attempts; replay once fixed)"
+        )
     retry_at = now + RETRY_DELAYS[min(attempt, len(RETRY_DELAYS)) - 1]
-    status = S.RECEIVED if waiting else S.FAILED
+    status = InboundEvent.Status.RECEIVED if waiting else InboundEvent.Status.FAILED
     note = f"{error} (attempt {attempt} of {MAX_ATTEMPTS}; tried again after {retry_at:%Y-%m-%d %H:%M:%S} UTC)"
-    InboundEvent.objects.filter(pk=event.pk, status=S.PROCESSING).update(
+    InboundEvent.objects.filter(pk=event.pk, status=InboundEvent.Status.PROCESSING).update(
         status=status, error=note[:ERROR_LIMIT], retry_at=retry_at, processed_at=None if waiting else timezone.now()
     )
     return status
 
 
 def _finish(event: InboundEvent, status: str, error: str) -> str:
-    InboundEvent.objects.filter(pk=event.pk, status=S.PROCESSING).update(
+    InboundEvent.objects.filter(pk=event.pk, status=InboundEvent.Status.PROCESSING).update(
         status=status, error=error[:ERROR_LIMIT], processed_at=timezone.now(), retry_at=None
     )
     return status
@@ -122,8 +127,8 @@ def event_replay(event: InboundEvent, *, now: datetime | None = None) -> str:
     now = now or timezone.now()
     # The new allowance and the claim are one UPDATE (both read the row's old
     # attempts), so a sweep cannot take the event in between.
-    claimed = InboundEvent.objects.filter(pk=event.pk, status=S.FAILED).update(
-        status=S.PROCESSING,
+    claimed = InboundEvent.objects.filter(pk=event.pk, status=InboundEvent.Status.FAILED).update(
+        status=InboundEvent.Status.PROCESSING,
         claimed_at=now,
         attempt_limit=F("attempts") + MAX_ATTEMPTS,
         attempts=F("attempts") + 1,
@@ -141,18 +146,20 @@ def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATC
     whose worker died on its last attempt is left `failed`. Returns how many
     events it processed (whatever their outcome)."""
     now = now or timezone.now()
-    stale = Q(status=S.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
+    stale = Q(status=InboundEvent.Status.PROCESSING, claimed_at__lt=now - STALE_PROCESSING)
     abandoned = InboundEvent.objects.filter(stale, attempts__gte=F("attempt_limit"))
     for pk, earlier in abandoned.values_list("pk", "error")[:batch]:
         error = f"the worker stopped mid-processing (gave up after {MAX_ATTEMPTS} attempts; replay once fixed)"
         # Keep what an earlier attempt reported, if anything.
         error += f" — before that: {earlier}" if earlier else ""
         # Conditional again: a slow (not dead) worker may have finished it meanwhile.
-        abandoned.filter(pk=pk).update(status=S.FAILED, error=error[:ERROR_LIMIT], retry_at=None, processed_at=now)
+        abandoned.filter(pk=pk).update(
+            status=InboundEvent.Status.FAILED, error=error[:ERROR_LIMIT], retry_at=None, processed_at=now
+        )
     ids = list(
         InboundEvent.objects.filter(
-            Q(status=S.RECEIVED, retry_at__isnull=True, received_at__lt=now - LOST_ENQUEUE)
-            | Q(status__in=[S.RECEIVED, S.FAILED], retry_at__lte=now)
+            Q(status=InboundEvent.Status.RECEIVED, retry_at__isnull=True, received_at__lt=now - LOST_ENQUEUE)
+            | Q(status__in=[InboundEvent.Status.RECEIVED, InboundEvent.Status.FAILED], retry_at__lte=now)
             | stale,
             attempts__lt=F("attempt_limit"),
         )

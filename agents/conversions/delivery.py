@@ -53,7 +53,6 @@ from crm.services.outbox import outbox_sequence_all
 from crm.services.receipts import receipt_write
 
 log = logging.getLogger(__name__)
-S = ConversionUpload.Status
 Outcome = ConversionAttempt.Outcome
 ACTOR = "agent:conversions"
 PUMP_FUNC = "agents.tasks.conversions_pump"
@@ -159,7 +158,7 @@ def upload_attempt(upload_id: int, number: int, *, now: datetime) -> str:
 
 def _claimed(upload: ConversionUpload, number: int) -> Any:
     # This worker's claim only: one the sweep took back has moved on.
-    return ConversionUpload.objects.filter(pk=upload.pk, status=S.SENDING, attempts=number)
+    return ConversionUpload.objects.filter(pk=upload.pk, status=ConversionUpload.Status.SENDING, attempts=number)
 
 
 def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built | None, *, now: datetime) -> str:
@@ -168,11 +167,16 @@ def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built 
         fields.update(payload=built.payload, value_amount=built.value, currency=built.currency)
     fields["response"] = answer.response
     outcome = answer.outcome
-    status = {"sent": S.SENT, "failed": S.FAILED, "skipped": S.SKIPPED, "dry_run": S.DRY_RUN}.get(outcome, S.PENDING)
+    status = {
+        "sent": ConversionUpload.Status.SENT,
+        "failed": ConversionUpload.Status.FAILED,
+        "skipped": ConversionUpload.Status.SKIPPED,
+        "dry_run": ConversionUpload.Status.DRY_RUN,
+    }.get(outcome, ConversionUpload.Status.PENDING)
     if outcome == "not_yet":
         due = now + not_yet_delay(max(upload.attempts - upload.errors, 1))
         if upload.window_ends_at is None or due > upload.window_ends_at:
-            status = S.FAILED
+            status = ConversionUpload.Status.FAILED
             fields["last_error"] = f"{answer.message} (still not found when the click's 90-day window ended)"[:500]
         else:
             fields["next_attempt_at"] = due
@@ -180,13 +184,13 @@ def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built 
         errors = upload.errors + 1
         fields["errors"] = F("errors") + 1
         if errors >= upload.error_limit:
-            status = S.FAILED
+            status = ConversionUpload.Status.FAILED
             fields["last_error"] = f"{answer.message} (after {errors} failed tries)"[:500]
         else:
             fields["next_attempt_at"] = now + retry_delay(errors)
-    if status == S.SENT:
+    if status == ConversionUpload.Status.SENT:
         fields["sent_at"] = now
-    elif status == S.DRY_RUN:
+    elif status == ConversionUpload.Status.DRY_RUN:
         fields["sent_at"] = None
     with transaction.atomic():
         if not _claimed(upload, number).update(status=status, claimed_at=None, **fields):
@@ -217,15 +221,15 @@ def _finished(upload: ConversionUpload, status: str, why: str, built: Built | No
         actor=ACTOR,
         action=f"conversion.{status}",
         reason=why[:300],
-        before={"status": S.SENDING},
+        before={"status": ConversionUpload.Status.SENDING},
         after=after,
     )
-    if status == S.FAILED:
+    if status == ConversionUpload.Status.FAILED:
         platform = PLATFORMS[ConversionPlatform(upload.platform)].name
         conversion_failed_open(
             upload, f"{platform} did not take {upload.kind} of {upload.lead.public_id} ({upload.public_id}): {why}"
         )
-    elif status == S.SENT:
+    elif status == ConversionUpload.Status.SENT:
         conversion_failed_resolve(upload, actor=ACTOR)  # a replay went through: its item is settled
 
 
@@ -262,7 +266,7 @@ def _lost_claims(now: datetime) -> int:
     """Uploads whose worker died between claim and record: the try counts as
     a passing failure (the platform may have it: the retry says the same key)."""
     lost, why = 0, "the worker stopped before the answer was recorded"
-    stale = ConversionUpload.objects.filter(status=S.SENDING, claimed_at__lt=now - STALE_CLAIM)
+    stale = ConversionUpload.objects.filter(status=ConversionUpload.Status.SENDING, claimed_at__lt=now - STALE_CLAIM)
     for upload in stale.select_related("business", "lead").order_by("claimed_at")[:100]:
         number = upload.attempts
         errors = upload.errors + 1
@@ -272,7 +276,7 @@ def _lost_claims(now: datetime) -> int:
                 _claimed(upload, number)
                 .filter(claimed_at=upload.claimed_at)
                 .update(
-                    status=S.FAILED if out else S.PENDING,
+                    status=ConversionUpload.Status.FAILED if out else ConversionUpload.Status.PENDING,
                     errors=F("errors") + 1,
                     claimed_at=None,
                     next_attempt_at=now + retry_delay(errors),
@@ -283,7 +287,7 @@ def _lost_claims(now: datetime) -> int:
                 continue
             ConversionAttempt.objects.create(upload=upload, number=number, at=now, outcome=Outcome.LOST, message=why)
             if out:
-                _finished(upload, S.FAILED, why, None)
+                _finished(upload, ConversionUpload.Status.FAILED, why, None)
         lost += 1
     return lost
 

@@ -46,11 +46,17 @@ ACTOR = "agent:open_estimate_follow_up"
 FOLLOW_UP_TIMER = "estimate.follow_up"
 EXPIRY_TIMER = "estimate.expiry"
 TRIGGER = "open_estimate"
-S = Estimate.Status
 # How a decision ends the estimate's follow-up path.
-DECISION_REASONS: dict[str, str] = {S.ACCEPTED: "won", S.DECLINED: "declined", S.EXPIRED: "expired"}
+DECISION_REASONS: dict[str, str] = {
+    Estimate.Status.ACCEPTED: "won",
+    Estimate.Status.DECLINED: "declined",
+    Estimate.Status.EXPIRED: "expired",
+}
 # The outbox events of a customer's decision (an expiry is no one's decision: none).
-DECISION_EVENTS: dict[str, str] = {S.ACCEPTED: EventType.ESTIMATE_ACCEPTED, S.DECLINED: EventType.ESTIMATE_DECLINED}
+DECISION_EVENTS: dict[str, str] = {
+    Estimate.Status.ACCEPTED: EventType.ESTIMATE_ACCEPTED,
+    Estimate.Status.DECLINED: EventType.ESTIMATE_DECLINED,
+}
 
 
 class EstimateError(Exception):
@@ -103,13 +109,13 @@ def estimate_send(estimate: Estimate, *, actor: str, user: Any = None, now: date
     """
     now = now or timezone.now()
     estimate = _locked(estimate)
-    if estimate.status in (S.PENDING_APPROVAL, S.SENT):
+    if estimate.status in (Estimate.Status.PENDING_APPROVAL, Estimate.Status.SENT):
         return estimate
-    if estimate.status != S.DRAFT:
+    if estimate.status != Estimate.Status.DRAFT:
         raise EstimateError(f"{estimate.public_id} is {estimate.status}: only a draft can be sent")
     if estimate_needs_approval(estimate):
         threshold = high_value_threshold(estimate)
-        estimate.status = S.PENDING_APPROVAL
+        estimate.status = Estimate.Status.PENDING_APPROVAL
         estimate.save(update_fields=["status"])
         request = approval_request_open(
             business=estimate.business,
@@ -130,12 +136,12 @@ def estimate_send(estimate: Estimate, *, actor: str, user: Any = None, now: date
             estimate,
             "estimate.approval_requested",
             actor=actor,
-            before=S.DRAFT,
+            before=Estimate.Status.DRAFT,
             reason=f"above the high-value amount {threshold}",
             approval=request.public_id,
         )
         return estimate
-    return _mark_sent(estimate, actor=actor, now=now, before=S.DRAFT)
+    return _mark_sent(estimate, actor=actor, now=now, before=Estimate.Status.DRAFT)
 
 
 def _announce(estimate: Estimate, event_type: str, **data: Any) -> None:
@@ -155,7 +161,7 @@ def _announce(estimate: Estimate, event_type: str, **data: Any) -> None:
 
 
 def _mark_sent(estimate: Estimate, *, actor: str, now: datetime, before: str) -> Estimate:
-    estimate.status, estimate.sent_at = S.SENT, now
+    estimate.status, estimate.sent_at = Estimate.Status.SENT, now
     estimate.save(update_fields=["status", "sent_at"])
     _receipt(estimate, "estimate.sent", actor=actor, before=before)
     _announce(estimate, EventType.ESTIMATE_SENT, sent_at=now, expires_at=estimate.expires_at)
@@ -170,11 +176,11 @@ def _decide(estimate: Estimate, status: str, *, actor: str, reason: str, now: da
     estimate = _locked(estimate)
     if estimate.status == status:
         return estimate
-    if estimate.status != S.SENT:
+    if estimate.status != Estimate.Status.SENT:
         raise EstimateError(f"{estimate.public_id} is {estimate.status}: only a sent estimate can be {status}")
     estimate.status, estimate.decided_at = status, now
     estimate.save(update_fields=["status", "decided_at"])
-    _receipt(estimate, f"estimate.{status}", actor=actor, before=S.SENT, reason=reason)
+    _receipt(estimate, f"estimate.{status}", actor=actor, before=Estimate.Status.SENT, reason=reason)
     if status in DECISION_EVENTS:
         _announce(estimate, DECISION_EVENTS[status], decided_at=now)
     # The follow-up stops now, not when the orchestrator gets to it.
@@ -194,7 +200,7 @@ def _stop_follow_up(lead: Lead, *, reason: str, actor: str, now: datetime) -> No
 def estimate_accept(estimate: Estimate, *, actor: str, now: datetime | None = None) -> Estimate:
     """The customer accepted: the estimate's follow-up ends (`won`); the
     orchestrator's `estimate.accepted` step wins the lead."""
-    estimate = _decide(estimate, S.ACCEPTED, actor=actor, reason="the customer accepted", now=now)
+    estimate = _decide(estimate, Estimate.Status.ACCEPTED, actor=actor, reason="the customer accepted", now=now)
     lead_event(
         estimate.lead, "estimate.accepted", key=estimate.public_id, data={"estimate": estimate.public_id}, actor=actor
     )
@@ -205,7 +211,9 @@ def estimate_accept(estimate: Estimate, *, actor: str, now: datetime | None = No
 def estimate_decline(estimate: Estimate, *, actor: str, reason: str = "", now: datetime | None = None) -> Estimate:
     """The customer declined: the follow-up ends (`declined`); the
     orchestrator's `estimate.declined` step decides the lead."""
-    estimate = _decide(estimate, S.DECLINED, actor=actor, reason=reason or "the customer declined", now=now)
+    estimate = _decide(
+        estimate, Estimate.Status.DECLINED, actor=actor, reason=reason or "the customer declined", now=now
+    )
     lead_event(
         estimate.lead,
         "estimate.declined",
@@ -222,10 +230,14 @@ def estimate_expire(estimate: Estimate, *, now: datetime | None = None) -> Estim
     owner gets a task to renew it or close the lead. None when not due."""
     now = now or timezone.now()
     current = _locked(estimate)
-    if current.status != S.SENT or current.expires_at is None or current.expires_at > now:
+    if current.status != Estimate.Status.SENT or current.expires_at is None or current.expires_at > now:
         return None
     current = _decide(
-        current, S.EXPIRED, actor=ACTOR, reason=f"no decision by {current.expires_at.isoformat()}", now=now
+        current,
+        Estimate.Status.EXPIRED,
+        actor=ACTOR,
+        reason=f"no decision by {current.expires_at.isoformat()}",
+        now=now,
     )
     _owner_task(current.lead, f"Estimate {current.public_id} expired: renew it or close the lead", now)
     return current
@@ -253,7 +265,7 @@ def _pinned_estimate(request: ApprovalRequest) -> Estimate | None:
 def high_value_check(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     """Only an estimate still waiting for this approval may be approved."""
     estimate = _pinned_estimate(request)
-    if estimate is not None and estimate.status != S.PENDING_APPROVAL:
+    if estimate is not None and estimate.status != Estimate.Status.PENDING_APPROVAL:
         raise ApprovalConflict(
             f"{estimate.public_id} is {estimate.status}, no longer waiting for approval: reject {request.public_id}"
         )
@@ -261,18 +273,24 @@ def high_value_check(request: ApprovalRequest, payload: dict[str, Any]) -> None:
 
 def high_value_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     estimate = _pinned_estimate(request)
-    if estimate is not None and estimate.status == S.PENDING_APPROVAL:
-        _mark_sent(estimate, actor=_decider(request), now=timezone.now(), before=S.PENDING_APPROVAL)
+    if estimate is not None and estimate.status == Estimate.Status.PENDING_APPROVAL:
+        _mark_sent(estimate, actor=_decider(request), now=timezone.now(), before=Estimate.Status.PENDING_APPROVAL)
 
 
 def high_value_not_approved(request: ApprovalRequest, payload: dict[str, Any]) -> None:
     estimate = _pinned_estimate(request)
-    if estimate is None or estimate.status != S.PENDING_APPROVAL:
+    if estimate is None or estimate.status != Estimate.Status.PENDING_APPROVAL:
         return
-    estimate.status = S.DRAFT
+    estimate.status = Estimate.Status.DRAFT
     estimate.save(update_fields=["status"])
     why = request.decision_note or ("rejected" if request.status == ApprovalRequest.Status.REJECTED else "expired")
-    _receipt(estimate, "estimate.approval_refused", actor=_decider(request), before=S.PENDING_APPROVAL, reason=why)
+    _receipt(
+        estimate,
+        "estimate.approval_refused",
+        actor=_decider(request),
+        before=Estimate.Status.PENDING_APPROVAL,
+        reason=why,
+    )
     _owner_task(estimate.lead, f"Revise estimate {estimate.public_id}: not approved ({why})"[:300], timezone.now())
 
 
@@ -283,7 +301,7 @@ def estimate_sent_step(lead: Lead, data: dict[str, Any]) -> str:
     """`estimate.sent`: the lead is in `estimate_sent`, its next action is the
     decision, and the follow-up check (and expiry) are on the clock."""
     estimate = _estimate_of(data)
-    if estimate is None or estimate.status != S.SENT or estimate.sent_at is None:
+    if estimate is None or estimate.status != Estimate.Status.SENT or estimate.sent_at is None:
         return "the estimate is no longer open"
     done = []
     if lead.stage != Stage.ESTIMATE_SENT:
@@ -339,7 +357,9 @@ def estimate_declined_step(lead: Lead, data: dict[str, Any]) -> str:
     """`estimate.declined`: the follow-up is over; the lead is lost unless
     another estimate for it is still open."""
     enrollments_stop(lead=lead, reason="declined", actor=ACTOR)
-    if lead.estimates.filter(status__in=[S.SENT, S.PENDING_APPROVAL, S.DRAFT]).exists():
+    if lead.estimates.filter(
+        status__in=[Estimate.Status.SENT, Estimate.Status.PENDING_APPROVAL, Estimate.Status.DRAFT]
+    ).exists():
         return "another estimate is still open"
     _cancel_timers(lead)
     if not lead.is_open:
@@ -368,7 +388,7 @@ def open_estimate_check(estimate_id: int, *, now: datetime) -> str:
         pk=estimate_id
     )
     lead = estimate.lead
-    if estimate.status != S.SENT:
+    if estimate.status != Estimate.Status.SENT:
         return f"decided: {estimate.status}"
     if Payment.objects.filter(lead=lead).exists():
         return "paid"
@@ -393,9 +413,13 @@ def open_estimate_exit(enrollment: Enrollment, lead: Lead, now: datetime) -> str
     """The `open_estimate` path's own exits: paid, or no estimate still open."""
     if Payment.objects.filter(lead=lead).exists():
         return "paid"
-    if lead.estimates.filter(status=S.SENT).exists():
+    if lead.estimates.filter(status=Estimate.Status.SENT).exists():
         return ""
-    last = lead.estimates.exclude(status__in=[S.DRAFT, S.PENDING_APPROVAL]).order_by("-decided_at", "-pk").first()
+    last = (
+        lead.estimates.exclude(status__in=[Estimate.Status.DRAFT, Estimate.Status.PENDING_APPROVAL])
+        .order_by("-decided_at", "-pk")
+        .first()
+    )
     return DECISION_REASONS.get(last.status if last else "", "stage_left")
 
 

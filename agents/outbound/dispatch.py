@@ -59,7 +59,6 @@ from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 
-S = Message.Status
 ACTOR = "agent:dispatcher"
 # A text Twilio cannot hand on within this many seconds expires instead of
 # arriving late (past quiet hours, say).
@@ -82,9 +81,9 @@ def message_claim(message_id: int, *, now: datetime | None = None) -> bool:
     spending one dispatch attempt; False when another worker has it, it is
     no longer queued, or its attempts are spent."""
     return (
-        Message.objects.filter(pk=message_id, status=S.QUEUED, attempts__lt=Message.MAX_DISPATCH_ATTEMPTS).update(
-            status=S.SENDING, attempts=F("attempts") + 1, claimed_at=now or timezone.now()
-        )
+        Message.objects.filter(
+            pk=message_id, status=Message.Status.QUEUED, attempts__lt=Message.MAX_DISPATCH_ATTEMPTS
+        ).update(status=Message.Status.SENDING, attempts=F("attempts") + 1, claimed_at=now or timezone.now())
         == 1
     )
 
@@ -106,14 +105,16 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
         return _rest_error(message, exc)
     except (TwilioException, requests.RequestException) as exc:
         # A timeout or a dropped connection: the provider may have sent it.
-        return _finish(message, S.UNKNOWN, error=f"{type(exc).__name__}: {exc}"[:200])
-    return _finish(message, S.SENT, sid=created.sid)
+        return _finish(message, Message.Status.UNKNOWN, error=f"{type(exc).__name__}: {exc}"[:200])
+    return _finish(message, Message.Status.SENT, sid=created.sid)
 
 
 def message_sid_save(message: Message, sid: str) -> None:
     # Autocommit, at once: whatever happens before the finish commits (a
     # killed worker, a failed receipt), the row names what the provider took.
-    Message.objects.filter(pk=message.pk, status=S.SENDING, provider_sid__isnull=True).update(provider_sid=sid)
+    Message.objects.filter(pk=message.pk, status=Message.Status.SENDING, provider_sid__isnull=True).update(
+        provider_sid=sid
+    )
 
 
 def _twilio_send(message: Message, client: Client) -> Any:
@@ -182,7 +183,7 @@ def _rest_error(message: Message, exc: TwilioRestException) -> str:
     if exc.status == 429:
         return _retry_later(message, f"429: {exc.msg}")
     if exc.status >= 500:
-        return _finish(message, S.UNKNOWN, error=f"{exc.status}: {exc.msg}"[:200])
+        return _finish(message, Message.Status.UNKNOWN, error=f"{exc.status}: {exc.msg}"[:200])
     if exc.code == UNSUBSCRIBED:
         with transaction.atomic():
             if message.contact_point is not None:
@@ -194,8 +195,8 @@ def _rest_error(message: Message, exc: TwilioRestException) -> str:
                     actor=ACTOR,
                     evidence={"error": exc.code, "message": str(exc.msg)[:200], "from": message.from_number},
                 )
-            return _finish(message, S.FAILED, error=str(UNSUBSCRIBED), block_reason="revoked")
-    return _finish(message, S.FAILED, error=str(exc.code or exc.status))
+            return _finish(message, Message.Status.FAILED, error=str(UNSUBSCRIBED), block_reason="revoked")
+    return _finish(message, Message.Status.FAILED, error=str(exc.code or exc.status))
 
 
 def _instagram(message: Message) -> str:
@@ -204,7 +205,7 @@ def _instagram(message: Message) -> str:
         # Nothing reached Meta: the business must configure the account first.
         return _finish(
             message,
-            S.FAILED,
+            Message.Status.FAILED,
             error="no_access_token",
             reason=f"no active instagram source with account_id {message.from_number!r} and an access_token",
         )
@@ -212,18 +213,18 @@ def _instagram(message: Message) -> str:
     if outcome.status == "sent":
         sid = message_sid(outcome.message_id)
         message_sid_save(message, sid)
-        return _finish(message, S.SENT, sid=sid)
+        return _finish(message, Message.Status.SENT, sid=sid)
     if outcome.status == "throttled":
         return _retry_later(message, outcome.detail, code=outcome.error)
     if outcome.status == "outside_window":
         return _finish(
             message,
-            S.FAILED,
+            Message.Status.FAILED,
             error=outcome.error,
             reason=f"outside_window: {outcome.detail}",
             block_reason="outside_window",
         )
-    status = S.UNKNOWN if outcome.status == "unknown" else S.FAILED
+    status = Message.Status.UNKNOWN if outcome.status == "unknown" else Message.Status.FAILED
     return _finish(message, status, error=outcome.error, reason=outcome.detail)
 
 
@@ -231,14 +232,16 @@ def _retry_later(message: Message, error: str, *, code: str = "429") -> str:
     attempts = Message.objects.filter(pk=message.pk).values_list("attempts", flat=True).get()  # this claim's included
     if attempts >= Message.MAX_DISPATCH_ATTEMPTS:
         gave_up = message_give_up(
-            message, from_status=S.SENDING, reason=f"the provider throttled all {attempts} attempts ({error})"
+            message,
+            from_status=Message.Status.SENDING,
+            reason=f"the provider throttled all {attempts} attempts ({error})",
         )
-        return S.FAILED if gave_up else "skipped"
+        return Message.Status.FAILED if gave_up else "skipped"
     due = timezone.now() + RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
     with transaction.atomic():
         # Ready again only at the backoff's end: the queued sweep leaves it to the timer until then.
-        Message.objects.filter(pk=message.pk, status=S.SENDING).update(
-            status=S.QUEUED, error_code=code[:32], queued_at=due
+        Message.objects.filter(pk=message.pk, status=Message.Status.SENDING).update(
+            status=Message.Status.QUEUED, error_code=code[:32], queued_at=due
         )
         timer_schedule(
             business=message.business,
@@ -248,15 +251,15 @@ def _retry_later(message: Message, error: str, *, code: str = "429") -> str:
             payload={"message": message.pk},
             dedupe_key=f"{RETRY_TIMER}:{message.pk}:{attempts}",
         )
-    return S.QUEUED
+    return Message.Status.QUEUED
 
 
 def _email(message: Message) -> str:
     try:
         EmailMessage(subject=message.subject or message.business.name, body=message.body, to=[message.to]).send()
     except OSError as exc:
-        return _finish(message, S.UNKNOWN, error=str(exc)[:200])
-    return _finish(message, S.SENT)
+        return _finish(message, Message.Status.UNKNOWN, error=str(exc)[:200])
+    return _finish(message, Message.Status.SENT)
 
 
 def _finish(
@@ -274,11 +277,11 @@ def _finish(
         changes: dict[str, Any] = {"status": status, "error_code": error[:32]}
         if sid:
             changes["provider_sid"] = sid
-        if status == S.SENT:
+        if status == Message.Status.SENT:
             changes["sent_at"] = timezone.now()
         if block_reason:
             changes["block_reason"] = block_reason
-        if not Message.objects.filter(pk=message.pk, status=S.SENDING).update(**changes):
+        if not Message.objects.filter(pk=message.pk, status=Message.Status.SENDING).update(**changes):
             # The sweep settled it meanwhile (this worker was slow, not dead),
             # or its status callback moved it on: that outcome stands.
             return status
@@ -289,7 +292,7 @@ def _finish(
             actor=ACTOR,
             action=f"message.{status}",
             reason=reason or error,
-            before={"status": S.SENDING},
+            before={"status": Message.Status.SENDING},
             after={"status": status, "sid": sid},
         )
     return status
@@ -308,7 +311,9 @@ def message_give_up(message: Message, *, from_status: str, reason: str, actor: s
     and an open `send_gave_up` exception item for the business's manager: a
     person decides whether to send it again. Conditional: False when the
     message has moved on meanwhile. One transaction."""
-    if not Message.objects.filter(pk=message.pk, status=from_status).update(status=S.FAILED, error_code=GAVE_UP):
+    if not Message.objects.filter(pk=message.pk, status=from_status).update(
+        status=Message.Status.FAILED, error_code=GAVE_UP
+    ):
         return False
     receipt_write(
         business=message.business,
@@ -318,7 +323,11 @@ def message_give_up(message: Message, *, from_status: str, reason: str, actor: s
         action="message.gave_up",
         reason=reason[:500],
         before={"status": from_status},
-        after={"status": S.FAILED, "attempts": message.attempts, "reconcile_attempts": message.reconcile_attempts},
+        after={
+            "status": Message.Status.FAILED,
+            "attempts": message.attempts,
+            "reconcile_attempts": message.reconcile_attempts,
+        },
     )
     detail = f"{message.channel} to {message.to} not sent: {reason}"[:500]
     try:

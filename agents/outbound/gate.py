@@ -38,17 +38,23 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.consent.policy import consent_decide
-from agents.outbound.clock import next_allowed, window_for
 from agents.outbound.instagram import instagram_account_for
+from agents.outbound.local_hours import next_allowed, window_for
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
 from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
+from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
-from crm.services.rows import row_insert_once
 from crm.services.timers import timer_schedule
 
-S = Message.Status
-COUNTED_STATUSES = (S.DRY_RUN, S.QUEUED, S.SENDING, S.SENT, S.DELIVERED, S.UNKNOWN)
+COUNTED_STATUSES = (
+    Message.Status.DRY_RUN,
+    Message.Status.QUEUED,
+    Message.Status.SENDING,
+    Message.Status.SENT,
+    Message.Status.DELIVERED,
+    Message.Status.UNKNOWN,
+)
 POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email", "instagram": "instagram"}
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
@@ -116,20 +122,22 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
     point = message.contact_point
     refusal = number_refusal(contact.business, point.value, message.channel) if point is not None else ""
     if refusal:
-        return Verdict(S.BLOCKED, "number_not_allowed", detail=refusal)
+        return Verdict(Message.Status.BLOCKED, "number_not_allowed", detail=refusal)
     if compliance_reply:
-        return Verdict(S.QUEUED)
+        return Verdict(Message.Status.QUEUED)
     if lead is not None and lead.hold:
-        return Verdict(S.BLOCKED, "hold")
+        return Verdict(Message.Status.BLOCKED, "hold")
     if automated and (contact.automation_paused or (lead is not None and lead.stage in CLOSED_STAGES)):
-        return Verdict(S.BLOCKED, "stopped")
+        return Verdict(Message.Status.BLOCKED, "stopped")
     if point is None:
-        return Verdict(S.BLOCKED, "no_consent")
+        return Verdict(Message.Status.BLOCKED, "no_consent")
     if point.contact_id == contact.pk:
         point.contact = contact  # the same row, already loaded (with its business): no second read
     consent = consent_decide(point, message.channel, automated=automated, now=now)
     if not consent.allowed:
-        return Verdict(S.BLOCKED, consent.reason, detail=consent.basis if consent.reason == "outside_window" else "")
+        return Verdict(
+            Message.Status.BLOCKED, consent.reason, detail=consent.basis if consent.reason == "outside_window" else ""
+        )
     # Quiet hours are for texts and calls, never DMs. A DM can only answer a
     # person who wrote to the business on Instagram within the last 24 hours
     # (the window above): a reply in a conversation they opened, read in the
@@ -141,15 +149,15 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
     if message.channel in ("sms", "voice"):
         opens = next_allowed(now, window_for(point.value, contact.business))
         if opens is not None:
-            return Verdict(S.DEFERRED, "quiet_hours", opens)
+            return Verdict(Message.Status.DEFERRED, "quiet_hours", opens)
     if automated:
         sent_today, other_path_active = _automation_counts(message, contact, now)
         if daily_cap_reached(contact.business, sent=sent_today):
-            return Verdict(S.BLOCKED, "daily_cap", sent_today=sent_today)
+            return Verdict(Message.Status.BLOCKED, "daily_cap", sent_today=sent_today)
         if other_path_active:
-            return Verdict(S.BLOCKED, "other_path_active", sent_today=sent_today)
-        return Verdict(S.QUEUED, sent_today=sent_today)
-    return Verdict(S.QUEUED)
+            return Verdict(Message.Status.BLOCKED, "other_path_active", sent_today=sent_today)
+        return Verdict(Message.Status.QUEUED, sent_today=sent_today)
+    return Verdict(Message.Status.QUEUED)
 
 
 def daily_cap_reached(business: Business, *, sent: int, projected: int = 0) -> bool:
@@ -233,7 +241,7 @@ def message_send(
         contact_point=point,
         direction="out",
         channel=channel,
-        status=S.DRAFT,
+        status=Message.Status.DRAFT,
         body=body,
         subject=subject,
         template_key=template_key,
@@ -281,7 +289,7 @@ def message_gate(
         .select_related("lead", "contact__business", "contact_point")
         .get(pk=message.pk)
     )
-    if message.status not in (S.DRAFT, S.DEFERRED, S.PENDING_APPROVAL):
+    if message.status not in (Message.Status.DRAFT, Message.Status.DEFERRED, Message.Status.PENDING_APPROVAL):
         return message  # already decided: a redelivered task changes nothing
     return _gate(
         message, compliance_reply=compliance_reply, needs_approval=needs_approval, requested_by=requested_by, now=now
@@ -293,18 +301,21 @@ def _gate(
 ) -> Message:
     """Judge a message the caller holds current (locked, or just inserted) and act on the verdict."""
     verdict = gate_check(message, automated=message.automated, compliance_reply=compliance_reply, now=now)
-    if verdict.status == S.QUEUED and needs_approval:
-        verdict = Verdict(S.PENDING_APPROVAL, "")
-    if verdict.status == S.QUEUED:
+    if verdict.status == Message.Status.QUEUED and needs_approval:
+        verdict = Verdict(Message.Status.PENDING_APPROVAL, "")
+    if verdict.status == Message.Status.QUEUED:
         assert message.contact is not None
         message.from_number = sender_for(message.contact, message.channel, point=message.contact_point)
         if settings.SEND_MODE != "live":
-            verdict = Verdict(S.DRY_RUN)
+            verdict = Verdict(Message.Status.DRY_RUN)
     before = message.status
-    message.status, message.block_reason = verdict.status, verdict.reason if verdict.status == S.BLOCKED else ""
+    message.status, message.block_reason = (
+        verdict.status,
+        verdict.reason if verdict.status == Message.Status.BLOCKED else "",
+    )
     message.deferred_until = verdict.deferred_until
     # The lost-enqueue sweep's clock: the queue's wall time, not the judged `now`.
-    message.queued_at = timezone.now() if verdict.status == S.QUEUED else None
+    message.queued_at = timezone.now() if verdict.status == Message.Status.QUEUED else None
     message.save(update_fields=["status", "block_reason", "deferred_until", "from_number", "queued_at"])
     _after(message, verdict, before, requested_by)
     return message
@@ -329,7 +340,7 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
             "requested_by": message.actor,
         },
     )
-    if verdict.status == S.DEFERRED and verdict.deferred_until:
+    if verdict.status == Message.Status.DEFERRED and verdict.deferred_until:
         timer_schedule(
             business=message.business,
             lead=message.lead,
@@ -338,7 +349,7 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
             payload={"message": message.pk},
             dedupe_key=f"{REGATE_TIMER}:{message.pk}:{verdict.deferred_until.isoformat()}",
         )
-    if verdict.status == S.PENDING_APPROVAL:
+    if verdict.status == Message.Status.PENDING_APPROVAL:
         from approvals.services import approval_request_open
 
         approval_request_open(
@@ -353,7 +364,7 @@ def _after(message: Message, verdict: Verdict, before: str, requested_by: Any) -
             proposed_by_user=requested_by,
             payload={"message": message.public_id, "body": message.body},
         )
-    if verdict.status == S.QUEUED:
+    if verdict.status == Message.Status.QUEUED:
         # Imported here: dispatch's module reaches the provider SDK, which the gate never needs.
         from agents.outbound.dispatch import dispatch_enqueue
 

@@ -48,7 +48,6 @@ from agents.meta_graph import USER_AGENT, graph_error_text, graph_timeout, messa
 from crm.models import ContactPoint, Message, Provider, Source
 from crm.services.receipts import receipt_write
 
-S = Message.Status
 ACTOR = "agent:instagram"
 # Meta's "This message is sent outside of allowed window": code 10 with these
 # subcodes (Messenger's and the one Instagram answers with).
@@ -181,7 +180,7 @@ def dm_echo_apply(*, business_id: int, recipient: str, mid: str, text: str, at: 
             business_id=business_id,
             direction="out",
             channel="instagram",
-            status__in=(S.SENDING, S.UNKNOWN),
+            status__in=(Message.Status.SENDING, Message.Status.UNKNOWN),
             provider_sid__isnull=True,
             to=recipient,
         )
@@ -192,15 +191,15 @@ def dm_echo_apply(*, business_id: int, recipient: str, mid: str, text: str, at: 
     if not matches:
         return False
     message = matches[0]
-    if message.status == S.SENDING and len(matches) > 1:
+    if message.status == Message.Status.SENDING and len(matches) > 1:
         # Two of ours alike in flight: an id kept on the wrong one would clash
         # with the other's answer. Their answers (or the sweep) settle them.
         return False
     # Conditional: the worker or the sweep may be settling it at this moment.
     mine = Message.objects.filter(pk=message.pk, status=message.status, provider_sid__isnull=True)
-    if message.status == S.SENDING:
+    if message.status == Message.Status.SENDING:
         return mine.update(provider_sid=sid) == 1
-    if not mine.update(status=S.SENT, provider_sid=sid, sent_at=at or timezone.now()):
+    if not mine.update(status=Message.Status.SENT, provider_sid=sid, sent_at=at or timezone.now()):
         return False
     receipt_write(
         business=message.business,
@@ -209,8 +208,8 @@ def dm_echo_apply(*, business_id: int, recipient: str, mid: str, text: str, at: 
         actor=ACTOR,
         action="message.reconciled_sent",
         reason="Instagram echoed it into the thread: the send whose answer was lost went out",
-        before={"status": S.UNKNOWN},
-        after={"status": S.SENT, "sid": sid},
+        before={"status": Message.Status.UNKNOWN},
+        after={"status": Message.Status.SENT, "sid": sid},
     )
     return True
 
@@ -224,16 +223,20 @@ def dm_seen_apply(*, business_id: int, reader: str, mid: str, at: datetime | Non
     seen = ours.filter(provider_sid=message_sid(mid)).first() if mid else None
     if seen is not None:
         # Seen up to that DM: a thread is read from the bottom.
-        upto = Q(pk=seen.pk) | Q(status=S.SENT, sent_at__lte=seen.sent_at or seen.created_at)
+        upto = Q(pk=seen.pk) | Q(status=Message.Status.SENT, sent_at__lte=seen.sent_at or seen.created_at)
     elif at is not None:
         # Not an id of ours (a DM typed in the app): seen up to the moment they looked.
-        upto = Q(status=S.SENT, sent_at__lte=at)
+        upto = Q(status=Message.Status.SENT, sent_at__lte=at)
     else:
         return 0
     moved = 0
-    for message in ours.filter(upto, status__in=(S.SENT, S.UNKNOWN)).select_related("business", "lead").order_by("pk"):
+    for message in (
+        ours.filter(upto, status__in=(Message.Status.SENT, Message.Status.UNKNOWN))
+        .select_related("business", "lead")
+        .order_by("pk")
+    ):
         if not Message.objects.filter(pk=message.pk, status=message.status).update(
-            status=S.DELIVERED, delivered_at=at or timezone.now()
+            status=Message.Status.DELIVERED, delivered_at=at or timezone.now()
         ):
             continue  # moved on meanwhile
         receipt_write(
@@ -241,10 +244,10 @@ def dm_seen_apply(*, business_id: int, reader: str, mid: str, at: datetime | Non
             lead=message.lead,
             subject=message.public_id,
             actor="agent:delivery_status",
-            action=f"message.{S.DELIVERED}",
+            action=f"message.{Message.Status.DELIVERED}",
             reason="Instagram: the person saw it",
             before={"status": message.status},
-            after={"status": S.DELIVERED},
+            after={"status": Message.Status.DELIVERED},
         )
         moved += 1
     return moved

@@ -60,7 +60,6 @@ from crm.models import Message
 from crm.services.receipts import receipt_write
 
 log = logging.getLogger(__name__)
-S = Message.Status
 BATCH = 100
 # The provider records a send it took before it answers; a minute after the
 # claim, a send it does not list is one it never took.
@@ -123,14 +122,14 @@ def messages_reconcile(
     now = now or timezone.now()
     run = Sweep()
     outbound = Message.objects.filter(direction="out")
-    stale_sending = _older(outbound.filter(status=S.SENDING), "claimed_at", now - _seconds("SENDING"))
+    stale_sending = _older(outbound.filter(status=Message.Status.SENDING), "claimed_at", now - _seconds("SENDING"))
     for message in stale_sending.select_related("business", "lead").order_by("created_at")[:batch]:
         run.stalled += _stall(message)
-    unknown = _older(outbound.filter(status=S.UNKNOWN), "claimed_at", now - UNKNOWN_SETTLE)
+    unknown = _older(outbound.filter(status=Message.Status.UNKNOWN), "claimed_at", now - UNKNOWN_SETTLE)
     clients: dict[TwilioAccount, Client] = {}
     for message in unknown.select_related("business", "lead").order_by("claimed_at", "created_at")[:batch]:
         _settle(message, run, now=now, clients=clients, http_client=http_client)
-    stale_queued = _older(outbound.filter(status=S.QUEUED), "queued_at", now - _seconds("QUEUED"))
+    stale_queued = _older(outbound.filter(status=Message.Status.QUEUED), "queued_at", now - _seconds("QUEUED"))
     candidates = list(stale_queued.select_related("business", "lead").order_by("created_at")[:batch])
     waiting = _dispatch_tasks_waiting() if candidates else set()
     for message in candidates:
@@ -138,9 +137,11 @@ def messages_reconcile(
             continue  # behind a backlog, not lost
         if message.attempts >= Message.MAX_DISPATCH_ATTEMPTS:
             run.gave_up += message_give_up(
-                message, from_status=S.QUEUED, reason=f"all {message.attempts} dispatch attempts spent"
+                message, from_status=Message.Status.QUEUED, reason=f"all {message.attempts} dispatch attempts spent"
             )
-        elif Message.objects.filter(pk=message.pk, status=S.QUEUED, queued_at=message.queued_at).update(queued_at=now):
+        elif Message.objects.filter(pk=message.pk, status=Message.Status.QUEUED, queued_at=message.queued_at).update(
+            queued_at=now
+        ):
             # queued_at moves on, so the next run waits a whole bound again.
             dispatch_enqueue(message.pk)
             run.reenqueued += 1
@@ -153,9 +154,9 @@ def _seconds(which: str) -> timedelta:
 
 def _stall(message: Message) -> int:
     with transaction.atomic():
-        if not Message.objects.filter(pk=message.pk, status=S.SENDING, claimed_at=message.claimed_at).update(
-            status=S.UNKNOWN
-        ):
+        if not Message.objects.filter(
+            pk=message.pk, status=Message.Status.SENDING, claimed_at=message.claimed_at
+        ).update(status=Message.Status.UNKNOWN):
             return 0  # its worker finished after all
         receipt_write(
             business=message.business,
@@ -164,10 +165,10 @@ def _stall(message: Message) -> int:
             actor=ACTOR,
             action="message.stalled",
             reason="the worker stopped mid-send: the outcome is unknown until reconciled",
-            before={"status": S.SENDING},
-            after={"status": S.UNKNOWN, "sid": message.provider_sid},
+            before={"status": Message.Status.SENDING},
+            after={"status": Message.Status.UNKNOWN, "sid": message.provider_sid},
         )
-    message.status = S.UNKNOWN
+    message.status = Message.Status.UNKNOWN
     return 1
 
 
@@ -177,7 +178,7 @@ def _settle(
     if message.channel == "email":
         run.gave_up += message_give_up(
             message,
-            from_status=S.UNKNOWN,
+            from_status=Message.Status.UNKNOWN,
             reason="the mail server's answer was lost and no mail server can be asked whether it went out",
         )
         return
@@ -205,8 +206,8 @@ def _settle_instagram(message: Message, run: Sweep) -> None:
     if message.provider_sid:
         # Meta answered with its id before the worker stopped: it took the DM.
         with transaction.atomic():
-            if not Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(
-                status=S.SENT, sent_at=timezone.now()
+            if not Message.objects.filter(pk=message.pk, status=Message.Status.UNKNOWN).update(
+                status=Message.Status.SENT, sent_at=timezone.now()
             ):
                 return
             receipt_write(
@@ -216,8 +217,8 @@ def _settle_instagram(message: Message, run: Sweep) -> None:
                 actor=ACTOR,
                 action="message.reconciled_sent",
                 reason="Meta answered with its message id: the DM went out",
-                before={"status": S.UNKNOWN},
-                after={"status": S.SENT, "sid": message.provider_sid},
+                before={"status": Message.Status.UNKNOWN},
+                after={"status": Message.Status.SENT, "sid": message.provider_sid},
             )
         run.found += 1
         return
@@ -225,7 +226,7 @@ def _settle_instagram(message: Message, run: Sweep) -> None:
     if spent >= Message.MAX_RECONCILE_ATTEMPTS:
         run.gave_up += message_give_up(
             message,
-            from_status=S.UNKNOWN,
+            from_status=Message.Status.UNKNOWN,
             reason=(
                 f"Meta's answer to this DM was lost and no echo of it arrived in {spent} sweeps; Instagram "
                 "cannot be asked, so it is not sent again: look in the Instagram thread, and send it by hand "
@@ -234,7 +235,7 @@ def _settle_instagram(message: Message, run: Sweep) -> None:
         )
         return
     Message.objects.filter(
-        pk=message.pk, status=S.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
+        pk=message.pk, status=Message.Status.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
     ).update(reconcile_attempts=F("reconcile_attempts") + 1)
     run.unreachable += 1
 
@@ -289,24 +290,24 @@ def _provider_record(message: Message, client: Client) -> Any | None:
 
 
 PROVIDER_OUTCOME = {
-    "delivered": S.DELIVERED,
-    "read": S.DELIVERED,
-    "undelivered": S.UNDELIVERED,
-    "failed": S.FAILED,
-    "canceled": S.FAILED,
-    "busy": S.FAILED,
-    "no-answer": S.FAILED,
+    "delivered": Message.Status.DELIVERED,
+    "read": Message.Status.DELIVERED,
+    "undelivered": Message.Status.UNDELIVERED,
+    "failed": Message.Status.FAILED,
+    "canceled": Message.Status.FAILED,
+    "busy": Message.Status.FAILED,
+    "no-answer": Message.Status.FAILED,
 }
 
 
 def _found(message: Message, run: Sweep, record: Any) -> None:
-    status = PROVIDER_OUTCOME.get(str(record.status or ""), S.SENT)  # queued, sending, sent: accepted
+    status = PROVIDER_OUTCOME.get(str(record.status or ""), Message.Status.SENT)  # queued, sending, sent: accepted
     error = str(getattr(record, "error_code", None) or "")
     with transaction.atomic():
         changes: dict[str, Any] = {"status": status, "provider_sid": record.sid, "error_code": error[:32]}
-        if status != S.FAILED:
+        if status != Message.Status.FAILED:
             changes["sent_at"] = timezone.now()
-        if not Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(**changes):
+        if not Message.objects.filter(pk=message.pk, status=Message.Status.UNKNOWN).update(**changes):
             return
         if message.channel == "voice":
             call_row_ensure(message, record.sid)
@@ -317,7 +318,7 @@ def _found(message: Message, run: Sweep, record: Any) -> None:
             actor=ACTOR,
             action="message.reconciled_sent",
             reason="the provider's record settles an unknown outcome",
-            before={"status": S.UNKNOWN},
+            before={"status": Message.Status.UNKNOWN},
             after={"status": status, "sid": record.sid, "provider_status": record.status},
         )
     run.found += 1
@@ -331,12 +332,14 @@ def _not_found(message: Message, run: Sweep, *, now: datetime) -> None:
     if message.attempts >= Message.MAX_DISPATCH_ATTEMPTS:
         run.gave_up += message_give_up(
             message,
-            from_status=S.UNKNOWN,
+            from_status=Message.Status.UNKNOWN,
             reason=f"the provider has no record of it after all {message.attempts} dispatch attempts",
         )
         return
     with transaction.atomic():
-        if not Message.objects.filter(pk=message.pk, status=S.UNKNOWN).update(status=S.QUEUED, queued_at=now):
+        if not Message.objects.filter(pk=message.pk, status=Message.Status.UNKNOWN).update(
+            status=Message.Status.QUEUED, queued_at=now
+        ):
             return
         receipt_write(
             business=message.business,
@@ -345,8 +348,8 @@ def _not_found(message: Message, run: Sweep, *, now: datetime) -> None:
             actor=ACTOR,
             action="message.reconciled_requeued",
             reason="the provider has no record of it: it is sent once more",
-            before={"status": S.UNKNOWN},
-            after={"status": S.QUEUED, "attempts": message.attempts},
+            before={"status": Message.Status.UNKNOWN},
+            after={"status": Message.Status.QUEUED, "attempts": message.attempts},
         )
         dispatch_enqueue(message.pk)
     run.requeued += 1
@@ -357,12 +360,12 @@ def _unreachable(message: Message, run: Sweep, error: str) -> None:
     if spent >= Message.MAX_RECONCILE_ATTEMPTS:
         run.gave_up += message_give_up(
             message,
-            from_status=S.UNKNOWN,
+            from_status=Message.Status.UNKNOWN,
             reason=f"its outcome could not be settled in {spent} tries ({error}); check the provider's log",
         )
         return
     Message.objects.filter(
-        pk=message.pk, status=S.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
+        pk=message.pk, status=Message.Status.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
     ).update(reconcile_attempts=F("reconcile_attempts") + 1, error_code=error[:32])
     run.unreachable += 1
 

@@ -13,28 +13,27 @@ from crm.models import InboundEvent, Message
 from crm.services.inbound_handlers import MalformedPayload, RetryLater
 from crm.services.receipts import receipt_write
 
-S = Message.Status
 RANK: dict[str, int] = {
-    S.QUEUED: 0,
-    S.SENDING: 1,
-    S.UNKNOWN: 1,
-    S.SENT: 2,
-    S.DELIVERED: 3,
-    S.UNDELIVERED: 3,
-    S.FAILED: 3,
+    Message.Status.QUEUED: 0,
+    Message.Status.SENDING: 1,
+    Message.Status.UNKNOWN: 1,
+    Message.Status.SENT: 2,
+    Message.Status.DELIVERED: 3,
+    Message.Status.UNDELIVERED: 3,
+    Message.Status.FAILED: 3,
 }
 TWILIO_STATUS: dict[str, str] = {
-    "accepted": S.QUEUED,
-    "scheduled": S.QUEUED,
-    "queued": S.QUEUED,
-    "sending": S.SENDING,
-    "sent": S.SENT,
-    "delivered": S.DELIVERED,
-    "read": S.DELIVERED,
-    "undelivered": S.UNDELIVERED,
-    "failed": S.FAILED,
-    "canceled": S.FAILED,
-    "partially_delivered": S.DELIVERED,
+    "accepted": Message.Status.QUEUED,
+    "scheduled": Message.Status.QUEUED,
+    "queued": Message.Status.QUEUED,
+    "sending": Message.Status.SENDING,
+    "sent": Message.Status.SENT,
+    "delivered": Message.Status.DELIVERED,
+    "read": Message.Status.DELIVERED,
+    "undelivered": Message.Status.UNDELIVERED,
+    "failed": Message.Status.FAILED,
+    "canceled": Message.Status.FAILED,
+    "partially_delivered": Message.Status.DELIVERED,
 }
 
 
@@ -68,12 +67,12 @@ def status_callback_process(event: InboundEvent) -> str:
         # Accepted under another business's Twilio account: it cannot speak for this message.
         raise MalformedPayload(f"message {sid!r} belongs to another business than the account that signed this")
     new = TWILIO_STATUS[reported]
-    if RANK.get(new, 0) <= RANK.get(message.status, 0) and message.status != S.UNKNOWN:
+    if RANK.get(new, 0) <= RANK.get(message.status, 0) and message.status != Message.Status.UNKNOWN:
         return InboundEvent.Status.IGNORED  # out of order or repeated: never move back
     before = message.status
     message.status = new
     message.error_code = params.get("ErrorCode", "") or message.error_code
-    if new == S.DELIVERED:
+    if new == Message.Status.DELIVERED:
         message.delivered_at = timezone.now()
     message.save(update_fields=["status", "error_code", "delivered_at"])
     receipt_write(
@@ -82,7 +81,9 @@ def status_callback_process(event: InboundEvent) -> str:
         subject=message.public_id,
         actor="agent:delivery_status",
         action=f"message.{new}",
-        reason=f"Twilio error {message.error_code}" if new in (S.UNDELIVERED, S.FAILED) and message.error_code else "",
+        reason=f"Twilio error {message.error_code}"
+        if new in (Message.Status.UNDELIVERED, Message.Status.FAILED) and message.error_code
+        else "",
         before={"status": before},
         after={"status": new, "error_code": message.error_code},
     )

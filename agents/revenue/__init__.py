@@ -2,4 +2,4 @@
 separate events, and Payment Matching (which lead, job and invoice a payment
 pays for). Stripe's webhook parser lives with the other providers in
 `agents/capture/providers/stripe.py`; the revenue report is a read, in
-`crm/reports.py`."""
+`crm/attribution.py`."""

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import Count, OuterRef, Q, QuerySet
 
-from agents.outbound.clock import hours_open
+from agents.outbound.local_hours import hours_open
 from crm.models import CLOSED_STAGES, Lead, Role, TeamMember
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from agents.events import lead_event
 from agents.notify import member_notify
-from agents.outbound.clock import business_minutes_after
+from agents.outbound.local_hours import business_minutes_after
 from crm.models import BEFORE_BOOKING_STAGES, Lead, LeadException
 from crm.selectors import business_manager, rows_held
 from crm.services import lead_sync

@@ -68,7 +68,6 @@ from crm.services.webhooks import (
 )
 
 log = logging.getLogger(__name__)
-S = WebhookDelivery.Status
 Outcome = WebhookAttempt.Outcome
 ACTOR = "agent:webhooks"
 PUMP_FUNC = "agents.tasks.webhooks_pump"
@@ -179,7 +178,9 @@ def _record_dry_run(
     delivery: WebhookDelivery, number: int, *, headers: dict[str, str], size: int, now: datetime
 ) -> str:
     with transaction.atomic():
-        if not _claimed(delivery, number).update(status=S.DRY_RUN, last_status_code=None, last_error=""):
+        if not _claimed(delivery, number).update(
+            status=WebhookDelivery.Status.DRY_RUN, last_status_code=None, last_error=""
+        ):
             return "stale"
         _attempt_row(
             delivery,
@@ -189,13 +190,13 @@ def _record_dry_run(
             request_headers=headers,
             response_excerpt=f"dry run: {size} bytes would be posted to {delivery.subscription.url}",
         )
-    return S.DRY_RUN
+    return WebhookDelivery.Status.DRY_RUN
 
 
 def _claimed(delivery: WebhookDelivery, number: int) -> Any:
     # This worker's claim only: one the sweep took back (and maybe another
     # worker claimed since) has moved on, and its outcome stands.
-    return WebhookDelivery.objects.filter(pk=delivery.pk, status=S.SENDING, attempts=number)
+    return WebhookDelivery.objects.filter(pk=delivery.pk, status=WebhookDelivery.Status.SENDING, attempts=number)
 
 
 def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: dict[str, str], now: datetime) -> str:
@@ -204,7 +205,7 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
     status: str
     with transaction.atomic():
         if answer.delivered:
-            status = S.DELIVERED
+            status = WebhookDelivery.Status.DELIVERED
             moved = _claimed(delivery, number).update(
                 status=status, delivered_at=now, last_status_code=answer.status_code, last_error=""
             )
@@ -233,7 +234,7 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
             _succeeded(delivery, now=now)
         else:
             _failed(delivery.subscription_id, now=now)
-            if status == S.DEAD:
+            if status == WebhookDelivery.Status.DEAD:
                 _dead(delivery, number, error)
     if not answer.delivered:
         subscription_pause_if_failing(delivery.subscription, now=now)
@@ -241,17 +242,19 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
 
 
 def _after_failure(delivery: WebhookDelivery, number: int) -> str:
-    return S.DEAD if number >= delivery.attempt_limit else S.PENDING
+    return WebhookDelivery.Status.DEAD if number >= delivery.attempt_limit else WebhookDelivery.Status.PENDING
 
 
 def _held_if_paused(status: str) -> Any:
     """`status`, or held when it is pending and the subscription was paused meanwhile."""
-    if status != S.PENDING:
+    if status != WebhookDelivery.Status.PENDING:
         return Value(status)
     paused = WebhookSubscription.objects.filter(
         pk=OuterRef("subscription_id"), status=WebhookSubscription.Status.PAUSED
     )
-    return Case(When(Exists(paused), then=Value(S.HELD)), default=Value(S.PENDING))
+    return Case(
+        When(Exists(paused), then=Value(WebhookDelivery.Status.HELD)), default=Value(WebhookDelivery.Status.PENDING)
+    )
 
 
 def _succeeded(delivery: WebhookDelivery, *, now: datetime) -> None:
@@ -293,8 +296,13 @@ def _dead(delivery: WebhookDelivery, number: int, error: str) -> None:
         actor=ACTOR,
         action="webhook.dead",
         reason=error[:300],
-        before={"status": S.SENDING},
-        after={"status": S.DEAD, "attempts": number, "event": event.public_id, "subscription": subscription.public_id},
+        before={"status": WebhookDelivery.Status.SENDING},
+        after={
+            "status": WebhookDelivery.Status.DEAD,
+            "attempts": number,
+            "event": event.public_id,
+            "subscription": subscription.public_id,
+        },
     )
     webhook_exception_open(
         business_id=delivery.business_id,
@@ -382,7 +390,7 @@ def _lost_claims(now: datetime) -> int:
     counts as lost (the receiver may have it: the webhook-id lets it tell),
     then the delivery waits for its retry, or is dead when out of tries."""
     lost, why = 0, "the worker stopped before the answer was recorded"
-    stale = WebhookDelivery.objects.filter(status=S.SENDING, claimed_at__lt=now - STALE_CLAIM)
+    stale = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.SENDING, claimed_at__lt=now - STALE_CLAIM)
     for delivery in stale.select_related("subscription", "event", "business").order_by("claimed_at")[:100]:
         number = delivery.attempts
         with transaction.atomic():
@@ -399,7 +407,7 @@ def _lost_claims(now: datetime) -> int:
             if not moved:
                 continue
             _attempt_row(delivery, number, Outcome.LOST, at=now, error=why)
-            if status == S.DEAD:
+            if status == WebhookDelivery.Status.DEAD:
                 _dead(delivery, number, why)
         lost += 1
     return lost
@@ -416,7 +424,7 @@ def webhooks_sweep(*, now: datetime | None = None, seconds: float = PUMP_SECONDS
         status=WebhookSubscription.Status.ACTIVE, failing_since__lte=at - PAUSE_AFTER
     )
     counts["paused"] = sum(subscription_pause_if_failing(s, now=at) for s in failing.select_related("business"))
-    due = WebhookDelivery.objects.filter(status=S.PENDING, next_attempt_at__lte=at).count()
+    due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=at).count()
     for _ in range(min(due // 10, settings.Q_WEBHOOK_WORKERS - 1)):
         pump_enqueue()
     counts.update(webhooks_pump(now=now, seconds=seconds))

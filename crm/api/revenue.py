@@ -1,5 +1,5 @@
 """`/reports/revenue/`: revenue by source, campaign, ad or owner (the
-report itself is `crm.reports`). `revenue_for` validates a query and
+report itself is `crm.attribution`). `revenue_for` validates a query and
 computes it, for this endpoint and for the revenue page alike.
 """
 
@@ -20,9 +20,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from crm.api.common import AUTH_ERRORS, ErrorSerializer
+from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
 from crm.models import Business
 from crm.permissions import business_ids_where
-from crm.reports import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_report
 
 
 class RevenueQuerySerializer(serializers.Serializer):

@@ -33,7 +33,6 @@ from crm.models.conversions import (
     ConversionPlatform,
     ConversionUpload,
 )
-from crm.models.jobs import JobRun
 from crm.models.leads import (
     BEFORE_BOOKING_STAGES,
     CLOSED_STAGES,
@@ -48,6 +47,7 @@ from crm.models.leads import (
     Task,
     Timer,
 )
+from crm.models.periodic_runs import PeriodicRun
 from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptCheckpoint, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
@@ -97,7 +97,6 @@ __all__ = [
     "InboundEvent",
     "Invoice",
     "Job",
-    "JobRun",
     "KeptApartPair",
     "Lead",
     "LeadException",
@@ -110,6 +109,7 @@ __all__ = [
     "Note",
     "OutboxEvent",
     "Payment",
+    "PeriodicRun",
     "Provider",
     "Receipt",
     "ReceiptCheckpoint",

@@ -60,7 +60,6 @@ from crm.services.receipts import receipt_write
 from crm.services.webhooks import webhook_exception_open, webhook_exceptions_resolve
 
 K = ConversionKind
-S = ConversionUpload.Status
 FAILED_EXCEPTION = "conversion_failed"
 # Google takes a click's conversions for 90 days after the click.
 CLICK_WINDOW = timedelta(days=90)
@@ -391,7 +390,7 @@ def conversion_upload_replay(upload: ConversionUpload, *, actor: str, now: datet
     now = now or timezone.now()
     before = upload.status
     replayed = ConversionUpload.objects.filter(pk=upload.pk, status__in=ConversionUpload.FINAL).update(
-        status=S.PENDING,
+        status=ConversionUpload.Status.PENDING,
         next_attempt_at=now,
         claimed_at=None,
         error_limit=F("errors") + CONVERSION_MAX_ERRORS,

@@ -24,25 +24,35 @@ from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import tasks_cancel
 
-S = Stage
-
 # The one transition table. A stage not listed as a target of the current
 # stage is forbidden. Closed stages may reopen only where a person plausibly
 # re-engages (a lost or unresponsive lead replies); a won lead stays won.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    S.NEW: frozenset({S.ASSIGNED, S.CONTACTED, S.ENGAGED, S.DISQUALIFIED, S.LOST}),
-    S.ASSIGNED: frozenset({S.CONTACTED, S.ENGAGED, S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
-    S.CONTACTED: frozenset({S.ENGAGED, S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
-    S.ENGAGED: frozenset({S.QUALIFIED, S.BOOKED, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
-    S.QUALIFIED: frozenset({S.BOOKED, S.ESTIMATE_SENT, S.DISQUALIFIED, S.LOST, S.UNRESPONSIVE}),
-    S.BOOKED: frozenset({S.APPOINTMENT_HELD, S.NO_SHOW, S.QUALIFIED, S.LOST}),
-    S.NO_SHOW: frozenset({S.BOOKED, S.LOST, S.UNRESPONSIVE}),
-    S.APPOINTMENT_HELD: frozenset({S.ESTIMATE_SENT, S.WON, S.LOST}),
-    S.ESTIMATE_SENT: frozenset({S.WON, S.LOST, S.UNRESPONSIVE}),
-    S.WON: frozenset(),
-    S.LOST: frozenset({S.ENGAGED}),
-    S.DISQUALIFIED: frozenset(),
-    S.UNRESPONSIVE: frozenset({S.ENGAGED}),
+    Stage.NEW: frozenset({Stage.ASSIGNED, Stage.CONTACTED, Stage.ENGAGED, Stage.DISQUALIFIED, Stage.LOST}),
+    Stage.ASSIGNED: frozenset(
+        {
+            Stage.CONTACTED,
+            Stage.ENGAGED,
+            Stage.QUALIFIED,
+            Stage.BOOKED,
+            Stage.DISQUALIFIED,
+            Stage.LOST,
+            Stage.UNRESPONSIVE,
+        }
+    ),
+    Stage.CONTACTED: frozenset(
+        {Stage.ENGAGED, Stage.QUALIFIED, Stage.BOOKED, Stage.DISQUALIFIED, Stage.LOST, Stage.UNRESPONSIVE}
+    ),
+    Stage.ENGAGED: frozenset({Stage.QUALIFIED, Stage.BOOKED, Stage.DISQUALIFIED, Stage.LOST, Stage.UNRESPONSIVE}),
+    Stage.QUALIFIED: frozenset({Stage.BOOKED, Stage.ESTIMATE_SENT, Stage.DISQUALIFIED, Stage.LOST, Stage.UNRESPONSIVE}),
+    Stage.BOOKED: frozenset({Stage.APPOINTMENT_HELD, Stage.NO_SHOW, Stage.QUALIFIED, Stage.LOST}),
+    Stage.NO_SHOW: frozenset({Stage.BOOKED, Stage.LOST, Stage.UNRESPONSIVE}),
+    Stage.APPOINTMENT_HELD: frozenset({Stage.ESTIMATE_SENT, Stage.WON, Stage.LOST}),
+    Stage.ESTIMATE_SENT: frozenset({Stage.WON, Stage.LOST, Stage.UNRESPONSIVE}),
+    Stage.WON: frozenset(),
+    Stage.LOST: frozenset({Stage.ENGAGED}),
+    Stage.DISQUALIFIED: frozenset(),
+    Stage.UNRESPONSIVE: frozenset({Stage.ENGAGED}),
 }
 
 

@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from crm.models import Business, Lead, Timer
 from crm.registry import Registry
+from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
-from crm.services.rows import row_insert_once
 from crm.services.units import unit_of_work
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def timer_schedule(
     if not dedupe_key:
         timer.save(force_insert=True)
         return timer
-    # One round trip (see crm.services.rows) where get_or_create takes four.
+    # One round trip (see crm.services.insert_once) where get_or_create takes four.
     if row_insert_once(timer, key="dedupe_key"):
         return timer
     # The key was taken (now or by a concurrent writer that has committed).

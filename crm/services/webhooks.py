@@ -41,7 +41,6 @@ from crm.services.webhook_targets import TargetRefused, TargetUnresolved, target
 SECRET_PREFIX = "whsec_"  # noqa: S105 (the format's prefix, not a secret)
 PAUSED_EXCEPTION = "webhook_paused"
 DEAD_EXCEPTION = "webhook_dead"
-S = WebhookDelivery.Status
 
 
 class WebhookRefused(ValueError):
@@ -173,7 +172,7 @@ def deliveries_fan_out(business_id: int, events: list[Sequenced]) -> None:
             event_id=event.id,
             lead_id=event.lead_id,
             seq=event.seq,
-            status=S.HELD if subscription.status == paused else S.PENDING,
+            status=WebhookDelivery.Status.HELD if subscription.status == paused else WebhookDelivery.Status.PENDING,
             # Due since it happened.
             next_attempt_at=event.created_at,
             created_at=now,
@@ -236,7 +235,9 @@ def webhook_subscription_pause(
         status=WebhookSubscription.Status.PAUSED, paused_at=now, pause_reason=reason[:300], updated_at=now
     ):
         return False
-    held = WebhookDelivery.objects.filter(subscription=subscription, status=S.PENDING).update(status=S.HELD)
+    held = WebhookDelivery.objects.filter(subscription=subscription, status=WebhookDelivery.Status.PENDING).update(
+        status=WebhookDelivery.Status.HELD
+    )
     subscription.refresh_from_db()
     receipt_write(
         business=subscription.business,
@@ -266,9 +267,9 @@ def webhook_subscription_resume(subscription: WebhookSubscription, *, actor: str
     )
     if not resumed:
         return 0
-    waiting = WebhookDelivery.objects.filter(subscription=subscription, status__in=[S.PENDING, S.HELD]).update(
-        status=S.PENDING, next_attempt_at=now
-    )
+    waiting = WebhookDelivery.objects.filter(
+        subscription=subscription, status__in=[WebhookDelivery.Status.PENDING, WebhookDelivery.Status.HELD]
+    ).update(status=WebhookDelivery.Status.PENDING, next_attempt_at=now)
     webhook_exceptions_resolve(
         business_id=subscription.business_id, kind=PAUSED_EXCEPTION, subject=subscription.public_id, actor=actor
     )
@@ -297,9 +298,14 @@ def webhook_delivery_replay(delivery: WebhookDelivery, *, actor: str, now: datet
     paused = WebhookSubscription.objects.filter(
         pk=OuterRef("subscription_id"), status=WebhookSubscription.Status.PAUSED
     )
-    replayed = WebhookDelivery.objects.filter(pk=delivery.pk, status__in=[S.DEAD, S.DELIVERED, S.DRY_RUN]).update(
+    replayed = WebhookDelivery.objects.filter(
+        pk=delivery.pk,
+        status__in=[WebhookDelivery.Status.DEAD, WebhookDelivery.Status.DELIVERED, WebhookDelivery.Status.DRY_RUN],
+    ).update(
         # A paused subscription's replay waits with the rest, held.
-        status=Case(When(Exists(paused), then=Value(S.HELD)), default=Value(S.PENDING)),
+        status=Case(
+            When(Exists(paused), then=Value(WebhookDelivery.Status.HELD)), default=Value(WebhookDelivery.Status.PENDING)
+        ),
         next_attempt_at=now,
         claimed_at=None,
         attempt_limit=F("attempts") + WebhookDelivery.MAX_ATTEMPTS,

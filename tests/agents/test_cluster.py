@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from crm.models import JobRun, Timer
+from crm.models import PeriodicRun, Timer
 from crm.services.timers import timer_schedule
 from tests.helpers.database import test_database_url
 
@@ -41,7 +41,7 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
             timer.refresh_from_db()
             # Claimed is not yet done: a timer is `running` between its claim
             # and its outcome, each in its own transaction.
-            recorded = JobRun.objects.filter(name="leadops.timers", succeeded_at__isnull=False).exists()
+            recorded = PeriodicRun.objects.filter(name="leadops.timers", succeeded_at__isnull=False).exists()
             if timer.status not in (Timer.Status.PENDING, Timer.Status.RUNNING) and recorded:
                 break
             try:
@@ -62,4 +62,4 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
     assert "no handler registered for timer kind 'cluster.probe'" in timer.error
     assert timer.attempts == 1
     # The job recorded its run for the health check, as a job of its own.
-    assert JobRun.objects.get(name="leadops.timers").result["claimed"] >= 1
+    assert PeriodicRun.objects.get(name="leadops.timers").result["claimed"] >= 1

@@ -1,6 +1,6 @@
 """The periodic jobs: one named schedule each, with its own timeout as
 django-q2's scheduler hands it to the cluster; a bounded batch per run; no
-network call inside the timer loop; a `JobRun` row per job for the health
+network call inside the timer loop; a `PeriodicRun` row per job for the health
 check."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django_q.scheduler import scheduler
 from agents.reporting.alerts import alert_raise
 from agents.schedules import JOBS, schedules_ensure
 from agents.tasks import alerts, run_timers
-from crm.models import JobRun, Timer
+from crm.models import PeriodicRun, Timer
 from crm.services.timers import timer_handler_register, timer_schedule, timers_run_due
 from tests.agents.reporting.test_alerts import slack  # noqa: F401 - the local Slack server fixture
 
@@ -97,13 +97,13 @@ def test_one_timer_run_claims_at_most_its_limit_and_leaves_the_rest_pending(busi
 
 def test_a_job_records_when_it_last_succeeded_and_keeps_it_when_a_later_run_fails(business: Any) -> None:
     run_timers()
-    first = JobRun.objects.get(name="leadops.timers")
+    first = PeriodicRun.objects.get(name="leadops.timers")
     assert first.succeeded_at is not None and first.result == {"claimed": 0, "done": 0, "failed": 0}
     assert first.runs == 1 and first.failed_at is None
 
     run_timers()
-    assert JobRun.objects.get(name="leadops.timers").runs == 2
-    assert JobRun.objects.filter(name="leadops.timers").count() == 1
+    assert PeriodicRun.objects.get(name="leadops.timers").runs == 2
+    assert PeriodicRun.objects.filter(name="leadops.timers").count() == 1
 
 
 def test_a_failing_job_records_its_error_and_keeps_its_last_success(business: Any, settings: Any) -> None:
@@ -121,7 +121,7 @@ def test_a_failing_job_records_its_error_and_keeps_its_last_success(business: An
     with pytest.raises(RuntimeError):
         failing()
 
-    run = JobRun.objects.get(name="leadops.test_failing")
+    run = PeriodicRun.objects.get(name="leadops.test_failing")
     assert run.succeeded_at is not None and run.failed_at is not None and run.failed_at >= run.succeeded_at
     assert run.error == "RuntimeError: the provider is down" and run.result == {"ok": 1} and run.runs == 2
 

@@ -21,8 +21,8 @@ from rest_framework.test import APIClient
 from agents.capture.base import PaymentHints
 from agents.revenue.jobs import invoice_issue, job_complete
 from agents.revenue.payments import payment_manual_record, payment_receive, refund_add
+from crm.attribution import NO_VALUE, UNATTRIBUTED, revenue_report
 from crm.models import Appointment, Business, Lead, Payment, Refund, Role, Source, Stage
-from crm.reports import NO_VALUE, UNATTRIBUTED, revenue_report
 from crm.services import lead_sync
 from crm.services.records import appointment_record, contact_create, estimate_record, job_record, lead_open, touch_add
 from tests.factories import member_create

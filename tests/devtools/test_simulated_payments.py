@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.db.models import Sum
 
 from agents.orchestrator import orchestrate_pending
+from crm.attribution import revenue_report
 from crm.models import Business, Payment, Refund
-from crm.reports import revenue_report
 from devtools.simulator.core import (
     BAD_SIGNATURE,
     SimContext,

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.schedules import JOBS
-from crm.models import JobRun, Role
+from crm.models import PeriodicRun, Role
 from tests.factories import member_create
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 def record(name: str, minutes_ago: int) -> None:
     at = timezone.now() - timedelta(minutes=minutes_ago)
-    JobRun.objects.update_or_create(name=name, defaults={"started_at": at, "succeeded_at": at, "runs": 1})
+    PeriodicRun.objects.update_or_create(name=name, defaults={"started_at": at, "succeeded_at": at, "runs": 1})
 
 
 def record_all(minutes_ago: int = 0) -> None:
@@ -74,7 +74,7 @@ def test_queue_is_unhealthy_when_the_timer_job_is_stale(operator: Client) -> Non
 def test_one_overdue_job_turns_the_check_red_and_is_named_with_its_last_error(operator: Client) -> None:
     record_all()
     record("leadops.messages_sweep", minutes_ago=30)
-    JobRun.objects.filter(name="leadops.messages_sweep").update(
+    PeriodicRun.objects.filter(name="leadops.messages_sweep").update(
         failed_at=timezone.now(), error="SystemExit: Task exceeded maximum timeout value (55 seconds)"
     )
     response = operator.get("/healthz/queue/")

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from agents.reporting.brief import brief_build, brief_text
+from agents.reporting.daily_brief import brief_build, brief_text
 from crm.localtime import stored_times_localized, when
 from crm.models import Business, Role, Task, TeamMember
 from crm.selectors import viewer_zone

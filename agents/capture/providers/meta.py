@@ -69,8 +69,6 @@ SEEN = "instagram_seen"
 DELIVERY = "delivery"
 SIGNATURE_PREFIX = "sha256="
 
-S = InboundEvent.Status
-
 
 class SourceNotConfigured(LookupError):
     """The page or account in a delivery matches no active source (yet)."""
@@ -460,7 +458,7 @@ def _process_leadgen(event: InboundEvent, lead: dict[str, Any]) -> str:
     capture = lead_capture(lead, notified=item.data, received_at=event.received_at)
     _source_stamp(event, source)
     capture_apply(business=source.business, capture=capture, source=source, event=event)
-    return S.PROCESSED
+    return InboundEvent.Status.PROCESSED
 
 
 def dm_capture(item: Item, *, received_at: datetime) -> Capture:
@@ -495,7 +493,7 @@ def _process_dm(event: InboundEvent) -> str:
     if truthy(message.get("is_echo", False)):
         return _process_echo(event, item)
     if truthy(message.get("is_deleted", False)):
-        return S.IGNORED
+        return InboundEvent.Status.IGNORED
     source = _source_of(event, item)
     _source_stamp(event, source)
     applied = capture_apply(
@@ -506,7 +504,7 @@ def _process_dm(event: InboundEvent) -> str:
         # complaint pause automation and ask a person, as a text does; a reply
         # ends automation (agents/followup/inbound_messages.py).
         message_arrived(applied.message, applied.lead, created_lead=applied.created_lead)
-    return S.PROCESSED
+    return InboundEvent.Status.PROCESSED
 
 
 def _process_echo(event: InboundEvent, item: Item) -> str:
@@ -516,7 +514,7 @@ def _process_echo(event: InboundEvent, item: Item) -> str:
     source = event.source or source_for_account(item.provider, item.account_id)
     recipient = item.data.get("recipient")
     if source is None or not isinstance(recipient, dict):
-        return S.IGNORED
+        return InboundEvent.Status.IGNORED
     _source_stamp(event, source)
     text = item.data["message"].get("text")
     settled = dm_echo_apply(
@@ -526,7 +524,7 @@ def _process_echo(event: InboundEvent, item: Item) -> str:
         text=text if isinstance(text, str) else "",
         at=_epoch(item.data.get("timestamp"), per_second=1000),
     )
-    return S.PROCESSED if settled else S.IGNORED
+    return InboundEvent.Status.PROCESSED if settled else InboundEvent.Status.IGNORED
 
 
 def _process_seen(event: InboundEvent) -> str:
@@ -541,7 +539,7 @@ def _process_seen(event: InboundEvent) -> str:
         mid=_id(read.get("mid")),
         at=_epoch(item.data.get("timestamp"), per_second=1000) or _epoch(read.get("watermark"), per_second=1000),
     )
-    return S.PROCESSED if moved else S.IGNORED
+    return InboundEvent.Status.PROCESSED if moved else InboundEvent.Status.IGNORED
 
 
 def _process_delivery(event: InboundEvent) -> str:
@@ -559,7 +557,7 @@ def _process_delivery(event: InboundEvent) -> str:
             source=source_for_account(item.provider, item.account_id),
             kind=item.kind,
         )
-    return S.PROCESSED if delivery.items else S.IGNORED
+    return InboundEvent.Status.PROCESSED if delivery.items else InboundEvent.Status.IGNORED
 
 
 handler_register(Provider.META, LEADGEN, _process_leadgen, prepare=_fetch_leadgen)

@@ -46,8 +46,6 @@ from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_schedule
 
 STEP_TIMER = "sequence.step"
-E = Enrollment.Status
-M = Message.Status
 
 # The shared exits, and what each means on the enrollment.
 EXIT_REASONS = (
@@ -74,7 +72,7 @@ TRIGGER_STAGES: dict[str, frozenset[str]] = {
 # The last step gets this long to be answered before the path is complete.
 COMPLETE_AFTER = timedelta(days=1)
 # Messages of an ended path that have not gone out: blocked as `stopped`.
-UNSENT = (M.DRAFT, M.DEFERRED, M.PENDING_APPROVAL, M.QUEUED)
+UNSENT = (Message.Status.DRAFT, Message.Status.DEFERRED, Message.Status.PENDING_APPROVAL, Message.Status.QUEUED)
 
 # Role-specific hooks, registered at startup by the modules that own them.
 # An extra exit check for a trigger: returns an exit reason or "".
@@ -151,7 +149,7 @@ def _block_unsent(enrollment: Enrollment, *, reason: str) -> int:
     for message in Message.objects.filter(enrollment=enrollment, status__in=UNSENT).select_related("lead"):
         # Compare-and-set: a worker that claimed the row (queued → sending) first wins.
         if Message.objects.filter(pk=message.pk, status=message.status).update(
-            status=M.BLOCKED, block_reason=Message.BlockReason.STOPPED, deferred_until=None
+            status=Message.Status.BLOCKED, block_reason=Message.BlockReason.STOPPED, deferred_until=None
         ):
             blocked += 1
             receipt_write(
@@ -162,7 +160,7 @@ def _block_unsent(enrollment: Enrollment, *, reason: str) -> int:
                 action="message.blocked",
                 reason=f"stopped: the path ended ({reason})",
                 before={"status": message.status},
-                after={"status": M.BLOCKED, "block_reason": "stopped"},
+                after={"status": Message.Status.BLOCKED, "block_reason": "stopped"},
             )
     return blocked
 
@@ -170,7 +168,7 @@ def _block_unsent(enrollment: Enrollment, *, reason: str) -> int:
 def _end(enrollment: Enrollment, *, reason: str, actor: str, now: datetime) -> None:
     """End one enrollment (the caller holds the contact lock)."""
     before = enrollment.status
-    enrollment.status = E.COMPLETED if reason in COMPLETING_REASONS else E.STOPPED
+    enrollment.status = Enrollment.Status.COMPLETED if reason in COMPLETING_REASONS else Enrollment.Status.STOPPED
     enrollment.stop_reason, enrollment.ended_at, enrollment.next_step_due_at = reason, now, None
     enrollment.save(update_fields=["status", "stop_reason", "ended_at", "next_step_due_at"])
     _cancel_timers(enrollment)
@@ -190,7 +188,7 @@ def _activate(
     enrollment: Enrollment, *, actor: str, now: datetime, action: str, reason: str, before: str | None = None
 ) -> None:
     before = enrollment.status if before is None else before
-    enrollment.status = E.ACTIVE
+    enrollment.status = Enrollment.Status.ACTIVE
     enrollment.save(update_fields=["status"])
     steps = sequence_steps(enrollment.sequence)
     index = enrollment.next_step_index
@@ -201,7 +199,7 @@ def _activate(
 
 def _wait(enrollment: Enrollment, *, actor: str, behind: Enrollment, before: str | None = None) -> None:
     before = enrollment.status if before is None else before
-    enrollment.status, enrollment.next_step_due_at = E.WAITING, None
+    enrollment.status, enrollment.next_step_due_at = Enrollment.Status.WAITING, None
     enrollment.save(update_fields=["status", "next_step_due_at"])
     _cancel_timers(enrollment)
     _receipt(
@@ -218,12 +216,12 @@ def _wait(enrollment: Enrollment, *, actor: str, behind: Enrollment, before: str
 def _resume_next(contact_id: int, *, actor: str, now: datetime) -> Enrollment | None:
     """The contact's best waiting path becomes active, unless one already is.
     A waiting path whose own exit applies by now ends instead."""
-    if Enrollment.objects.filter(contact_id=contact_id, status=E.ACTIVE).exists():
+    if Enrollment.objects.filter(contact_id=contact_id, status=Enrollment.Status.ACTIVE).exists():
         return None
     waiting = (
         Enrollment.objects.select_for_update(of=("self",))
         .select_related("sequence__business", "lead__business", "lead__contact", "business")
-        .filter(contact_id=contact_id, status=E.WAITING)
+        .filter(contact_id=contact_id, status=Enrollment.Status.WAITING)
         .order_by("sequence__priority", "created_at", "pk")
     )
     for enrollment in waiting:
@@ -302,7 +300,9 @@ def enrollment_start(lead: Lead, trigger: str, *, actor: str, now: datetime | No
     if not sequence_steps(sequence):
         return None
     _lock_contact(lead.contact_id)
-    existing = Enrollment.objects.filter(lead=lead, sequence=sequence, status__in=[E.ACTIVE, E.WAITING]).first()
+    existing = Enrollment.objects.filter(
+        lead=lead, sequence=sequence, status__in=[Enrollment.Status.ACTIVE, Enrollment.Status.WAITING]
+    ).first()
     if existing is not None:
         return existing
     return _enroll(lead, sequence, actor=actor, now=now, start_index=0, reason=f"trigger {trigger}")
@@ -312,7 +312,7 @@ def _enroll(lead: Lead, sequence: Sequence, *, actor: str, now: datetime, start_
     running = (
         Enrollment.objects.select_for_update(of=("self",))
         .select_related("sequence", "business", "lead")
-        .filter(contact_id=lead.contact_id, status=E.ACTIVE)
+        .filter(contact_id=lead.contact_id, status=Enrollment.Status.ACTIVE)
         .first()
     )
     enrollment = Enrollment.objects.create(
@@ -320,7 +320,7 @@ def _enroll(lead: Lead, sequence: Sequence, *, actor: str, now: datetime, start_
         lead=lead,
         contact=lead.contact,
         sequence=sequence,
-        status=E.WAITING,
+        status=Enrollment.Status.WAITING,
         next_step_index=start_index,
     )
     if running is not None and running.sequence.priority <= sequence.priority:
@@ -356,7 +356,7 @@ def enrollments_stop(
         contact_id = contact.pk
     _lock_contact(contact_id)
     current = Enrollment.objects.select_for_update(of=("self",)).select_related("sequence", "business", "lead")
-    current = current.filter(status__in=[E.ACTIVE, E.WAITING])
+    current = current.filter(status__in=[Enrollment.Status.ACTIVE, Enrollment.Status.WAITING])
     current = current.filter(lead=lead) if lead is not None else current.filter(contact_id=contact_id)
     ended = 0
     for enrollment in current.order_by("pk"):
@@ -378,11 +378,11 @@ def enrollment_resume_after_hold(lead: Lead, *, actor: str, now: datetime | None
     if not _startable(lead):
         return None
     _lock_contact(lead.contact_id)
-    if Enrollment.objects.filter(lead=lead, status__in=[E.ACTIVE, E.WAITING]).exists():
+    if Enrollment.objects.filter(lead=lead, status__in=[Enrollment.Status.ACTIVE, Enrollment.Status.WAITING]).exists():
         return None
     held = (
         Enrollment.objects.select_related("sequence__business")
-        .filter(lead=lead, status=E.STOPPED, stop_reason="hold")
+        .filter(lead=lead, status=Enrollment.Status.STOPPED, stop_reason="hold")
         .order_by("-ended_at", "-pk")
         .first()
     )
@@ -442,7 +442,7 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
         enrollment = Enrollment.objects.select_for_update(of=("self",)).select_related("sequence").get(pk=enrollment_id)
         if enrollment.lead_id != lead.pk:
             raise LookupError(f"timer for {enrollment.public_id} names lead {lead.public_id}, not the enrollment's")
-        if enrollment.status != E.ACTIVE or enrollment.next_step_index != index:
+        if enrollment.status != Enrollment.Status.ACTIVE or enrollment.next_step_index != index:
             return "skipped"
         # One business row for all of them; the contact is the locked, current one.
         if contact.pk == lead.contact_id:
@@ -474,7 +474,7 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
             "enrollment.step_ran",
             actor=ACTOR,
             reason=outcome,
-            before=E.ACTIVE,
+            before=Enrollment.Status.ACTIVE,
             step=index + 1,
             channel=step.channel,
             next_step_due_at=enrollment.next_step_due_at,
@@ -523,7 +523,7 @@ def _contacts_merging(keep: Contact, merge: Contact, actor: str) -> list[str]:
     active = list(
         Enrollment.objects.select_for_update(of=("self",))
         .select_related("sequence", "business", "lead")
-        .filter(contact_id__in=[keep.pk, merge.pk], status=E.ACTIVE)
+        .filter(contact_id__in=[keep.pk, merge.pk], status=Enrollment.Status.ACTIVE)
         .order_by("sequence__priority", "created_at", "pk")
     )
     now = timezone.now()

@@ -22,9 +22,6 @@ from agents.outbound.gate import CAP_WINDOW, daily_cap_reached, gate_check, reci
 from crm.models import Enrollment, Lead, Message, Sequence
 from crm.registry import Registry
 
-E = Enrollment.Status
-M = Message.Status
-
 # A channel's own eligibility for the preview (voice: the SMS and email paths
 # ran without a reply): given the lead, what earlier steps sent, and when.
 PreviewCheck = Callable[[Lead, list[tuple[datetime, str]], datetime], str]
@@ -65,7 +62,9 @@ def sequence_preview(lead: Lead, sequence: Sequence, now: datetime | None = None
     now = now or timezone.now()
     lead = Lead.objects.select_related("business", "contact__business", "owner__user").get(pk=lead.pk)
     sequence = Sequence.objects.select_related("business").get(pk=sequence.pk)
-    own = Enrollment.objects.filter(lead=lead, sequence=sequence, status__in=[E.ACTIVE, E.WAITING]).first()
+    own = Enrollment.objects.filter(
+        lead=lead, sequence=sequence, status__in=[Enrollment.Status.ACTIVE, Enrollment.Status.WAITING]
+    ).first()
     projection = _Projection()
     preview: list[PreviewStep] = []
     due = now
@@ -114,15 +113,15 @@ def _preview_gate(
     )
     verdict = gate_check(message, automated=True, compliance_reply=False, now=due)
     status, reason = verdict.status, verdict.reason
-    if status == M.QUEUED:
+    if status == Message.Status.QUEUED:
         # The gate counted what is on record; what the earlier previewed steps
         # would have sent by then counts too, under the gate's own cap rule.
         assert verdict.sent_today is not None  # an automated send queues only past the cap check
         projected = sum(1 for at, _channel in projection.sends if at >= due - CAP_WINDOW)
         if daily_cap_reached(lead.business, sent=verdict.sent_today, projected=projected):
-            status, reason = M.BLOCKED, "daily_cap"
-    if status == M.QUEUED and settings.SEND_MODE != "live":
-        status = M.DRY_RUN
+            status, reason = Message.Status.BLOCKED, "daily_cap"
+    if status == Message.Status.QUEUED and settings.SEND_MODE != "live":
+        status = Message.Status.DRY_RUN
     item.verdict, item.reason, item.deferred_until = status, reason, verdict.deferred_until
-    if status in (M.DRY_RUN, M.QUEUED, M.DEFERRED):
+    if status in (Message.Status.DRY_RUN, Message.Status.QUEUED, Message.Status.DEFERRED):
         projection.sends.append((due, step.channel))

@@ -29,8 +29,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.urls import reverse
 
-from agents.outbound.clock import business_minutes_after
 from agents.outbound.gate import message_send
+from agents.outbound.local_hours import business_minutes_after
 from agents.playbook.templates import (
     STEP_PLACEHOLDERS,
     TemplateError,
@@ -46,12 +46,11 @@ from crm.selectors import business_manager
 from crm.services.records import task_create, task_ensure
 
 ACTOR = "agent:sequence_engine"
-M = Message.Status
 
 # Statuses of a message that went out: the provider accepted it (or, in dry
 # run, would have been asked to). Queued, sending and unknown are not yet
 # known to have gone anywhere, and a sweep may still fail them.
-WENT_OUT = (M.DRY_RUN, M.SENT, M.DELIVERED)
+WENT_OUT = (Message.Status.DRY_RUN, Message.Status.SENT, Message.Status.DELIVERED)
 
 # How a channel's step is performed when the engine does not do it itself
 # (voice), registered at startup by the module that owns the channel.

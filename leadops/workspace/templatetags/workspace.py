@@ -33,8 +33,6 @@ CHANNELS = {
 
 BLOCKED = BLOCKED_WORDS
 
-S = Message.Status
-
 
 @register.filter
 def when(value: datetime | None) -> str:
@@ -79,30 +77,30 @@ def verdict(message: Message) -> dict[str, Any]:
     status = message.status
     if message.direction == "in":
         return {"label": "", "kind": "in", "reason": "", "until": None}
-    if status == S.DRY_RUN:
+    if status == Message.Status.DRY_RUN:
         return {"label": "Recorded, not sent (dry run)", "kind": "ok", "reason": "", "until": None}
-    if status in (S.QUEUED, S.SENDING):
+    if status in (Message.Status.QUEUED, Message.Status.SENDING):
         return {"label": "Sending", "kind": "ok", "reason": "", "until": None}
-    if status == S.SENT:
+    if status == Message.Status.SENT:
         return {"label": "Sent", "kind": "ok", "reason": "", "until": None}
-    if status == S.DELIVERED:
+    if status == Message.Status.DELIVERED:
         return {"label": "Delivered", "kind": "ok", "reason": "", "until": None}
-    if status == S.DEFERRED:
+    if status == Message.Status.DEFERRED:
         reason = blocked_words(message.block_reason or "quiet_hours")
         return {"label": "Deferred", "kind": "wait", "reason": reason, "until": message.deferred_until}
-    if status == S.PENDING_APPROVAL:
+    if status == Message.Status.PENDING_APPROVAL:
         return {
             "label": "Waiting for approval",
             "kind": "wait",
             "reason": "a manager approves it before it goes",
             "until": None,
         }
-    if status == S.BLOCKED:
+    if status == Message.Status.BLOCKED:
         return {"label": "Blocked", "kind": "bad", "reason": blocked_words(message.block_reason), "until": None}
-    if status in (S.UNDELIVERED, S.FAILED):
+    if status in (Message.Status.UNDELIVERED, Message.Status.FAILED):
         code = f"error {message.error_code}" if message.error_code else ""
         return {"label": "Not delivered", "kind": "bad", "reason": code, "until": None}
-    if status == S.UNKNOWN:
+    if status == Message.Status.UNKNOWN:
         return {"label": "Checking with the provider", "kind": "wait", "reason": "", "until": None}
     return {"label": status.replace("_", " ").capitalize(), "kind": "", "reason": "", "until": None}
 

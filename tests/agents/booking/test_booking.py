@@ -167,7 +167,7 @@ def test_the_booking_event_emails_the_brief_to_the_technician_once(
     with django_capture_on_commit_callbacks(execute=True):
         lead_event(lead, "booking", key=appointment.public_id, data={"appointment": appointment.public_id})
         assert orchestrate_pending() == 0
-    from agents.booking.brief import brief_email
+    from agents.booking.technician_brief import brief_email
 
     assert brief_email(appointment) == "already emailed"
     assert run_queued_notices() == 0

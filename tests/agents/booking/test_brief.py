@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from agents.booking.brief import brief_build
 from agents.booking.services import appointment_book
 from agents.booking.slots import moment_label
+from agents.booking.technician_brief import brief_build
 from crm.models import Contact, Lead
 from crm.services.records import touch_add
 from tests.factories import ServiceLineFactory

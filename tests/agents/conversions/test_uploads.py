@@ -33,7 +33,6 @@ from tests.helpers.graph import GraphServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-S = ConversionUpload.Status
 KINDS = ["qualified", "booked", "appointment_held", "won", "paid"]
 
 
@@ -78,7 +77,7 @@ def test_a_won_and_paid_lead_is_uploaded_once_per_kind_to_each_platform(
     assert (purchase["custom_data"]["value"], purchase["custom_data"]["currency"]) == (950.0, "USD")
     assert {r["authorization"] for r in graph.posts()} == {"Bearer EAAtestconversionstoken0000000001"}
 
-    assert set(ConversionUpload.objects.values_list("status", flat=True)) == {S.SENT}
+    assert set(ConversionUpload.objects.values_list("status", flat=True)) == {ConversionUpload.Status.SENT}
     assert ConversionUpload.objects.filter(lead=google_lead).count() == 5  # Google only: no Meta lead id
     assert ConversionUpload.objects.filter(lead=meta_lead).count() == 5  # Meta only: no Google click
     assert Receipt.objects.filter(action="conversion.sent").count() == 10
@@ -100,9 +99,13 @@ def test_a_refund_restates_the_paid_value_on_google_and_meta_says_it_cannot(
     assert adjustment["adjustment_type"] == "RESTATEMENT"
     assert adjustment["restatement_value"] == {"adjusted_value": 4500.0, "currency_code": "USD"}
     google = ConversionUpload.objects.get(platform="google", kind="restatement")
-    assert (google.status, google.value_amount, google.restates.kind) == (S.SENT, Decimal("4500.00"), "paid")
+    assert (google.status, google.value_amount, google.restates.kind) == (
+        ConversionUpload.Status.SENT,
+        Decimal("4500.00"),
+        "paid",
+    )
     meta = ConversionUpload.objects.get(platform="meta", kind="restatement")
-    assert meta.status == S.SKIPPED and "no restatement" in meta.last_error
+    assert meta.status == ConversionUpload.Status.SKIPPED and "no restatement" in meta.last_error
     # One event per kind on each platform, the refund included.
     assert len([c for c in google_ads.taken if c["conversion_action"] == ACTIONS["paid"]]) == 1
     assert [e["event_name"] for e in graph.events].count("Purchase") == 1
@@ -125,7 +128,7 @@ def test_click_not_found_is_tried_again_later_then_goes(business, live: None, go
 
     upload(now=start)
     row = ConversionUpload.objects.get()
-    assert row.status == S.PENDING and row.last_code == "conversion_upload_error.CLICK_NOT_FOUND"
+    assert row.status == ConversionUpload.Status.PENDING and row.last_code == "conversion_upload_error.CLICK_NOT_FOUND"
     assert "was not found" in row.last_error and row.errors == 0
     assert timedelta(minutes=50) < row.next_attempt_at - start < timedelta(minutes=70)
     upload(now=start + timedelta(minutes=30))  # not due yet: nothing goes
@@ -133,11 +136,11 @@ def test_click_not_found_is_tried_again_later_then_goes(business, live: None, go
 
     upload(now=start + timedelta(hours=1, minutes=10))  # too recent, Google says: a longer wait
     row.refresh_from_db()
-    assert row.status == S.PENDING and row.last_code == "conversion_upload_error.TOO_RECENT_EVENT"
+    assert row.status == ConversionUpload.Status.PENDING and row.last_code == "conversion_upload_error.TOO_RECENT_EVENT"
     upload(now=start + timedelta(hours=4))
 
     row.refresh_from_db()
-    assert (row.status, row.attempts, row.last_error) == (S.SENT, 3, "")
+    assert (row.status, row.attempts, row.last_error) == (ConversionUpload.Status.SENT, 3, "")
     assert [a.outcome for a in ConversionAttempt.objects.filter(upload=row)] == ["not_yet", "not_yet", "sent"]
     assert len(google_ads.taken) == 1
 
@@ -153,7 +156,7 @@ def test_a_click_still_not_found_when_its_window_ends_fails_for_a_person(
     upload()
 
     row = ConversionUpload.objects.get(platform="google")
-    assert row.status == S.FAILED and "90-day window ended" in row.last_error
+    assert row.status == ConversionUpload.Status.FAILED and "90-day window ended" in row.last_error
     item = ExceptionItem.objects.get(kind="conversion_failed", subject=row.public_id)
     assert "was not found" in item.detail
 
@@ -169,7 +172,7 @@ def test_other_google_refusals_fail_at_once_with_googles_message_and_a_replay_se
     upload()
 
     row = ConversionUpload.objects.get()
-    assert row.status == S.FAILED and row.attempts == 1
+    assert row.status == ConversionUpload.Status.FAILED and row.attempts == 1
     assert row.last_code == "conversion_upload_error.INVALID_CONVERSION_ACTION_TYPE"
     assert row.last_error == "The conversion action's type does not allow this upload."
     assert row.response["partial_failure_error"]["errors"] == row.last_error
@@ -179,7 +182,7 @@ def test_other_google_refusals_fail_at_once_with_googles_message_and_a_replay_se
     upload()
     row.refresh_from_db()
     item.refresh_from_db()
-    assert row.status == S.SENT and item.status == "resolved"
+    assert row.status == ConversionUpload.Status.SENT and item.status == "resolved"
     assert Receipt.objects.filter(subject=row.public_id, action="conversion.replayed").exists()
 
 
@@ -193,12 +196,16 @@ def test_a_refused_request_is_tried_again_with_backoff(business, live: None, goo
     upload(now=start)
 
     row = ConversionUpload.objects.get()
-    assert (row.status, row.errors, row.last_code) == (S.PENDING, 1, "authentication_error.OAUTH_TOKEN_INVALID")
+    assert (row.status, row.errors, row.last_code) == (
+        ConversionUpload.Status.PENDING,
+        1,
+        "authentication_error.OAUTH_TOKEN_INVALID",
+    )
     assert row.last_error == "Oauth token in the header is not valid."
     assert timedelta(seconds=50) < row.next_attempt_at - start < timedelta(seconds=70)
     upload(now=start + timedelta(minutes=2))
     row.refresh_from_db()
-    assert row.status == S.SENT
+    assert row.status == ConversionUpload.Status.SENT
 
 
 def test_a_meta_event_older_than_meta_takes_is_skipped_with_the_reason(
@@ -212,7 +219,7 @@ def test_a_meta_event_older_than_meta_takes_is_skipped_with_the_reason(
     upload(now=timezone.now() + timedelta(days=8))
 
     row = ConversionUpload.objects.get(platform="meta")
-    assert row.status == S.SKIPPED
+    assert row.status == ConversionUpload.Status.SKIPPED
     assert row.last_error.startswith("Meta takes events up to 7 days old; this one happened 8 days ago")
     assert graph.events == []
     assert Receipt.objects.filter(subject=row.public_id, action="conversion.skipped").exists()
@@ -229,10 +236,10 @@ def test_a_meta_refusal_fails_with_metas_message_and_a_throttle_is_retried(
     start = timezone.now()
     upload(now=start)
     row = ConversionUpload.objects.get(platform="meta")
-    assert (row.status, row.errors, row.last_code) == (S.PENDING, 1, "meta.613")
+    assert (row.status, row.errors, row.last_code) == (ConversionUpload.Status.PENDING, 1, "meta.613")
     upload(now=start + timedelta(minutes=2))
     row.refresh_from_db()
-    assert row.status == S.FAILED and row.last_code == "meta.100"
+    assert row.status == ConversionUpload.Status.FAILED and row.last_code == "meta.100"
     assert row.last_error == "HTTP 400: Invalid parameter, code 100"
 
 
@@ -270,7 +277,7 @@ def test_dry_run_sends_nothing_and_records_what_would_be_sent(
 
     assert google_ads.seen == [] and graph.seen == []
     rows = ConversionUpload.objects.filter(lead=lead)
-    assert rows.count() == 10 and set(rows.values_list("status", flat=True)) == {S.DRY_RUN}
+    assert rows.count() == 10 and set(rows.values_list("status", flat=True)) == {ConversionUpload.Status.DRY_RUN}
     paid = rows.get(platform="google", kind="paid")
     assert paid.payload["service"] == "ConversionUploadService.UploadClickConversions"
     assert paid.payload["request"]["conversions"][0]["conversion_value"] == 4800.0
@@ -308,7 +315,7 @@ def test_concurrent_sweeps_and_pumps_upload_each_conversion_once(
     assert Counter(c["order_id"] for c in google_ads.taken).most_common(1)[0][1] == 1
     assert len(graph.events) == 30
     assert Counter(e["event_id"] for e in graph.events).most_common(1)[0][1] == 1
-    assert set(ConversionUpload.objects.values_list("status", "attempts")) == {(S.SENT, 1)}
+    assert set(ConversionUpload.objects.values_list("status", "attempts")) == {(ConversionUpload.Status.SENT, 1)}
 
 
 def test_forgetting_the_person_erases_their_identifiers_from_the_uploads(
@@ -322,7 +329,7 @@ def test_forgetting_the_person_erases_their_identifiers_from_the_uploads(
     lead_sync.lead_transition(lead, Stage.QUALIFIED, actor="sam", reason="fits")
     upload()
     row = ConversionUpload.objects.get()
-    assert row.status == S.SENT and "EAIaIQobChMI-forget" in str(row.payload)
+    assert row.status == ConversionUpload.Status.SENT and "EAIaIQobChMI-forget" in str(row.payload)
 
     contact_forget(lead.contact, actor="olivia", reason="asked to be forgotten")
 
@@ -330,4 +337,4 @@ def test_forgetting_the_person_erases_their_identifiers_from_the_uploads(
     text = str([row.payload, row.response, list(row.attempt_log.values_list("response", flat=True))])
     assert "EAIaIQobChMI-forget" not in text and normalized_hash("email", "rosa@example.com") not in text
     assert row.payload["request"]["conversions"][0]["conversion_action"] == ACTIONS["qualified"]
-    assert (row.status, row.kind) == (S.SENT, "qualified")
+    assert (row.status, row.kind) == (ConversionUpload.Status.SENT, "qualified")

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.core import mail
 
-from agents.reporting.brief import EMPTY_LINE, TIMER_KIND, brief_build, brief_text, briefs_schedule
+from agents.reporting.daily_brief import EMPTY_LINE, TIMER_KIND, brief_build, brief_text, briefs_schedule
 from agents.routing.sla import sla_check
 from approvals.services import approval_request_open
 from crm.models import Business, Message, Payment, Receipt, Role, Timer

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.orchestrator import orchestrate_pending
-from agents.outbound.clock import Window, business_minutes_after, hours_open, next_allowed
+from agents.outbound.local_hours import Window, business_minutes_after, hours_open, next_allowed
 from agents.routing.sla import sla_start
 from crm.models import Lead, Receipt, Role, Source, Timer
 from crm.services import lead_sync

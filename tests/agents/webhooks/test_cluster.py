@@ -19,7 +19,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from agents.queue import task_enqueue
-from crm.models import Business, JobRun, WebhookDelivery
+from crm.models import Business, PeriodicRun, WebhookDelivery
 from crm.services.webhooks import webhook_secret_new
 from scripts.webhook_receiver import Receiver, tls_files
 from tests.factories import lead_create
@@ -60,7 +60,7 @@ def test_the_webhooks_cluster_delivers_from_its_own_queue_and_runs_its_sweep(bus
         try:
             deadline = timezone.now() + timedelta(seconds=90)
             while timezone.now() < deadline:
-                swept = JobRun.objects.filter(name="leadops.webhooks_sweep", succeeded_at__isnull=False).exists()
+                swept = PeriodicRun.objects.filter(name="leadops.webhooks_sweep", succeeded_at__isnull=False).exists()
                 if receiver.accepted() and swept:
                     break
                 try:
@@ -79,7 +79,7 @@ def test_the_webhooks_cluster_delivers_from_its_own_queue_and_runs_its_sweep(bus
     [received] = receiver.accepted()
     assert received.verified and received.lead == lead.public_id, output.decode()[-2000:]
     assert WebhookDelivery.objects.get().status == "delivered"
-    assert JobRun.objects.filter(name="leadops.webhooks_sweep", succeeded_at__isnull=False).exists()
+    assert PeriodicRun.objects.filter(name="leadops.webhooks_sweep", succeeded_at__isnull=False).exists()
     # The default queue's task is still there: only the default cluster takes it.
     # (Stopped as soon as its sweep ran, this cluster may leave its own queue's
     # other scheduled job, the conversions sweep, untaken: not what is asked.)

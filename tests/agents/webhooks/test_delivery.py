@@ -34,8 +34,6 @@ from tests.helpers.webhooks import deliver, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-S = WebhookDelivery.Status
-
 
 def worked(business: Business, setter: TeamMember, phone: str) -> Lead:
     """A lead with four events: created, its owner, assigned, contacted."""
@@ -71,7 +69,7 @@ def test_an_event_is_delivered_once_and_verifies(business: Business, live: None)
     # (The phone by its digits: a random public id may well contain "555".)
     assert "Rosa" not in str(body) and "5550147" not in str(body)
     delivery = WebhookDelivery.objects.get(subscription=subscription)
-    assert (delivery.status, delivery.attempts, delivery.last_status_code) == (S.DELIVERED, 1, 200)
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == (WebhookDelivery.Status.DELIVERED, 1, 200)
     [attempt] = WebhookAttempt.objects.filter(delivery=delivery)
     assert (attempt.outcome, attempt.status_code, attempt.response_excerpt) == ("delivered", 200, "ok")
     assert attempt.request_headers["webhook-id"] == event.public_id
@@ -106,7 +104,7 @@ def test_a_receiver_failing_then_recovering_gets_every_event_once_in_order_per_l
         # Each lead's first event failed; its later events wait behind it.
         assert [r.type for r in receiver.received] == ["lead.created"] * 3
         assert {r.status for r in receiver.received} == {503}
-        assert WebhookDelivery.objects.filter(status=S.PENDING).count() == 12
+        assert WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).count() == 12
 
         deliver(now=start + timedelta(minutes=1))  # the first retry: still failing
         failing.clear()
@@ -117,7 +115,7 @@ def test_a_receiver_failing_then_recovering_gets_every_event_once_in_order_per_l
     assert Counter(r.webhook_id for r in accepted) == Counter(e for lead in leads for e in events_of(lead))
     for lead in leads:
         assert [r.webhook_id for r in accepted if r.lead == lead.public_id] == events_of(lead)
-    assert not WebhookDelivery.objects.exclude(status=S.DELIVERED).exists()
+    assert not WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.DELIVERED).exists()
     assert WebhookSubscription.objects.get().failing_since is None
 
 
@@ -140,7 +138,7 @@ def test_a_receiver_down_for_a_day_pauses_its_subscription_with_an_alert(
 
     subscription.refresh_from_db()
     assert subscription.status == "paused" and "failed for 1 day" in subscription.pause_reason
-    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {S.HELD}
+    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {WebhookDelivery.Status.HELD}
     item = ExceptionItem.objects.get(kind="webhook_paused", subject=subscription.public_id, status="open")
     assert subscription.url in item.detail and "Connection refused" in item.detail
     alert = Timer.objects.get(kind="reporting.slack_alert", dedupe_key__startswith="alert:webhook-paused:")
@@ -151,7 +149,7 @@ def test_a_receiver_down_for_a_day_pauses_its_subscription_with_an_alert(
     # A paused subscription keeps what happens meanwhile, and sends nothing.
     lead_sync.lead_transition(lead, Stage.ENGAGED, actor="test", reason="replied")
     deliver(now=start + timedelta(hours=26))
-    assert WebhookDelivery.objects.filter(status=S.HELD).count() == 5
+    assert WebhookDelivery.objects.filter(status=WebhookDelivery.Status.HELD).count() == 5
 
     # The receiver is back and a person resumes: every event goes, in order, once.
     with Receiver(secret, port=port) as receiver:
@@ -186,9 +184,9 @@ def test_a_delivery_out_of_tries_is_dead_with_an_item_then_later_events_go_and_a
             at += timedelta(hours=12)
         created, owner_changed, stage_changed = WebhookDelivery.objects.filter(lead=lead).order_by("seq")
 
-        assert (created.status, created.attempts) == (S.DEAD, WebhookDelivery.MAX_ATTEMPTS)
+        assert (created.status, created.attempts) == (WebhookDelivery.Status.DEAD, WebhookDelivery.MAX_ATTEMPTS)
         # Dead lets the lead's next event go (refused too, so the one after it waits).
-        assert (owner_changed.status, owner_changed.attempts) == (S.PENDING, 1)
+        assert (owner_changed.status, owner_changed.attempts) == (WebhookDelivery.Status.PENDING, 1)
         assert stage_changed.attempts == 0
         item = ExceptionItem.objects.get(kind="webhook_dead", subject=created.public_id, status="open")
         assert item.lead_id == lead.pk and "lead.created" in item.detail and "HTTP 500" in item.detail
@@ -199,10 +197,12 @@ def test_a_delivery_out_of_tries_is_dead_with_an_item_then_later_events_go_and_a
         deliver(now=at)
 
     created.refresh_from_db()
-    assert created.status == S.DELIVERED and created.attempt_limit == 2 * WebhookDelivery.MAX_ATTEMPTS
+    assert (
+        created.status == WebhookDelivery.Status.DELIVERED and created.attempt_limit == 2 * WebhookDelivery.MAX_ATTEMPTS
+    )
     item.refresh_from_db()
     assert item.status == "resolved"
-    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {S.DELIVERED}
+    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {WebhookDelivery.Status.DELIVERED}
     sent = [r.webhook_id for r in receiver.accepted() if r.lead == lead.public_id]
     assert sorted(sent) == sorted(events_of(lead))
 
@@ -216,7 +216,7 @@ def test_dry_run_calls_nothing_and_records_what_would_be_sent(business: Business
 
     assert receiver.received == []
     delivery = WebhookDelivery.objects.get()
-    assert delivery.status == S.DRY_RUN
+    assert delivery.status == WebhookDelivery.Status.DRY_RUN
     [attempt] = WebhookAttempt.objects.filter(delivery=delivery)
     assert attempt.outcome == "dry_run" and attempt.status_code is None
     assert attempt.request_headers["webhook-id"] == OutboxEvent.objects.get(lead=lead).public_id
@@ -253,4 +253,4 @@ def test_concurrent_workers_and_sweeps_deliver_each_delivery_once(
         assert Counter(r.webhook_id for r in receiver.received) == expected
         for lead in leads:
             assert [r.webhook_id for r in receiver.received if r.lead == lead.public_id] == events_of(lead)
-    assert set(WebhookDelivery.objects.values_list("status", "attempts")) == {(S.DELIVERED, 1)}
+    assert set(WebhookDelivery.objects.values_list("status", "attempts")) == {(WebhookDelivery.Status.DELIVERED, 1)}

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import models
 
 
-class JobRun(models.Model):
+class PeriodicRun(models.Model):
     """The latest run of one periodic job, a row per job name, written at the
     end of every run. The queue health check reads these rather than
     django-q's result table, which keeps only the newest `save_limit` results
@@ -20,7 +20,7 @@ class JobRun(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["name"], name="crm_jobrun_unique_name")]
+        constraints = [models.UniqueConstraint(fields=["name"], name="crm_periodicrun_unique_name")]
 
     def __str__(self) -> str:
         return self.name

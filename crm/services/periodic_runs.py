@@ -1,4 +1,4 @@
-"""The record of periodic jobs: one `JobRun` row per job, upserted at the end
+"""The record of periodic runs: one `PeriodicRun` row per job, upserted at the end
 of each run, so a health check can tell per job when it last succeeded."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from crm.models import JobRun
+from crm.models import PeriodicRun
 
 ERROR_LIMIT = 4000
 
 
-def job_run_record(
+def periodic_run_record(
     name: str, *, started_at: datetime, result: dict[str, Any] | None = None, error: str | None = None
 ) -> None:
     """Record one finished run of `name`: a success with its counts, or a
@@ -26,8 +26,8 @@ def job_run_record(
         changes.update(succeeded_at=now, result=result or {})
     else:
         changes.update(failed_at=now, error=error[:ERROR_LIMIT])
-    if JobRun.objects.filter(name=name).update(**changes):
+    if PeriodicRun.objects.filter(name=name).update(**changes):
         return
     changes["runs"] = 1
     # Two first runs at once (two clusters): the unique name makes the second an update.
-    JobRun.objects.update_or_create(name=name, defaults=changes)
+    PeriodicRun.objects.update_or_create(name=name, defaults=changes)
