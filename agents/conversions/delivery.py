@@ -30,7 +30,6 @@ is recorded, as `dry_run`. Every final outcome writes a receipt.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from agents.conversions.base import Answer, Built, Skip
 from agents.conversions.google import google_build, google_send
 from agents.conversions.meta import meta_build, meta_send
 from agents.queue import task_enqueue
+from agents.work_queue import Backoff, stale_claims
 from crm.models import ConversionAttempt, ConversionPlatform, ConversionUpload
 from crm.services.conversions import CONVERSIONS_WAKE, conversion_failed_open, conversion_failed_resolve
 from crm.services.outbox import outbox_sequence_all
@@ -87,18 +87,9 @@ def conversions_mode() -> str:
     return str(settings.CONVERSIONS_MODE)
 
 
-def _jittered(base: timedelta, rng: Callable[[float, float], float]) -> timedelta:
-    return base * rng(1 - JITTER, 1 + JITTER)
-
-
-def retry_delay(errors: int, rng: Callable[[float, float], float] = random.uniform) -> timedelta:
-    """The wait after the `errors`-th passing failure."""
-    return _jittered(min(BACKOFF_FIRST * BACKOFF_FACTOR ** max(errors - 1, 0), BACKOFF_CAP), rng)
-
-
-def not_yet_delay(times: int, rng: Callable[[float, float], float] = random.uniform) -> timedelta:
-    """The wait after Google's `times`-th "not yet"."""
-    return _jittered(min(NOT_YET_FIRST * 2 ** max(times - 1, 0), NOT_YET_CAP), rng)
+# The wait after the n-th passing failure, and after Google's n-th "not yet".
+RETRY = Backoff(first=BACKOFF_FIRST, cap=BACKOFF_CAP, factor=BACKOFF_FACTOR, jitter=JITTER)
+NOT_YET = Backoff(first=NOT_YET_FIRST, cap=NOT_YET_CAP, factor=2, jitter=JITTER)
 
 
 # --- claiming ---------------------------------------------------------------------------
@@ -174,7 +165,7 @@ def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built 
         "dry_run": ConversionUpload.Status.DRY_RUN,
     }.get(outcome, ConversionUpload.Status.PENDING)
     if outcome == "not_yet":
-        due = now + not_yet_delay(max(upload.attempts - upload.errors, 1))
+        due = now + NOT_YET.delay(max(upload.attempts - upload.errors, 1))
         if upload.window_ends_at is None or due > upload.window_ends_at:
             status = ConversionUpload.Status.FAILED
             fields["last_error"] = f"{answer.message} (still not found when the click's 90-day window ended)"[:500]
@@ -187,7 +178,7 @@ def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built 
             status = ConversionUpload.Status.FAILED
             fields["last_error"] = f"{answer.message} (after {errors} failed tries)"[:500]
         else:
-            fields["next_attempt_at"] = now + retry_delay(errors)
+            fields["next_attempt_at"] = now + RETRY.delay(errors)
     if status == ConversionUpload.Status.SENT:
         fields["sent_at"] = now
     elif status == ConversionUpload.Status.DRY_RUN:
@@ -266,8 +257,8 @@ def _lost_claims(now: datetime) -> int:
     """Uploads whose worker died between claim and record: the try counts as
     a passing failure (the platform may have it: the retry says the same key)."""
     lost, why = 0, "the worker stopped before the answer was recorded"
-    stale = ConversionUpload.objects.filter(status=ConversionUpload.Status.SENDING, claimed_at__lt=now - STALE_CLAIM)
-    for upload in stale.select_related("business", "lead").order_by("claimed_at")[:100]:
+    rows = ConversionUpload.objects.select_related("business", "lead")
+    for upload in stale_claims(rows, claimed=ConversionUpload.Status.SENDING, now=now, after=STALE_CLAIM):
         number = upload.attempts
         errors = upload.errors + 1
         out = errors >= upload.error_limit
@@ -279,7 +270,7 @@ def _lost_claims(now: datetime) -> int:
                     status=ConversionUpload.Status.FAILED if out else ConversionUpload.Status.PENDING,
                     errors=F("errors") + 1,
                     claimed_at=None,
-                    next_attempt_at=now + retry_delay(errors),
+                    next_attempt_at=now + RETRY.delay(errors),
                     last_error=why,
                 )
             )

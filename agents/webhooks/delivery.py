@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from agents.guarded_post import Answer, webhook_post
 from agents.notify import slack_escape
 from agents.queue import task_enqueue
 from agents.reporting.alerts import alert_raise
+from agents.work_queue import Backoff, stale_claims
 from crm.fields import FieldDecryptionError
 from crm.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from crm.services.outbox import OUTBOX_WAKE, event_envelope, outbox_sequence_all
@@ -90,10 +90,8 @@ SUCCESS_STAMP_EVERY = timedelta(minutes=1)
 CONTENT_TYPE = "application/json"
 
 
-def retry_delay(attempts: int, rng: Callable[[float, float], float] = random.uniform) -> timedelta:
-    """How long a delivery waits after its `attempts`-th failed attempt."""
-    base = min(BACKOFF_FIRST * BACKOFF_FACTOR ** max(attempts - 1, 0), BACKOFF_CAP)
-    return base * rng(1 - JITTER, 1 + JITTER)
+# How long a delivery waits after its n-th failed attempt.
+RETRY = Backoff(first=BACKOFF_FIRST, cap=BACKOFF_CAP, factor=BACKOFF_FACTOR, jitter=JITTER)
 
 
 # --- claiming ------------------------------------------------------------------------
@@ -213,7 +211,7 @@ def _record(delivery: WebhookDelivery, number: int, answer: Answer, *, headers: 
             status = _after_failure(delivery, number)
             moved = _claimed(delivery, number).update(
                 status=_held_if_paused(status),
-                next_attempt_at=now + retry_delay(number),
+                next_attempt_at=now + RETRY.delay(number),
                 last_status_code=answer.status_code,
                 last_error=error[:300],
             )
@@ -390,8 +388,8 @@ def _lost_claims(now: datetime) -> int:
     counts as lost (the receiver may have it: the webhook-id lets it tell),
     then the delivery waits for its retry, or is dead when out of tries."""
     lost, why = 0, "the worker stopped before the answer was recorded"
-    stale = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.SENDING, claimed_at__lt=now - STALE_CLAIM)
-    for delivery in stale.select_related("subscription", "event", "business").order_by("claimed_at")[:100]:
+    rows = WebhookDelivery.objects.select_related("subscription", "event", "business")
+    for delivery in stale_claims(rows, claimed=WebhookDelivery.Status.SENDING, now=now, after=STALE_CLAIM):
         number = delivery.attempts
         with transaction.atomic():
             status = _after_failure(delivery, number)
@@ -400,7 +398,7 @@ def _lost_claims(now: datetime) -> int:
                 .filter(claimed_at=delivery.claimed_at)
                 .update(
                     status=_held_if_paused(status),
-                    next_attempt_at=now + retry_delay(number),
+                    next_attempt_at=now + RETRY.delay(number),
                     last_error=why,
                 )
             )
