@@ -3,12 +3,12 @@ database from the messages, and the inbox read over it (crm.inbox)."""
 
 from __future__ import annotations
 
-import threading
 from datetime import time, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from agents.followup.replies import reply_record
@@ -25,6 +25,7 @@ from crm.services import lead_sync
 from crm.services.conversations import conversation_read, conversation_settle, note_add
 from tests.factories import lead_create, member_create
 from tests.helpers.followup import consent_all
+from tests.helpers.races import run_together
 
 pytestmark = pytest.mark.django_db
 
@@ -217,21 +218,8 @@ def test_a_message_moved_to_another_lead_rebuilds_both_conversations(business, s
 def test_concurrent_messages_of_one_lead_meet_in_one_conversation_row(business):
     owner = member_create(business, Role.SETTER, username="sam")
     lead = _lead(business, owner)
-    barrier = threading.Barrier(6)
     base = timezone.now()
-
-    def write(i: int) -> None:
-        try:
-            barrier.wait(timeout=10)
-            _in(lead, f"message {i}", at=base + timedelta(seconds=i))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together([partial(_in, lead, f"message {i}", at=base + timedelta(seconds=i)) for i in range(6)], timeout=30)
     convo = Conversation.objects.get(lead=lead)
     newest = Message.objects.filter(lead=lead).latest("created_at")
     assert convo.last_message_id == newest.pk

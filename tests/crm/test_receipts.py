@@ -4,6 +4,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from pathlib import Path
@@ -27,6 +28,7 @@ from crm.services.receipts import (
     receipts_verify,
 )
 from tests.factories import BusinessFactory
+from tests.helpers.races import run_together
 
 
 def _write(business: Business, n: int, *, actor: str = "test") -> list[Receipt]:
@@ -234,27 +236,12 @@ def test_the_command_refuses_an_unknown_business(business: Business) -> None:
 def test_concurrent_writers_extend_one_chain_without_gaps(transactional_db: None) -> None:
     business = BusinessFactory.create(slug="busy")
     writers, per_writer = 8, 25
-    start = threading.Barrier(writers)
-    errors: list[BaseException] = []
 
     def write(worker: int) -> None:
-        try:
-            start.wait(timeout=10)
-            for i in range(per_writer):
-                receipt_write(business=business, actor=f"worker-{worker}", action="test.concurrent", subject=f"n_{i}")
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for i in range(per_writer):
+            receipt_write(business=business, actor=f"worker-{worker}", action="test.concurrent", subject=f"n_{i}")
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-
-    assert not any(thread.is_alive() for thread in threads)
-    assert errors == []
+    run_together([partial(write, n) for n in range(writers)])
     seqs = list(Receipt.objects.filter(business=business).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, writers * per_writer + 1))
     assert receipts_verify(business) is None

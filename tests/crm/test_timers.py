@@ -7,7 +7,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_q.models import Schedule
 
@@ -23,6 +23,7 @@ from crm.services.timers import (
     timers_run_due,
 )
 from tests.factories import BusinessFactory
+from tests.helpers.races import run_together
 
 
 class _Recorder:
@@ -146,27 +147,8 @@ def test_overlapping_runs_never_run_a_timer_twice(transactional_db: None, record
     timers = [
         timer_schedule(business=business, kind="test.record", due_at=now - timedelta(seconds=i)) for i in range(120)
     ]
-    start = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            start.wait(timeout=10)
-            # Small batches make the two runs interleave their claims.
-            timers_run_due(now=now, batch=3)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-
-    assert not any(thread.is_alive() for thread in threads)
-    assert errors == []
+    # Small batches make the two runs interleave their claims.
+    run_together([lambda: timers_run_due(now=now, batch=3)] * 2)
     assert Counter(recorder.ran) == Counter({t.pk: 1 for t in timers})
     assert set(Timer.objects.values_list("status", "attempts")) == {("done", 1)}
 
@@ -239,29 +221,11 @@ def test_an_atomic_handler_killed_midway_leaves_its_timer_running_and_its_work_u
 def test_concurrent_schedules_of_one_key_make_one_timer(transactional_db: None) -> None:
     business = BusinessFactory.create(slug="same-key")
     due = timezone.now() + timedelta(minutes=5)
-    start = threading.Barrier(4)
-    got: list[int] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
 
-    def schedule() -> None:
-        try:
-            start.wait(timeout=10)
-            with transaction.atomic():
-                timer = timer_schedule(business=business, kind="test.record", due_at=due, dedupe_key="sla:lead_x")
-                with lock:
-                    got.append(timer.pk)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def schedule() -> int:
+        with transaction.atomic():
+            return timer_schedule(business=business, kind="test.record", due_at=due, dedupe_key="sla:lead_x").pk
 
-    threads = [threading.Thread(target=schedule) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-
-    assert errors == []
+    got = run_together([schedule] * 4)
     assert Timer.objects.filter(dedupe_key="sla:lead_x").count() == 1
     assert got == [Timer.objects.get(dedupe_key="sla:lead_x").pk] * 4

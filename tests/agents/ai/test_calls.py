@@ -4,16 +4,15 @@ digests of their model calls along."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, date, datetime
 
 import pytest
-from django.db import connection
 
 from agents.ai.calls import month_of, quota_claim
 from crm.models import Business, ModelCall, ModelCallQuota
 from crm.services.forget import contact_forget
 from tests.factories import BusinessFactory, lead_create
+from tests.helpers.races import run_together
 
 
 def test_the_month_is_the_businesss_own(db: None) -> None:
@@ -43,25 +42,11 @@ def test_no_cap_still_counts_and_a_cap_of_zero_allows_none(db: None) -> None:
 def test_concurrent_workers_never_take_a_business_past_its_cap() -> None:
     business = BusinessFactory.create(slug="raced", ai_monthly_calls=7)
     workers = 16
-    start = threading.Barrier(workers)
-    granted: list[bool] = []
-    lock = threading.Lock()
 
-    def claim() -> None:
-        try:
-            start.wait()
-            for _ in range(3):
-                ok = quota_claim(Business.objects.get(pk=business.pk))
-                with lock:
-                    granted.append(ok)
-        finally:
-            connection.close()
+    def claim() -> list[bool]:
+        return [quota_claim(Business.objects.get(pk=business.pk)) for _ in range(3)]
 
-    threads = [threading.Thread(target=claim) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    granted = [ok for oks in run_together([claim] * workers, timeout=30) for ok in oks]
     assert len(granted) == workers * 3
     assert granted.count(True) == 7
     assert ModelCallQuota.objects.get(business=business).used == 7

@@ -4,13 +4,11 @@ passing `now` to the upload runs, never by sleeping."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from agents.conversions.delivery import conversions_sweep
@@ -30,6 +28,7 @@ from crm.services.records import refund_record
 from tests.helpers.conversions import ACTIONS, CUSTOMER, DATASET, EVENTS, accounts, lead_from, upload, walk_to_paid
 from tests.helpers.google_ads import GoogleAdsServer
 from tests.helpers.graph import GraphServer
+from tests.helpers.races import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -296,20 +295,7 @@ def test_concurrent_sweeps_and_pumps_upload_each_conversion_once(
     ]
     for lead in leads:
         walk_to_paid(lead)
-    barrier = threading.Barrier(4)
-
-    def run(job: str) -> None:
-        try:
-            barrier.wait(timeout=30)
-            conversions_sweep() if job == "sweep" else upload()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(job,)) for job in ("pump", "pump", "sweep", "sweep")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    run_together([upload, upload, conversions_sweep, conversions_sweep], timeout=120)
 
     assert len(google_ads.taken) == 30
     assert Counter(c["order_id"] for c in google_ads.taken).most_common(1)[0][1] == 1

@@ -4,12 +4,10 @@ it itself when the condition clears."""
 from __future__ import annotations
 
 import re
-import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from agents.reporting.pipeline_qa import QA_KINDS, pipeline_qa_run
@@ -18,6 +16,7 @@ from crm.models import Enrollment, ExceptionItem, Lead, Message, Payment, Receip
 from crm.services import lead_sync
 from crm.services.records import appointment_record, invoice_record, job_record, payment_record
 from tests.factories import lead_create
+from tests.helpers.races import run_together
 from tests.helpers.reporting import owned, sequence, sourced_lead
 
 pytestmark = pytest.mark.django_db
@@ -241,23 +240,6 @@ def test_overlapping_runs_open_each_item_once(business, source, setter, manager)
     for n in range(6):
         sourced_lead(business, source, phone=f"+1212555013{n}")
     now = timezone.now() + LATER
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(3)
-
-    def run() -> None:
-        try:
-            barrier.wait()
-            pipeline_qa_run(now=now, kinds=["no_owner"])
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert errors == []
+    run_together([lambda: pipeline_qa_run(now=now, kinds=["no_owner"])] * 3, timeout=30)
     assert ExceptionItem.objects.filter(kind="no_owner", status="open").count() == 6
     assert ExceptionItem.objects.filter(kind="no_owner").count() == 6

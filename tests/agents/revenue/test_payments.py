@@ -4,12 +4,10 @@ exception with an owner; a person's link resolves it."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from functools import partial
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -27,6 +25,7 @@ from agents.revenue.payments import (
 )
 from crm.models import ExceptionItem, InboundEvent, Invoice, Payment, Receipt, Refund, Stage, Task
 from tests.factories import lead_create
+from tests.helpers.races import run_together
 from tests.helpers.revenue import (
     charge_event,
     days_ago,
@@ -298,20 +297,6 @@ def test_a_whole_refund_asks_a_person_to_review_the_outcome(business, manager):
 # --- real threads on PostgreSQL -----------------------------------------------
 
 
-def _race(calls):
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait(timeout=30)
-            return call()
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
-
-
 @pytest.mark.django_db(transaction=True)
 def test_racing_events_for_one_payment_make_one_payment_and_one_refund(business, manager):
     import json
@@ -338,10 +323,10 @@ def test_racing_events_for_one_payment_make_one_payment_and_one_refund(business,
         )
 
     # Each delivered twice at once, then all four processed at once by "workers".
-    assert _race([lambda b=b: post(b) for b in bodies for _ in range(2)]) == [200] * 8
+    assert run_together([partial(post, b) for b in bodies for _ in range(2)]) == [200] * 8
     ids = list(InboundEvent.objects.order_by("pk").values_list("pk", flat=True))
     assert len(ids) == 4
-    assert _race([lambda pk=pk: event_process(pk) for pk in ids]) == ["processed"] * 4
+    assert run_together([partial(event_process, pk) for pk in ids]) == ["processed"] * 4
     payment = Payment.objects.get()
     assert (payment.amount, payment.lead_id, payment.match_status) == (Decimal("500.00"), lead.pk, "matched")
     assert [r.amount for r in Refund.objects.all()] == [Decimal("200.00")]
