@@ -10,10 +10,8 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,6 +23,7 @@ from django.test import Client, RequestFactory
 
 from crm.models import Business, InboundEvent, RejectedDelivery, Source
 from tests.factories import BusinessFactory
+from tests.helpers.races import run_together
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,17 +197,7 @@ def test_the_server_form_is_limited_per_phone_number(business: Business):
 def test_racing_hits_are_each_counted_once(empty_cache):
     from agents.capture.ratelimit import limit_hit
 
-    barrier = threading.Barrier(16)
-
-    def hit(_: int) -> bool:
-        try:
-            barrier.wait(timeout=30)
-            return limit_hit("race", "203.0.113.9", limit=8, window=600)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        over = list(pool.map(hit, range(16)))
+    over = run_together([lambda: limit_hit("race", "203.0.113.9", limit=8, window=600)] * 16, timeout=30)
     assert over.count(False) == 8 and over.count(True) == 8
 
 

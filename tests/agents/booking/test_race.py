@@ -4,37 +4,29 @@ them together."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
-from django.db import connection
 
 from agents.booking.services import SlotFull, appointment_book
 from crm.models import Appointment, Lead, Role, Stage
 from tests.factories import member_create
 from tests.helpers.booking import NOW, TUE_9, owned_lead
+from tests.helpers.races import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def race(leads: list[Lead], rule, actors: list[str]) -> list[str]:
-    barrier = threading.Barrier(len(leads))
-
-    def run(args: tuple[Lead, str]) -> str:
-        lead, actor = args
+    def book(lead: Lead, actor: str) -> str:
         try:
-            barrier.wait(timeout=30)
             appointment_book(lead, availability=rule, starts_at=TUE_9, actor=actor, now=NOW)
             return "booked"
         except SlotFull as exc:
             return f"full: {exc}"
-        finally:
-            connection.close()
 
-    with ThreadPoolExecutor(max_workers=len(leads)) as pool:
-        return list(pool.map(run, zip(leads, actors, strict=True)))
+    return run_together([partial(book, lead, actor) for lead, actor in zip(leads, actors, strict=True)], timeout=30)
 
 
 def test_two_setters_racing_for_the_last_place_one_wins_and_the_other_is_told(shop, setter, rule, templates):

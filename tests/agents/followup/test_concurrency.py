@@ -3,20 +3,18 @@ real threads (each its own connection): every step runs at most once."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from agents.followup.sequences.engine import STEP_TIMER, enrollment_start, enrollments_stop, step_run
 from crm.models import Enrollment, Message, Receipt, Task, Timer
 from tests.helpers.followup import NOON_NY, make_lead, run_at
+from tests.helpers.races import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,17 +23,7 @@ T2 = T1 + timedelta(days=1)
 
 
 def race(calls: list[Callable[[], Any]]) -> list[Any]:
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], Any]) -> Any:
-        try:
-            barrier.wait(timeout=30)
-            return call()
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
+    return run_together(calls, timeout=30)
 
 
 @pytest.fixture

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
-from django.db import connection
 
 from agents.routing.assign import MANAGER_QUEUE, RULE, lead_route
 from crm.models import Lead, Receipt, Role, ServiceArea, ServiceLine, Task
 from tests.factories import BusinessFactory, lead_create, member_create
+from tests.helpers.races import run_together
 
 # A Monday, 10:00 in Chicago.
 MONDAY_10_CHICAGO = datetime(2026, 11, 30, 16, 0, tzinfo=UTC)
@@ -27,25 +27,12 @@ def test_two_hundred_concurrent_arrivals_split_by_weight(transactional_db: None)
         member_create(business, Role.SETTER, username=username, weight=weight)
     leads = _leads(business, 200)
     chunks = [leads[i::8] for i in range(8)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
 
     def route(chunk: list[Lead]) -> None:
-        try:
-            start.wait()
-            for lead in chunk:
-                lead_route(lead, now=MONDAY_10_CHICAGO)
-        except BaseException as exc:  # noqa: BLE001 - surfaced by the assert below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for lead in chunk:
+            lead_route(lead, now=MONDAY_10_CHICAGO)
 
-    threads = [threading.Thread(target=route, args=(chunk,)) for chunk in chunks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_together([partial(route, chunk) for chunk in chunks])
     owners = Counter(Lead.objects.filter(business=business).values_list("owner__user__username", flat=True))
     assert abs(owners["ana"] - 100) <= 2 and abs(owners["ben"] - 50) <= 2 and abs(owners["cal"] - 50) <= 2
     assert sum(owners.values()) == 200 and None not in owners
