@@ -27,7 +27,6 @@ from decimal import Decimal
 
 from django.db.models import Count, F, Min, Sum
 
-from agents.outbound.gate import COUNTED_STATUSES
 from agents.reporting.trace import REPLY_DOES_NOT_STOP, lead_trace
 from crm.attribution import revenue_report
 from crm.models import (
@@ -118,7 +117,7 @@ def _stop_rules(audit: Audit, business: Business) -> None:
             direction="out",
             automated=True,
             enrollment__isnull=False,
-            status__in=COUNTED_STATUSES,
+            status__in=Message.WENT_OUT,
         )
         .exclude(enrollment__sequence__trigger__in=REPLY_DOES_NOT_STOP)
         .select_related("enrollment", "lead")
@@ -136,7 +135,7 @@ def _stop_rules(audit: Audit, business: Business) -> None:
         direction="out",
         automated=True,
         idempotency_key__startswith="ack:",
-        status__in=COUNTED_STATUSES,
+        status__in=Message.WENT_OUT,
         lead__appointments__created_at__lt=F("created_at"),
     ).distinct()
     for public_id, lead_id in acks.values_list("public_id", "lead__public_id"):
@@ -156,7 +155,7 @@ def _stop_rules(audit: Audit, business: Business) -> None:
             channel=event.channel,
             direction="out",
             automated=True,
-            status__in=COUNTED_STATUSES,
+            status__in=Message.WENT_OUT,
             created_at__gt=event.at,
         )
         if regrant is not None:

@@ -20,15 +20,6 @@ from crm.inbox import COUNT_CAP
 from crm.models import Message, TeamMember
 from crm.permissions import PERMISSIONS, business_ids_where
 
-# A message that left us, or is leaving: the person has it, or will.
-WENT_OUT = (
-    Message.Status.DRY_RUN,
-    Message.Status.QUEUED,
-    Message.Status.SENDING,
-    Message.Status.SENT,
-    Message.Status.DELIVERED,
-    Message.Status.UNKNOWN,
-)
 PENDING = ApprovalRequest.Status.PENDING
 
 
@@ -48,7 +39,7 @@ def approvals_pending(user: Any) -> QuerySet[ApprovalRequest]:
         Message.objects.filter(
             lead=OuterRef("lead_id"),
             direction="out",
-            status__in=WENT_OUT,
+            status__in=Message.WENT_OUT,
             created_at__gt=OuterRef("message__created_at"),
         )
         .order_by()
@@ -83,7 +74,7 @@ def approval_sent_since(request: ApprovalRequest, messages: Iterable[Message] | 
     later = [
         m
         for m in messages
-        if m.direction == "out" and m.pk != held.pk and m.status in WENT_OUT and m.created_at > held.created_at
+        if m.direction == "out" and m.pk != held.pk and m.status in Message.WENT_OUT and m.created_at > held.created_at
     ]
     return sorted(later, key=lambda m: (m.created_at, m.pk))
 

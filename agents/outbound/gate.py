@@ -47,14 +47,6 @@ from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 
-COUNTED_STATUSES = (
-    Message.Status.DRY_RUN,
-    Message.Status.QUEUED,
-    Message.Status.SENDING,
-    Message.Status.SENT,
-    Message.Status.DELIVERED,
-    Message.Status.UNKNOWN,
-)
 POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email", "instagram": "instagram"}
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
@@ -175,7 +167,7 @@ def _automation_counts(message: Message, contact: Contact, now: datetime) -> tup
         Message.objects.filter(
             contact=OuterRef("pk"),
             direction="out",
-            status__in=COUNTED_STATUSES,
+            status__in=Message.WENT_OUT,
             created_at__gte=now - CAP_WINDOW,
         )
         .exclude(pk=message.pk)

@@ -94,6 +94,16 @@ class Message(models.Model):
         # Held for a person's approval, and nobody decided before its deadline.
         EXPIRED = "expired"
 
+    # A message that left us, or is leaving: the person has it, or will. The
+    # daily cap counts these, and so does "a newer message went out".
+    WENT_OUT = (
+        Status.DRY_RUN,
+        Status.QUEUED,
+        Status.SENDING,
+        Status.SENT,
+        Status.DELIVERED,
+        Status.UNKNOWN,
+    )
     MAX_DISPATCH_ATTEMPTS = MAX_DISPATCH_ATTEMPTS
     MAX_RECONCILE_ATTEMPTS = MAX_RECONCILE_ATTEMPTS
 

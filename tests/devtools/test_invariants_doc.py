@@ -42,7 +42,9 @@ def test_every_invariant_a_comment_cites_is_on_the_page():
 
 
 def test_nothing_in_the_repo_cites_a_design_or_an_issue_outside_it():
-    """Someone with a fresh clone cannot follow "DESIGN §6" or "issue 7"."""
+    """Someone with a fresh clone cannot follow a pointer to a design
+    document's section or to an issue tracker's number: the repo says what
+    it means in its own words."""
     files = subprocess.run(
         ["git", "ls-files", "*.py", "*.md", "*.html", "*.yaml", "*.toml", "Makefile"],
         cwd=ROOT,

@@ -47,10 +47,10 @@ from crm.services.records import task_create, task_ensure
 
 ACTOR = "agent:sequence_engine"
 
-# Statuses of a message that went out: the provider accepted it (or, in dry
+# Statuses of a message the provider accepted (or, in dry
 # run, would have been asked to). Queued, sending and unknown are not yet
 # known to have gone anywhere, and a sweep may still fail them.
-WENT_OUT = (Message.Status.DRY_RUN, Message.Status.SENT, Message.Status.DELIVERED)
+PROVIDER_ACCEPTED = (Message.Status.DRY_RUN, Message.Status.SENT, Message.Status.DELIVERED)
 
 # How a channel's step is performed when the engine does not do it itself
 # (voice), registered at startup by the module that owns the channel.
@@ -264,4 +264,4 @@ def step_to_person(enrollment: Enrollment, lead: Lead, step: Step, now: datetime
 
 def sent_on_path(lead: Lead, channel: str) -> Q:
     """Automated messages of this channel the provider accepted (or, in dry run, would have been handed)."""
-    return Q(lead=lead, direction="out", channel=channel, automated=True, status__in=WENT_OUT)
+    return Q(lead=lead, direction="out", channel=channel, automated=True, status__in=PROVIDER_ACCEPTED)
