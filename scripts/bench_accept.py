@@ -15,6 +15,12 @@ in turns, `--rounds` times, and prints each one's accepted requests per
 second and the ratio to the floor measured in the same round (ratios survive
 a loaded machine; absolute rates do not).
 
+The client is `wrk` when it is on the PATH (Debian's package `wrk`; a Lua
+script gives every request its own lead id), else Python threads (`--client
+threads`): wrk costs the two cores far less, so its figures are the ones to
+compare with a web server's; the threads' client takes a share of the same
+cores and flattens the difference.
+
 With `--baseline-tree` the same is done, in the same rounds, against another
 checkout (e.g. the main branch's worktree) served by its own gunicorn over the
 same database, so before and after come from one run. No task cluster runs:
@@ -29,8 +35,11 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -107,6 +116,60 @@ def hammer(port: int, path: str, seconds: float, connections: int) -> tuple[floa
     return statuses.get(200, 0) / elapsed, statuses
 
 
+# Each wrk thread has its own Lua state: `setup` numbers them so that lead ids
+# never repeat across threads (a repeat is answered as a duplicate, a cheaper
+# path than a new lead's). `done` prints the counts the script reads back.
+WRK_SCRIPT = """
+local threads, n = 0, 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+request = function()
+  n = n + 1
+  local body = string.gsub(template, "LEAD_ID", prefix .. "-" .. tid .. "-" .. n)
+  return wrk.format("POST", path, {["Content-Type"] = "application/json"}, body)
+end
+function done(summary, latency, requests)
+  io.write(string.format("WRK %d %d %d %d\\n", summary.requests, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.duration))
+end
+"""
+
+
+def hammer_wrk(port: int, path: str, seconds: float, connections: int) -> tuple[float, dict[int, int]]:
+    """The same with wrk (2 threads, `connections` connections): requests
+    answered 2xx per second; the counts of non-2xx (`-1`) and of socket
+    errors (0)."""
+    template = google_ads_body("LEAD_ID").decode()
+    lua = (
+        f"template = {json.dumps(template)}\nprefix = {json.dumps(secrets.token_hex(4))}\n"
+        f"path = {json.dumps(path)}\n" + WRK_SCRIPT
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(lua)
+        script.flush()
+        out = subprocess.run(  # noqa: S603 - wrk from the PATH, our own arguments
+            [  # noqa: S607
+                "wrk",
+                "-t2",
+                f"-c{connections}",
+                f"-d{max(int(seconds), 1)}s",
+                "-s",
+                script.name,
+                f"http://127.0.0.1:{port}{path}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    line = next(row for row in out.splitlines() if row.startswith("WRK "))
+    requests, non_2xx, socket_errors, micros = (int(x) for x in line.split()[1:])
+    ok = requests - non_2xx
+    return ok / (micros / 1e6), {200: ok, -1: non_2xx, 0: socket_errors}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="per endpoint and round (default %(default)s)")
@@ -115,6 +178,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default %(default)s)")
     parser.add_argument("--baseline-tree", type=Path, help="another checkout to measure in the same rounds")
     parser.add_argument("--conn-max-age", help="set CONN_MAX_AGE for the servers (default: the settings' default)")
+    parser.add_argument("--client", choices=["wrk", "threads"], help="the load generator (default: wrk when installed)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     return parser.parse_args(argv)
 
@@ -143,11 +207,14 @@ def main(argv: list[str]) -> int:
             f"{args.seconds:.0f} s per endpoint, {args.rounds} rounds; CONN_MAX_AGE "
             f"{args.conn_max_age if args.conn_max_age is not None else 'default'}; {bench_servers.load_average()}"
         )
+        client = args.client or ("wrk" if shutil.which("wrk") else "threads")
+        load = hammer_wrk if client == "wrk" else hammer
+        print(f"client: {client}")
         ratios: dict[str, list[float]] = {label: [] for label in trees}
         for round_no in range(1, args.rounds + 1):
             for label, (port, _) in servers.items():
-                floor, floor_statuses = hammer(port, FLOOR, args.seconds, args.connections)
-                hook, hook_statuses = hammer(port, GOOGLE_ADS_PATH, args.seconds, args.connections)
+                floor, floor_statuses = load(port, FLOOR, args.seconds, args.connections)
+                hook, hook_statuses = load(port, GOOGLE_ADS_PATH, args.seconds, args.connections)
                 ratio = hook / floor if floor else 0.0
                 ratios[label].append(ratio)
                 print(

@@ -20,6 +20,7 @@ from leadops.urls import urlpatterns as production_urlpatterns
 class FloorView(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
 
     def post(self, request: Request) -> Response:
         body = request.body  # the raw bytes first, as a webhook keeps them; then DRF parses them
