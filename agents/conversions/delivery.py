@@ -30,8 +30,6 @@ is recorded, as `dry_run`. Every final outcome writes a receipt.
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,11 +44,11 @@ from agents.conversions.base import Answer, Built, Skip
 from agents.conversions.google import google_build, google_send
 from agents.conversions.meta import meta_build, meta_send
 from agents.queue import task_enqueue
-from agents.work_queue import Backoff, stale_claims
 from crm.models import ConversionAttempt, ConversionPlatform, ConversionUpload
 from crm.services.conversions import CONVERSIONS_WAKE, conversion_failed_open, conversion_failed_resolve
 from crm.services.outbox import outbox_sequence_all
 from crm.services.receipts import receipt_write
+from crm.work_queue import Backoff, claims_take_back, pump
 
 log = logging.getLogger(__name__)
 Outcome = ConversionAttempt.Outcome
@@ -237,50 +235,54 @@ def conversions_pump(*, now: datetime | None = None, seconds: float = PUMP_SECON
     nothing is or `seconds` have passed (then a fresh run is enqueued). `now`
     fixes the clock claims and retries go by (tests)."""
     clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
-    counts: Counter[str] = Counter(sequenced=outbox_sequence_all())
-    started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        claimed = upload_claim(now=clock())
-        if claimed is None:
-            numbered = outbox_sequence_all()  # events committed since the run began
-            counts["sequenced"] += numbered
-            if not numbered:
-                break
-            continue
-        counts[str(upload_attempt(*claimed, now=clock()))] += 1
-    else:
+    counts = {"sequenced": outbox_sequence_all()}
+
+    def refill() -> bool:
+        numbered = outbox_sequence_all()  # events committed since the run began
+        counts["sequenced"] += numbered
+        return bool(numbered)
+
+    run = pump(
+        lambda: upload_claim(now=clock()),
+        lambda claimed: upload_attempt(*claimed, now=clock()),
+        seconds=seconds,
+        refill=refill,
+    )
+    if not run.finished:
         pump_enqueue()
-    return dict(counts)
+    return {**counts, **run.outcomes}
 
 
 def _lost_claims(now: datetime) -> int:
     """Uploads whose worker died between claim and record: the try counts as
     a passing failure (the platform may have it: the retry says the same key)."""
-    lost, why = 0, "the worker stopped before the answer was recorded"
-    rows = ConversionUpload.objects.select_related("business", "lead")
-    for upload in stale_claims(rows, claimed=ConversionUpload.Status.SENDING, now=now, after=STALE_CLAIM):
+    why = "the worker stopped before the answer was recorded"
+
+    def take_back(upload: ConversionUpload) -> bool:
         number = upload.attempts
         errors = upload.errors + 1
         out = errors >= upload.error_limit
-        with transaction.atomic():
-            moved = (
-                _claimed(upload, number)
-                .filter(claimed_at=upload.claimed_at)
-                .update(
-                    status=ConversionUpload.Status.FAILED if out else ConversionUpload.Status.PENDING,
-                    errors=F("errors") + 1,
-                    claimed_at=None,
-                    next_attempt_at=now + RETRY.delay(errors),
-                    last_error=why,
-                )
+        moved = (
+            _claimed(upload, number)
+            .filter(claimed_at=upload.claimed_at)
+            .update(
+                status=ConversionUpload.Status.FAILED if out else ConversionUpload.Status.PENDING,
+                errors=F("errors") + 1,
+                claimed_at=None,
+                next_attempt_at=now + RETRY.delay(errors),
+                last_error=why,
             )
-            if not moved:
-                continue
+        )
+        if moved:
             ConversionAttempt.objects.create(upload=upload, number=number, at=now, outcome=Outcome.LOST, message=why)
             if out:
                 _finished(upload, ConversionUpload.Status.FAILED, why, None)
-        lost += 1
-    return lost
+        return bool(moved)
+
+    rows = ConversionUpload.objects.select_related("business", "lead")
+    return claims_take_back(
+        rows, claimed=ConversionUpload.Status.SENDING, now=now, after=STALE_CLAIM, take_back=take_back
+    )
 
 
 def conversions_sweep(*, now: datetime | None = None, seconds: float = PUMP_SECONDS) -> dict[str, int]:

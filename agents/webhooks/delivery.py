@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -54,7 +52,6 @@ from agents.guarded_post import Answer, webhook_post
 from agents.notify import slack_escape
 from agents.queue import task_enqueue
 from agents.reporting.alerts import alert_raise
-from agents.work_queue import Backoff, stale_claims
 from crm.fields import FieldDecryptionError
 from crm.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 from crm.services.outbox import OUTBOX_WAKE, event_envelope, outbox_sequence_all
@@ -66,6 +63,7 @@ from crm.services.webhooks import (
     webhook_exceptions_resolve,
     webhook_subscription_pause,
 )
+from crm.work_queue import Backoff, claims_take_back, pump
 
 log = logging.getLogger(__name__)
 Outcome = WebhookAttempt.Outcome
@@ -363,52 +361,49 @@ def webhooks_pump(*, now: datetime | None = None, seconds: float = PUMP_SECONDS)
     run is enqueued. `now` fixes the clock the claims and retries go by
     (tests); signatures are stamped with the real time regardless."""
     clock: Callable[[], datetime] = (lambda: now) if now is not None else timezone.now
-    counts: Counter[str] = Counter(sequenced=outbox_sequence_all())
-    started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        claimed = delivery_claim(now=clock())
+    counts = {"sequenced": outbox_sequence_all()}
+
+    def refill() -> bool:
         # Nothing due: events committed since the run began may have made some.
-        if claimed is None and not _sequenced(counts):
-            break
-        if claimed is not None:
-            counts[str(delivery_attempt(*claimed, now=clock()))] += 1
-    else:
+        numbered = outbox_sequence_all()
+        counts["sequenced"] += numbered
+        return bool(numbered)
+
+    run = pump(
+        lambda: delivery_claim(now=clock()),
+        lambda claimed: delivery_attempt(*claimed, now=clock()),
+        seconds=seconds,
+        refill=refill,
+    )
+    if not run.finished:
         pump_enqueue()
-    return dict(counts)
-
-
-def _sequenced(counts: Counter[str]) -> int:
-    numbered = outbox_sequence_all()
-    counts["sequenced"] += numbered
-    return numbered
+    return {**counts, **run.outcomes}
 
 
 def _lost_claims(now: datetime) -> int:
     """Deliveries whose worker died between claim and record: the attempt
     counts as lost (the receiver may have it: the webhook-id lets it tell),
     then the delivery waits for its retry, or is dead when out of tries."""
-    lost, why = 0, "the worker stopped before the answer was recorded"
-    rows = WebhookDelivery.objects.select_related("subscription", "event", "business")
-    for delivery in stale_claims(rows, claimed=WebhookDelivery.Status.SENDING, now=now, after=STALE_CLAIM):
+    why = "the worker stopped before the answer was recorded"
+
+    def take_back(delivery: WebhookDelivery) -> bool:
         number = delivery.attempts
-        with transaction.atomic():
-            status = _after_failure(delivery, number)
-            moved = (
-                _claimed(delivery, number)
-                .filter(claimed_at=delivery.claimed_at)
-                .update(
-                    status=_held_if_paused(status),
-                    next_attempt_at=now + RETRY.delay(number),
-                    last_error=why,
-                )
-            )
-            if not moved:
-                continue
+        status = _after_failure(delivery, number)
+        moved = (
+            _claimed(delivery, number)
+            .filter(claimed_at=delivery.claimed_at)
+            .update(status=_held_if_paused(status), next_attempt_at=now + RETRY.delay(number), last_error=why)
+        )
+        if moved:
             _attempt_row(delivery, number, Outcome.LOST, at=now, error=why)
             if status == WebhookDelivery.Status.DEAD:
                 _dead(delivery, number, why)
-        lost += 1
-    return lost
+        return bool(moved)
+
+    rows = WebhookDelivery.objects.select_related("subscription", "event", "business")
+    return claims_take_back(
+        rows, claimed=WebhookDelivery.Status.SENDING, now=now, after=STALE_CLAIM, take_back=take_back
+    )
 
 
 def webhooks_sweep(*, now: datetime | None = None, seconds: float = PUMP_SECONDS) -> dict[str, int]:

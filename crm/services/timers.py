@@ -9,7 +9,6 @@ needs no import of agents.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +23,7 @@ from crm.registry import Registry
 from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
 from crm.services.units import unit_of_work
+from crm.work_queue import pump
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +167,20 @@ def timers_run_due(
     it, the kinds registered `own_job=True` are left to their jobs.
     """
     now = now or timezone.now()
-    stop_at = time.monotonic() + budget.total_seconds()
     result = TimerRun()
-    while result.claimed < limit and time.monotonic() < stop_at:
-        # Claimed timers are run, whatever the clock says: a claim left
-        # unrun would wait STALE_CLAIM for nothing.
+
+    def claim() -> list[Timer] | None:
+        if result.claimed >= limit:
+            return None
         claimed = _claim(now, min(batch, limit - result.claimed), kinds)
-        if not claimed:
-            break
         result.claimed += len(claimed)
+        return claimed or None
+
+    def work(claimed: list[Timer]) -> None:
         for timer in claimed:
             _run_claimed(timer, result)
+
+    pump(claim, work, seconds=budget.total_seconds())
     return result
 
 
