@@ -266,11 +266,13 @@ INSTALLED_APPS = [
     "csp",
     "django_otp",
     "django_otp.plugins.otp_totp",
-    "django_q",
     "axes",
     "crm",
     "approvals",
     "agents",
+    # After agents: its `qcluster` (the cluster plus the intake loop) is
+    # found before django_q's own, as staticfiles' `runserver` is.
+    "django_q",
     "leadops",
     "leadops.workspace",
     # Tooling around the product (the simulate client, the demo business);
@@ -479,6 +481,11 @@ WEBHOOKS_CLUSTER = "leadops-webhooks"
 Q_WEBHOOK_WORKERS = env.int("Q_WEBHOOK_WORKERS", default=4)
 if Q_WEBHOOK_WORKERS < 1:
     raise environ.ImproperlyConfigured("Q_WEBHOOK_WORKERS must be at least 1")
+# Intake loops per default `qcluster` (agents/management/commands/qcluster.py):
+# processes that take inbound events as they are stored, beside the workers.
+INTAKE_PROCESSES = env.int("INTAKE_PROCESSES", default=2)
+if INTAKE_PROCESSES < 1:
+    raise environ.ImproperlyConfigured("INTAKE_PROCESSES must be at least 1 (qcluster --no-intake runs none)")
 Q_CLUSTER = {
     "name": "leadops",
     "orm": "default",

@@ -54,6 +54,9 @@ def scratch_database_create() -> str:
 def scratch_database_drop(name: str) -> None:
     from django.db import connection
 
+    from agents.capture.source_cache import SOURCES
+
+    SOURCES.stop()  # its listener's own connection, if a webhook started it here
     connection.close()
     connection.creation.destroy_test_db(name, verbosity=0)
 

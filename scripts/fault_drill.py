@@ -91,8 +91,8 @@ NAMES = ("Ava", "Ben", "Cora", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade
          "Omar", "Pia", "Quin", "Rosa", "Sam", "Tess", "Uma", "Vik", "Wren", "Xena")  # fmt: skip
 IN_FLIGHT = ("queued", "sending", "unknown")
 # The event sweep's wait before it takes a `received` event as a lost enqueue
-# (agents.capture.processing.LOST_ENQUEUE), in seconds.
-EVENT_LOST_ENQUEUE = 120
+# (agents.capture.processing.UNCLAIMED), in seconds.
+EVENT_UNCLAIMED = 120
 # One storm: every kind of bad answer, twice, then the provider recovers.
 STORM = ["5xx", "429", "timeout", "drop", "5xx-taken", "drop-taken"] * 2
 
@@ -429,8 +429,8 @@ class Drill:
         from django.utils import timezone
         from django_q.models import Schedule
 
-        # An event whose enqueue was lost waits EVENT_LOST_ENQUEUE for the event sweep.
-        deadline = since + max(self.bound, EVENT_LOST_ENQUEUE) + self.args.grace
+        # An event no intake loop claimed waits EVENT_UNCLAIMED for the event sweep.
+        deadline = since + max(self.bound, EVENT_UNCLAIMED) + self.args.grace
         nudged = 0.0
         while time.monotonic() < deadline:
             for cluster in self.clusters[-1:]:
@@ -447,7 +447,7 @@ class Drill:
                     return
                 now = timezone.now()
                 late = any(created < now - timedelta(seconds=self.bound) for _, _, created in flying) or any(
-                    received < now - timedelta(seconds=EVENT_LOST_ENQUEUE) for received in open_events
+                    received < now - timedelta(seconds=EVENT_UNCLAIMED) for received in open_events
                 )
                 if late and time.monotonic() - nudged > 20:
                     self.query(

@@ -1,13 +1,15 @@
 """The SQL one new website lead costs, end to end: the webhook's acceptance,
-then every task it leads to (processing the event: identity, consent, and
-the orchestrator's new-lead step run in the same unit of work: fit, owner,
-next action, the acknowledgement decision, the SLA clock; receipts all
-along; then the owner's notice), each run the way a worker runs it — the
-real task function on the real queued arguments — until the queue is empty.
+then the intake loop's processing of the stored event (its claim, identity,
+consent, and the orchestrator's new-lead step in the same unit of work: fit,
+owner, next action, the acknowledgement decision, the SLA clock; receipts
+all along), then every task that leads to (the owner's notice), each run the
+way a worker runs it — the real task function on the real queued arguments —
+until the queue is empty.
 Used by the statement-count test and by bench_lead_statements.py.
 
 Needs the demo business loaded (its website source `site`) and real commits
-(on-commit enqueues), so a test using it is transactional.
+(on-commit enqueues, the trigger's notification), so a test using it is
+transactional.
 """
 
 from __future__ import annotations
@@ -104,9 +106,11 @@ def new_website_lead(form: dict[str, Any] | None = None) -> LeadCost:
     """Post one new website lead to the real view, then run the queue dry."""
     from django.db import connection
     from django.test import Client
+    from django.utils import timezone
     from django_q.models import OrmQ
     from django_q.signing import SignedPackage
 
+    from agents.capture.processing import event_claim_next, event_run_claimed
     from crm.models import Lead
 
     acceptance, tasks = Statements(), Statements()
@@ -126,6 +130,13 @@ def new_website_lead(form: dict[str, Any] | None = None) -> LeadCost:
     if response.status_code != 200:
         raise RuntimeError(f"the webhook answered {response.status_code}: {response.content[:300]!r}")
     names = []
+    with connection.execute_wrapper(recorder(tasks)):
+        # The intake loop's claim and processing of the stored event.
+        event_id = event_claim_next(now=timezone.now())
+        if event_id is None:
+            raise RuntimeError("the accepted event is not due for the intake loop")
+        names.append("intake loop")
+        event_run_claimed(event_id, now=timezone.now())
     while True:
         # The queue is read and emptied outside the recorder: that is the
         # broker's work (a worker's dequeue and acknowledgement), not the lead's.
@@ -137,6 +148,6 @@ def new_website_lead(form: dict[str, Any] | None = None) -> LeadCost:
         names.append(str(task["func"]))
         with connection.execute_wrapper(recorder(tasks)):
             pydoc.locate(task["func"])(*task["args"], **task["kwargs"])  # type: ignore[operator]
-    event_id = json.loads(response.content)["id"]
-    lead = Lead.objects.filter(touches__inbound_event__public_id=event_id).first()
+    public_id = json.loads(response.content)["id"]
+    lead = Lead.objects.filter(touches__inbound_event__public_id=public_id).first()
     return LeadCost(acceptance=acceptance, tasks=tasks, task_names=names, lead=lead)

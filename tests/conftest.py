@@ -12,6 +12,7 @@ from django.db import ProgrammingError
 from django.utils import timezone
 from pytest_django import DjangoDbBlocker
 
+from agents.capture.source_cache import SOURCES
 from crm.models import Business, Role, TeamMember
 from crm.registry import Registry
 from tests.factories import BusinessFactory, member_create
@@ -63,6 +64,23 @@ def rate_limits_start_empty(django_db_setup: None, django_db_blocker: DjangoDbBl
 def api_throttle_forgotten() -> None:
     """The API's throttle counts in process memory without Redis: each test starts uncounted."""
     caches["throttle"].clear()
+
+
+@pytest.fixture(autouse=True)
+def sources_forgotten() -> Iterator[None]:
+    """Webhook sources are kept per process, dropped when a change commits:
+    a test's rolled-back sources never commit, so each test starts with none
+    kept. The listener's own connection is closed at the end, before the
+    test database is dropped."""
+    SOURCES.drop()
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def source_listener_stopped(django_db_setup: None) -> Iterator[None]:
+    # After the database's setup, so stopped before its teardown drops it.
+    yield
+    SOURCES.stop()
 
 
 @pytest.fixture(autouse=True)

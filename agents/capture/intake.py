@@ -1,9 +1,10 @@
 """Raw first (invariant 1): store what a provider delivered, then process.
 
 A webhook view authenticates the raw bytes, calls `event_accept`, and answers
-2xx. Processing is enqueued only when the storing transaction commits, so a
-worker never looks for a row that is not there yet; a sweeper picks up any
-event whose enqueue was lost (`inbound_events_sweep`).
+2xx. The stored row is the work item: its INSERT is the whole of accepting
+it, and a trigger wakes the intake loop when it commits
+(agents/capture/processing.py), so no worker looks for a row that is not
+there yet and no second row (a task) is written beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from django.db.models import F
 from django.http import HttpRequest
 from django.utils import timezone
 
-from agents.queue import task_enqueue
 from crm.models import Business, InboundEvent, RejectedDelivery, Source
 
 # Headers worth keeping for inspection and re-verification; never cookies or
@@ -98,8 +98,8 @@ def event_accept(
     accepted by the same source's endpoint (or by the provider-wide one, with
     no source) is a duplicate and changes nothing.
 
-    A new event in `received` status gets its processing enqueued on commit.
-    An event stored already `failed` (a signed body we could not parse) is
+    A new event in `received` status is the intake loop's to process once it
+    commits. An event stored already `failed` (a signed body we could not parse) is
     kept for inspection and replay, not processed.
     """
     # A webhook request runs in autocommit: the INSERT is its own transaction,
@@ -137,18 +137,7 @@ def event_accept(
         if existing is None:
             raise  # another constraint refused the row: a real error, not a repeat
         return Accepted(existing, duplicate=True)
-    if status == InboundEvent.Status.RECEIVED:
-        event_enqueue(event)
     return Accepted(event, duplicate=False)
-
-
-def event_enqueue(event: InboundEvent) -> None:
-    # After commit, and never raising: the event is stored, so a broker that
-    # is down must not turn the provider's answer into an error (the sweep
-    # processes an event whose enqueue was lost). `save=False`: the event row
-    # records the outcome; a result row per task would only cost the
-    # cluster's single monitor process a write (and a prune) for every lead.
-    task_enqueue("agents.tasks.process_inbound_event", event.pk, group="inbound", save=False)
 
 
 def rejection_count(*, provider: str, source: Source | None, reason: str, remote_addr: str | None) -> None:

@@ -1,10 +1,18 @@
-"""Processing stored inbound events, once each, whatever the queue does.
+"""Processing stored inbound events, once each: the event row is the work item.
 
-django-q2 delivers at least once and a person may press "replay": a worker
-first claims the event with a conditional UPDATE (received/failed →
-processing, only while attempts remain) and goes on only if that changed
-exactly one row. The claim counts the attempt, so a worker that dies
-mid-event has spent one too.
+Accepting a webhook is one INSERT; a trigger on that table NOTIFYs
+`leadops_inbound` (migration 0042), and the intake loop (`intake_serve`, run
+by every default `qcluster` beside its workers) wakes, claims the oldest due
+event with `FOR UPDATE SKIP LOCKED` (so loops on several hosts take disjoint
+events) and processes it, until none is due. Without a notification (a
+listener that lost its connection) it looks every POLL_SECONDS anyway, and
+the cluster's periodic sweep takes any event no loop claimed within
+UNCLAIMED (no intake loop running at all).
+
+A person may press "replay" while a loop runs: every path first claims the
+event with a conditional UPDATE (received/failed → processing, only while
+attempts remain) and goes on only if that changed exactly one row. The
+claim counts the attempt, so a worker that dies mid-event has spent one too.
 
 Attempts are bounded (MAX_ATTEMPTS per run, kept on the row as
 `attempt_limit`). A handler that raises leaves the event
@@ -20,20 +28,31 @@ counting every try).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import DataError
+import psycopg
+from django.db import DatabaseError, DataError, close_old_connections, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
 from crm.models import InboundEvent
+from crm.notifications import Listener
 from crm.services.inbound_handlers import EVENT_HANDLERS, MalformedPayload, RetryLater, unit_run
+from crm.work_queue import PumpRun, pump
 
 log = logging.getLogger(__name__)
 
 
 STALE_PROCESSING = timedelta(minutes=10)
-LOST_ENQUEUE = timedelta(minutes=2)
+# An event no intake loop claimed in this long is the periodic sweep's.
+UNCLAIMED = timedelta(minutes=2)
+# The channel the insert trigger notifies (the migration names it too).
+CHANNEL = "leadops_inbound"
+# Without a notification, the intake loop looks this often anyway.
+POLL_SECONDS = 5.0
+# One pump's bound; the loop starts the next at once when work is left.
+PUMP_SECONDS = 30.0
 MAX_ATTEMPTS = InboundEvent.ATTEMPTS_PER_RUN
 # The wait after attempt n is RETRY_DELAYS[n - 1]: about an hour in all, long
 # enough for a provider outage to pass or a slow send to record its id.
@@ -140,7 +159,7 @@ def event_replay(event: InboundEvent, *, now: datetime | None = None) -> str:
 
 
 def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATCH) -> int:
-    """Process events whose enqueue was lost (stored but never picked up),
+    """Process events no intake loop claimed (stored but never picked up),
     events whose retry is due, and events whose worker died mid-way (claimed
     longer than STALE_PROCESSING ago) while they have attempts left; an event
     whose worker died on its last attempt is left `failed`. Returns how many
@@ -158,7 +177,7 @@ def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATC
         )
     ids = list(
         InboundEvent.objects.filter(
-            Q(status=InboundEvent.Status.RECEIVED, retry_at__isnull=True, received_at__lt=now - LOST_ENQUEUE)
+            Q(status=InboundEvent.Status.RECEIVED, retry_at__isnull=True, received_at__lt=now - UNCLAIMED)
             | Q(status__in=[InboundEvent.Status.RECEIVED, InboundEvent.Status.FAILED], retry_at__lte=now)
             | stale,
             attempts__lt=F("attempt_limit"),
@@ -167,3 +186,73 @@ def inbound_events_sweep(*, now: datetime | None = None, batch: int = SWEEP_BATC
         .values_list("pk", flat=True)[:batch]
     )
     return sum(1 for pk in ids if event_process(pk, now=now) != "skipped")
+
+
+# --- the intake loop --------------------------------------------------------------
+
+# One statement: the oldest due event no other loop holds, claimed. Due: new
+# (never tried), or waiting for a retry whose time has come, with an attempt
+# left. SKIP LOCKED: two loops never wait on, nor take, the same row.
+_CLAIM_NEXT = """
+UPDATE crm_inboundevent SET status = 'processing', claimed_at = %(now)s, attempts = attempts + 1, retry_at = NULL
+WHERE id = (
+    SELECT id FROM crm_inboundevent
+    WHERE attempts < attempt_limit
+      AND ((status = 'received' AND retry_at IS NULL)
+           OR (status IN ('received', 'failed') AND retry_at <= %(now)s))
+    ORDER BY received_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+
+
+def event_claim_next(*, now: datetime) -> int | None:
+    """Claim the oldest due event (its id), or None when none is."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_NEXT, {"now": now})
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def event_run_claimed(event_id: int, *, now: datetime) -> str:
+    """Process an event `event_claim_next` claimed; its status after."""
+    return _run(event_id, now=now)
+
+
+def events_pump(*, seconds: float = PUMP_SECONDS) -> PumpRun:
+    """Process due events, oldest first, until none is or `seconds` pass."""
+    return pump(
+        lambda: event_claim_next(now=timezone.now()),
+        lambda event_id: event_run_claimed(event_id, now=timezone.now()),
+        seconds=seconds,
+    )
+
+
+def intake_serve(stopped: Callable[[float], bool], *, poll: float = POLL_SECONDS) -> None:
+    """Process inbound events as they are stored, until `stopped(timeout)`
+    (which waits up to `timeout` seconds for a stop) says so.
+
+    LISTEN first, then pump: an event stored between the pump's last look
+    and the wait is announced to the listener, never missed. A database
+    that goes away (a restart) is waited out, then listened to again; the
+    sweep covers what arrives meanwhile.
+    """
+    while not stopped(0):
+        try:
+            with Listener(CHANNEL) as listener:
+                while not stopped(0):
+                    close_old_connections()
+                    run = events_pump()
+                    if run.finished:
+                        listener.wait(poll)
+        except (DatabaseError, psycopg.Error):
+            log.exception("the intake loop lost the database; listening again shortly")
+            connection.close()
+            stopped(poll)
+        except Exception:
+            # A bug must not end the loop for good: logged, and tried again
+            # (an event that keeps failing spends its attempts, then waits).
+            log.exception("the intake loop failed; starting again shortly")
+            stopped(poll)

@@ -22,6 +22,7 @@ from agents.capture.intake import (
     headers_kept,
     rejection_count,
 )
+from agents.capture.source_cache import SOURCES
 from crm.models import Business, InboundEvent, Source
 
 
@@ -52,23 +53,23 @@ def raw_body(request: HttpRequest) -> bytes:
     return body
 
 
-def source_for(key: str, *providers: str, with_business: bool = False) -> Source:
-    """The source a URL names. A switched-off source answers 403, not 404:
-    some providers (Typeform) disable a hook for good on a 404.
-    `with_business`: the view reads the business itself (the website form's
-    origins and wording); storing the event needs only its id."""
-    # The key is unique: no ORDER BY (the model's orders by business name,
-    # a join and a sort on every webhook request for nothing). The lookup is
-    # most of what accepting a webhook costs, so it joins nothing it need not.
-    sources = Source.objects.filter(key=key, provider__in=providers).order_by()
-    if with_business:
-        sources = sources.select_related("business")
-    source = next(iter(sources[:1]), None)
-    if source is None:
+def source_for(key: str, *providers: str) -> Source:
+    """The source a URL names (its business loaded with it). A switched-off
+    source answers 403, not 404: some providers (Typeform) disable a hook
+    for good on a 404. Kept per process (agents/capture/source_cache.py):
+    most requests read nothing from the database before storing the event."""
+    source = SOURCES.get(key, lambda: _source_load(key))
+    if source is None or source.provider not in providers:
         raise WebhookError(404, "unknown_source", f"no source {key!r}")
     if not source.is_active:
         raise WebhookError(403, "source_inactive", f"source {key!r} is switched off")
     return source
+
+
+def _source_load(key: str) -> Source | None:
+    # The key is unique: no ORDER BY (the model's orders by business name,
+    # a join and a sort for nothing).
+    return next(iter(Source.objects.filter(key=key).select_related("business").order_by()[:1]), None)
 
 
 def remote_addr(request: HttpRequest) -> str:

@@ -80,8 +80,9 @@ def test_rate_limits_in_redis_count_racing_hits_from_many_threads_once_each(sett
 @pytest.mark.django_db(transaction=True)
 def test_a_webhook_accepted_while_redis_is_down_is_stored_answered_and_swept_later():
     """A web process with Redis as both broker and cache, and Redis gone:
-    the delivery is stored and answered 200 (the enqueue fails after commit
-    and is logged), and the sweep processes it once the enqueue counts as lost."""
+    the delivery is stored and answered 200 (accepting enqueues nothing: the
+    stored row is the intake loop's work item), and the sweep processes it
+    once no loop has claimed it in time."""
     business = BusinessFactory.create(slug="outage")
     Source.objects.create(business=business, key="site", provider="website", secret=SECRET)
     dead = f"redis://127.0.0.1:{free_port()}/0"
@@ -94,7 +95,7 @@ def test_a_webhook_accepted_while_redis_is_down_is_stored_answered_and_swept_lat
         output = web.stop()
     assert first.status_code == 200, (first.text, output[-3000:])
     assert first.json()["duplicate"] is False and again.json() == {**first.json(), "duplicate": True}
-    assert "could not enqueue agents.tasks.process_inbound_event" in output
+    assert "could not enqueue" not in output
     event = InboundEvent.objects.get()
     assert event.status == "received" and not Lead.objects.exists()
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from django_q.models import OrmQ
-from django_q.signing import SignedPackage
+from django.utils import timezone
 
-from agents.capture.processing import event_process
+from agents.capture.processing import event_claim_next, event_run_claimed
 from crm.models import Business, Source
 
 
@@ -16,13 +15,10 @@ def website_source(business: Business) -> Source:
 
 
 def run_queued_events() -> list[str]:
-    """Run every queued `process_inbound_event` task the way a worker would
-    (the real task function on the real queued arguments), then drop it."""
+    """Process every due inbound event the way the intake loop does (its
+    claim, oldest first, then the event's handler); their outcomes in order."""
     outcomes = []
-    for queued in OrmQ.objects.order_by("id"):
-        task = SignedPackage.loads(queued.payload)
-        if task["func"] != "agents.tasks.process_inbound_event":
-            continue  # first responses and the like: their own tests run them
-        outcomes.append(event_process(*task["args"]))
-        queued.delete()
+    now = timezone.now()
+    while (event_id := event_claim_next(now=now)) is not None:
+        outcomes.append(event_run_claimed(event_id, now=now))
     return outcomes

@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django_q.models import OrmQ
 
+from agents.capture.source_cache import SOURCES
 from crm.models import Business, InboundEvent, Source
 from tests.leadops.test_deploy import documented_production_env, manage
 
@@ -63,26 +64,30 @@ def test_connection_reuse_can_be_turned_off() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_accepting_a_google_ads_lead_is_one_lookup_one_event_and_one_task() -> None:
+def test_accepting_a_google_ads_lead_is_one_insert_once_its_source_is_kept() -> None:
     # transaction=True: the request runs in autocommit, as a server runs it.
     business = Business.objects.create(slug="probe", name="Probe")
     Source.objects.create(business=business, key="gads-probe", provider="google_ads", secret="k")
-    body = json.dumps({"google_key": "k", "lead_id": "L-1", "user_column_data": []}).encode()
+    assert SOURCES.wait_for(lambda: SOURCES.listening, timeout=30), "the source listener never listened"
 
-    with CaptureQueriesContext(connection) as queries:
-        response = Client().post("/hooks/google-ads/gads-probe/", data=body, content_type="application/json")
+    def accept(lead_id: str) -> list[str]:
+        body = json.dumps({"google_key": "k", "lead_id": lead_id, "user_column_data": []}).encode()
+        with CaptureQueriesContext(connection) as queries:
+            response = Client().post("/hooks/google-ads/gads-probe/", data=body, content_type="application/json")
+        assert response.status_code == 200, response.content
+        return [query["sql"] for query in queries.captured_queries]
 
-    assert response.status_code == 200, response.content
-    statements = [query["sql"] for query in queries.captured_queries]
-    assert len(statements) == 3, statements
-    lookup, event, task = statements
-    # The source alone: no join with its business, no sort by the business's name.
-    assert lookup.startswith("SELECT") and "JOIN" not in lookup and "ORDER BY" not in lookup
+    # The first delivery reads its source (with its business, once per
+    # process, no sort); every later one is the event's INSERT alone.
+    lookup, event = accept("L-1")
+    assert lookup.startswith('SELECT "crm_source"') and "ORDER BY" not in lookup
     assert event.startswith('INSERT INTO "crm_inboundevent"')
-    assert task.startswith('INSERT INTO "django_q_ormq"')
-    # No BEGIN, COMMIT or savepoint round trips around the one INSERT.
-    assert not [sql for sql in statements if "SAVEPOINT" in sql or sql in ("BEGIN", "COMMIT")]
-    assert InboundEvent.objects.get().business_id is not None and OrmQ.objects.count() == 1
+    (again,) = accept("L-2")
+    assert again.startswith('INSERT INTO "crm_inboundevent"')
+    # No task row beside it (the event row is the intake loop's work item),
+    # and no BEGIN, COMMIT or savepoint round trips around the INSERT.
+    assert not OrmQ.objects.exists()
+    assert InboundEvent.objects.filter(business=business, status="received").count() == 2
 
 
 def test_every_api_route_is_registered_once() -> None:

@@ -15,6 +15,7 @@ import pytest
 import requests
 from django.db import connection
 
+from agents.capture.source_cache import SOURCES
 from tests.processes import Process, _start, process_env, wait_until_serving
 from tests.redis_server import free_port
 
@@ -45,6 +46,9 @@ def _connections(name: str) -> int:
 
 
 def test_three_thousand_requests_without_keep_alive_answer_and_hold_the_pool():
+    # This test process's own source listener (started by an earlier test's
+    # webhook) is a client of the same database, not the server's: stopped.
+    SOURCES.stop()
     port = free_port()
     env = process_env(WEB_BIND=f"127.0.0.1:{port}", WEB_WORKERS=str(WORKERS), WEB_THREADS=str(THREADS))
     web: Process = _start(

@@ -189,7 +189,7 @@ handler_register(Provider.HOSTED_FORM, "form", _process)
 @require_POST
 def website_form(request: HttpRequest, source_key: str) -> HttpResponse:
     try:
-        source = source_for(source_key, Provider.WEBSITE, with_business=True)
+        source = source_for(source_key, Provider.WEBSITE)
         body = raw_body(request)
         token = request.META.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
         if not source.secret or not hmac.compare_digest(token.encode(), source.secret.encode()):
@@ -294,7 +294,7 @@ def _origin_of(url: str) -> str:
 @require_http_methods(["GET", "POST"])
 def hosted_form(request: HttpRequest, source_key: str) -> HttpResponse:
     try:
-        source = source_for(source_key, Provider.HOSTED_FORM, with_business=True)
+        source = source_for(source_key, Provider.HOSTED_FORM)
     except WebhookError as exc:
         return exc.response()
     view = _hosted_form if _embedded_post(request, source) else csrf_protect(_hosted_form)

@@ -23,6 +23,7 @@ from crm.services.business_file import business_file_load
 from crm.services.webhooks import webhook_secret_new
 from scripts.lead_statements import FORM, WEBSITE_PATH, WEBSITE_SECRET
 from scripts.webhook_receiver import Receiver
+from tests.helpers.capture import run_queued_events
 from tests.helpers.webhooks import subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,11 +74,12 @@ def test_deliveries_are_queued_for_the_webhooks_cluster_and_leads_for_the_defaul
     business = Business.objects.get(slug="acme-hvac")
     with Receiver(webhook_secret_new()) as receiver:
         subscribe(business, receiver.url, secret=receiver.secret)
-        post_lead(1)
-        assert queued(DEFAULT_QUEUE) == ["agents.tasks.process_inbound_event"]
-        assert queued(WEBHOOKS_QUEUE) == []
+        event = post_lead(1)
+        # The stored event is the intake loop's work item: no task is queued for it.
+        assert queued(DEFAULT_QUEUE) == [] and queued(WEBHOOKS_QUEUE) == []
+        assert InboundEvent.objects.get(public_id=event).status == "received"
 
-        work(DEFAULT_QUEUE, ("agents.tasks.process_inbound_event",))
+        assert run_queued_events() == ["processed"]
 
         # The lead's events woke the webhooks cluster, once for the unit of work, on its own queue only.
         assert queued(WEBHOOKS_QUEUE) == ["agents.tasks.webhooks_pump"]
@@ -101,7 +103,7 @@ def test_a_slow_receiver_does_not_delay_the_processing_of_a_new_lead(live: None)
     with Receiver(webhook_secret_new(), hold=hold) as receiver:
         subscribe(business, receiver.url, secret=receiver.secret)
         first = post_lead(1)
-        work(DEFAULT_QUEUE, ("agents.tasks.process_inbound_event",))
+        assert run_queued_events() == ["processed"]
 
         def webhooks_worker() -> None:
             try:
@@ -116,10 +118,9 @@ def test_a_slow_receiver_does_not_delay_the_processing_of_a_new_lead(live: None)
         assert WebhookDelivery.objects.filter(status="sending").count() == 1
 
         second = post_lead(2)
-        ran = work(DEFAULT_QUEUE, ("agents.tasks.process_inbound_event",))
 
         # The new lead was processed end to end while the receiver still held its post.
-        assert ran == ["agents.tasks.process_inbound_event"]
+        assert run_queued_events() == ["processed"]
         assert worker.is_alive() and WebhookDelivery.objects.filter(status="sending").count() == 1
         lead = lead_of(second)
         assert InboundEvent.objects.get(public_id=second).status == "processed"
