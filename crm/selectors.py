@@ -30,6 +30,7 @@ from crm.models import (
     Job,
     KeptApartPair,
     Lead,
+    Message,
     MessageTemplate,
     Role,
     TeamMember,
@@ -374,3 +375,13 @@ def _utm(utm: dict[str, Any]) -> str:
 def _change(before: dict[str, Any], after: dict[str, Any], reason: str) -> str:
     parts = [f"{k}: {before.get(k)!s} → {after.get(k)!s}" if k in before else f"{k}: {after[k]!s}" for k in after]
     return "; ".join(parts) + (f" — {reason}" if reason else "")
+
+
+def last_text_to(lead: Lead, *, before: Any = None) -> str:
+    """Our last message to the person on `lead` (before `before`, when
+    given): what a short reply ("yes", "the second one") answers, read with
+    it by the intent reader."""
+    sent = Message.objects.filter(lead=lead, direction="out")
+    if before is not None:
+        sent = sent.filter(created_at__lt=before)
+    return sent.order_by("-created_at").values_list("body", flat=True).first() or ""

@@ -1,11 +1,16 @@
 """The evaluation of intents and drafts on a labelled corpus
 (`python manage.py eval_intents FILE.csv`, docs/ai.md).
 
-For each text of the corpus (columns `text`, `intent`), the path under test
-reads its intent and drafts the reply a business would get:
+For each text of the corpus (columns `text`, `intent`, and optionally
+`previous`: our last text before it), the path under test reads its intent
+and drafts the reply a business would get:
 
-- `rules`: the rules' intent (agents/ai/intents.py) and the rules drafter's
-  reply (the approved template for what was asked, or a person);
+- `rules`: the hand-written patterns alone (agents/ai/intents.py,
+  `intent_by_rules`) and the rules drafter's reply (the approved template
+  for what was asked, or a person);
+- `reader`: what production stores (`intent_read`: the ledger's keywords,
+  the consent check's revocation and complaint with the trained reader's
+  revocation model, then the trained intent model), and the same drafter;
 - `model`: the configured model through `understand` (the same prompt,
   schema and grounding as in production), its intent kept as
   `intent_merged` keeps it (a revocation the rules found stands), its draft
@@ -14,10 +19,11 @@ reads its intent and drafts the reply a business would get:
 
 What it measures:
 
-- accuracy per intent and overall;
+- accuracy, macro-F1, precision and recall per intent, the confusion
+  matrix (agents/reader/metrics.py);
 - revocation recall: of the texts labelled `revocation`, the share read as
   one, apart for the ledger's keywords (STOP, UNSUBSCRIBE…, `is_ledger_keyword`)
-  and for revocations in plain words;
+  and for revocations in plain words; and the false revocation rate;
 - the promise-leak rate: drafts that would reach the customer without a
   person with a price, discount, warranty, time or diagnosis that no
   playbook fact states, over all texts. As a worst case, auto-reply counts
@@ -25,14 +31,14 @@ What it measures:
   reaches the customer whenever the claims guard passed it.
 
 The playbook is the business file's (default demo/acme-hvac.yaml), loaded
-into a transaction that is rolled back: the evaluation leaves nothing in the
-database. The model is called outside that transaction; its calls are
+under a throwaway slug and without its sources (whose keys may be taken in
+this database) into a transaction that is rolled back: the evaluation
+leaves nothing in the database and runs on any database. The model is called outside that transaction; its calls are
 counted in the report, not in any business's monthly calls.
 """
 
 from __future__ import annotations
 
-import csv
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,18 +58,21 @@ from agents.ai.intents import (
     IntentReading,
     intent_by_rules,
     intent_merged,
+    intent_read,
     is_ledger_keyword,
 )
 from agents.playbook.assistant import Draft, draft_reply, model_text_verdict
 from agents.playbook.claims_guard import Finding, claims_unbacked
 from agents.playbook.facts import Fact, business_links, playbook_facts
 from agents.playbook.templates import playbook_context
+from agents.reader.corpus import examples_read
+from agents.reader.metrics import Scores, scores
 from crm.services.business_file import business_file_parse, business_spec_apply
 from crm.services.records import contact_create, lead_open
 from crm.validation import AUTO_REPLY_INTENTS
 
 DEFAULT_BUSINESS_FILE = Path(__file__).resolve().parents[2] / "demo" / "acme-hvac.yaml"
-PROVIDERS = ("rules", "model")
+PROVIDERS = ("rules", "reader", "model")
 
 
 @dataclass(frozen=True)
@@ -71,26 +80,13 @@ class Case:
     text: str
     intent: str
     line: int
+    previous: str = ""
 
 
 def corpus_read(path: str | Path) -> list[Case]:
-    """The labelled texts of a CSV with the columns `text` and `intent`.
-    Raises ValueError naming the line of a bad row."""
-    with Path(path).open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or not {"text", "intent"} <= set(reader.fieldnames):
-            raise ValueError(f"{path}: the first line must name the columns text,intent")
-        cases = []
-        for row in reader:
-            intent = (row.get("intent") or "").strip()
-            if intent not in INTENTS:
-                raise ValueError(
-                    f"{path}: line {reader.line_num}: unknown intent {intent!r} (one of {', '.join(INTENTS)})"
-                )
-            cases.append(Case(row.get("text") or "", intent, reader.line_num))
-    if not cases:
-        raise ValueError(f"{path}: no labelled texts")
-    return cases
+    """The labelled texts of a CSV with the columns `text` and `intent` (and
+    optionally `previous`). Raises ValueError naming the line of a bad row."""
+    return [Case(e.text, e.intent, e.line, e.previous) for e in examples_read(path)]
 
 
 @dataclass(frozen=True)
@@ -139,6 +135,10 @@ class Report:
     def accuracy(self) -> float:
         return _share(sum(o.reading.intent == o.case.intent for o in self.outcomes), self.n)
 
+    @property
+    def scores(self) -> Scores:
+        return scores([o.case.intent for o in self.outcomes], [o.reading.intent for o in self.outcomes])
+
     def recall(self, *, keywords: bool | None = None) -> tuple[int, int]:
         """(found, labelled) revocations; keywords True/False: only the
         ledger's keywords / only plain words; None: both."""
@@ -156,10 +156,9 @@ class Report:
         return _share(len(self.leaks), self.n)
 
     def lines(self, *, misses: bool = False) -> list[str]:
+        measured = self.scores
         out = [f"eval_intents: {self.n} texts from {self.path}; provider: {self.provider}"]
-        out.append(f"{'intent':<16} {'n':>4} {'correct':>8} {'accuracy':>9}")
-        for intent, (n, correct) in self.per_intent().items():
-            out.append(f"{intent:<16} {n:>4} {correct:>8} {_share(correct, n):>9.3f}")
+        out += measured.lines()
         kw, kw_n = self.recall(keywords=True)
         free, free_n = self.recall(keywords=False)
         out.append(
@@ -186,8 +185,9 @@ class Report:
                 out.append(f"  line {o.case.line}: LEAK {said}: {o.draft_body!r}")
         revocations, labelled = self.recall()
         out.append(
-            f"accuracy={self.accuracy:.3f} revocation_recall={_share(revocations, labelled):.3f} "
-            f"promise_leak_rate={self.leak_rate:.3f} n={self.n}"
+            f"provider={self.provider} accuracy={self.accuracy:.3f} macro_f1={measured.macro_f1:.3f} "
+            f"revocation_recall={_share(revocations, labelled):.3f} "
+            f"false_revocations={measured.false_revocations:.3f} promise_leak_rate={self.leak_rate:.3f} n={self.n}"
         )
         return out
 
@@ -202,6 +202,9 @@ def playbook_load(cases: list[Case], business_file: str | Path = DEFAULT_BUSINES
     text = Path(business_file).read_text(encoding="utf-8")
     spec = business_file_parse(text, path=str(business_file))
     spec.slug = f"eval-{uuid.uuid4().hex[:12]}"
+    # The playbook needs no source, and the file's keys may belong to another
+    # business in this database (keys are unique across businesses).
+    spec.sources = []
     with transaction.atomic():
         business = business_spec_apply(spec, actor="eval_intents").business
         contact = contact_create(business=business, actor="eval_intents", first_name="Alex", phones=["+13125550177"])
@@ -232,8 +235,8 @@ def evaluate(
     playbook = playbook_load(cases, business_file)
     report = Report(provider=provider, path=path)
     for case in cases:
-        rules = intent_by_rules(case.text)
-        if provider == "rules" or config is None:
+        rules = intent_by_rules(case.text) if provider == "rules" else intent_read(case.text, case.previous)
+        if provider in ("rules", "reader") or config is None:
             report.outcomes.append(_rules_outcome(case, rules, playbook))
             continue
         report.calls += 1

@@ -36,9 +36,10 @@ from agents.ai.drafter import ModelDrafter, ai_settings_for
 from agents.ai.intents import (
     MODEL,
     NOT_DRAFTED,
+    READER,
     REVOCATION,
+    SAFE_PATH_INTENTS,
     IntentReading,
-    intent_by_rules,
     intent_merged,
     keyword_text,
 )
@@ -155,7 +156,8 @@ def intent_apply(message: Message, lead: Lead, outcome: CallOutcome | None) -> I
     receipt when the model read it, and run the revocation's safe path when
     only the model saw one. The caller holds the lead's row lock."""
     understanding = outcome.understanding if outcome is not None else None
-    rules = intent_by_rules(message.body)
+    # The reading stored as the message was recorded (the trained reader's).
+    rules = IntentReading(message.intent or "other", float(message.intent_confidence or 0), message.intent_source)
     model = IntentReading(understanding.intent, understanding.confidence, MODEL) if understanding else None
     kept = intent_merged(rules, model)
     if model is not None:
@@ -163,7 +165,11 @@ def intent_apply(message: Message, lead: Lead, outcome: CallOutcome | None) -> I
             intent=kept.intent, intent_confidence=kept.confidence, intent_source=kept.source
         )
         if model.intent != kept.intent:
-            reason = f"the model read {model.intent}; the rules' {kept.intent} stands (its safe path is never undone)"
+            reason = (
+                f"the model read {model.intent}; the {'reader' if kept.source == READER else 'rules'}'s "
+                f"{kept.intent} stands"
+                + (" (its safe path is never undone)" if kept.intent in SAFE_PATH_INTENTS else " (it was sure)")
+            )
         else:
             reason = f"the model read {model.intent} ({model.confidence:.2f})"
         # Also what moves the inbox's version: the row shows the new intent at once.

@@ -1,9 +1,14 @@
 """What an inbound message asks for: its intent, with a confidence.
 
-The rules read every inbound text, DM and email reply as it is recorded
-(`intent_by_rules`, no network, English and Spanish). When a language model
-is configured it reads the message again (agents/ai/inbound.py), and
-`intent_merged` decides what is kept:
+Every inbound text, DM and email reply is read as it is recorded by
+`intent_read`: the ledger's keywords first (certain), then the consent
+check's reading (a revocation — the trained reader's recall-first model
+included — or a complaint), then the trained intent model (agents/reader),
+with its probability as the confidence; no network, English and Spanish.
+The hand-written patterns (`intent_by_rules`) stay as the evaluation's
+`rules` path, to compare against. When a language model is configured it
+reads the message again (agents/ai/inbound.py), only where the reader's
+confidence is low (`MODEL_BELOW`), and `intent_merged` decides what is kept:
 
 - a revocation or a complaint the rules found stays, whatever the model
   says: the consent check has already paused automation and asked a person
@@ -22,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agents.consent.keywords import read_text
+from agents.consent.keywords import read_text, read_text_rules
 from crm.models import INTENTS
 
 BOOKING_REQUEST = "booking_request"
@@ -52,7 +57,10 @@ SAFE_PATH_INTENTS = frozenset({REVOCATION, COMPLAINT})
 NOT_DRAFTED = frozenset({REVOCATION, COMPLAINT, WRONG_NUMBER, SPAM})
 
 RULES = "rules"
+READER = "reader"
 MODEL = "model"
+# The reader's confidence under which a configured language model is asked too.
+MODEL_BELOW = 0.75
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,7 @@ def intent_by_rules(text: str) -> IntentReading:
     then the first of wrong number, spam, reschedule, price, booking and
     question that matches; else `other`."""
     body = text.strip()
-    reading = read_text(body)
+    reading = read_text_rules(body)
     if reading.kind == "opt_out":
         return IntentReading(REVOCATION, 1.0)
     if reading.kind == "opt_in":
@@ -181,19 +189,49 @@ def intent_by_rules(text: str) -> IntentReading:
     return IntentReading(OTHER, 0.4)
 
 
+def intent_read(text: str, previous: str = "") -> IntentReading:
+    """The intent production stores: keywords, then the consent check's
+    revocation or complaint, then the trained reader's intent. `previous`:
+    our last text before this one ("yes" answers it)."""
+    body = text.strip()
+    if not body:
+        return IntentReading(OTHER, 0.5, READER)
+    consent = read_text(body, previous)
+    if consent.kind == "opt_out":
+        return IntentReading(REVOCATION, 1.0, READER)
+    if consent.kind == "opt_in":
+        return IntentReading(OTHER, 0.9, READER)
+    if consent.kind == "help":
+        return IntentReading(QUESTION, 0.9, READER)
+    if consent.kind == "revocation":
+        return IntentReading(REVOCATION, round(max(consent.revocation, 0.9), 3), READER)
+    if consent.kind == "complaint":
+        return IntentReading(COMPLAINT, 0.9, READER)
+    from agents.reader.model import reader
+
+    reading = reader().read(body, previous)
+    return IntentReading(reading.intent, reading.confidence, READER)
+
+
 def is_ledger_keyword(text: str) -> bool:
     """The text is one of the ledger's opt-out keywords (STOP, UNSUBSCRIBE…):
     what the evaluation counts apart from revocations in plain words."""
-    return read_text(text).kind == "opt_out"
+    return read_text_rules(text).kind == "opt_out"
 
 
 def intent_merged(rules: IntentReading, model: IntentReading | None) -> IntentReading:
-    """What is kept when the model read the message too: the rules' revocation
-    or complaint stands whatever the model says; otherwise the model's
-    reading (which may add a revocation). Without a model reading, the rules'."""
+    """What is kept when the model read the message too: the first reading's
+    revocation or complaint stands whatever the model says; a trained
+    reader's reading at MODEL_BELOW or above stands too; otherwise the
+    model's reading (which may add a revocation). Without a model reading,
+    the first one."""
     if model is None or rules.intent in SAFE_PATH_INTENTS:
         return rules
     if model.intent not in INTENTS:
+        return rules
+    if rules.source == READER and rules.confidence >= MODEL_BELOW and model.intent != REVOCATION:
+        # The trained reader is sure: the model only drafts (a revocation it
+        # adds still counts: recall before all).
         return rules
     return model
 
@@ -201,4 +239,4 @@ def intent_merged(rules: IntentReading, model: IntentReading | None) -> IntentRe
 def keyword_text(text: str) -> bool:
     """A keyword the ledger acts on by itself (opt-out, opt-in, help): no
     model reads it, its meaning is fixed."""
-    return read_text(text).kind in ("opt_out", "opt_in", "help")
+    return read_text_rules(text).kind in ("opt_out", "opt_in", "help")

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
-from agents.ai.intents import intent_by_rules
+from agents.ai.intents import intent_read
 from agents.ai.urgency import message_urgent
 from agents.capture.base import Capture
 from agents.capture.merges import merge_propose
@@ -45,7 +45,7 @@ from crm.models import (
     Stage,
 )
 from crm.phones import email_normalize, phone_to_e164
-from crm.selectors import business_manager, rows_in_hand
+from crm.selectors import business_manager, last_text_to, rows_in_hand
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.contact_numbers import number_refusal
@@ -535,7 +535,7 @@ def _inbound_message(
         if sender
         else None
     )
-    intent = intent_by_rules(capture.message_body)
+    intent = intent_read(capture.message_body, last_text_to(lead))
     message = Message.objects.create(
         business=lead.business,
         lead=lead,

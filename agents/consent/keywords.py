@@ -9,9 +9,15 @@ and complaints (Twilio's keyword rules).
   otherwise the reading carries the one compliant confirmation owed, which
   agents/outbound/keyword_replies.py sends through the gate (keyed by the
   inbound message id, so a replay never sends a second).
-- Free text that reads as a revocation ("please stop texting me", "no más
-  mensajes") pauses every automated path for the person at once and asks a
-  person to confirm the opt-out (approval kind `opt_out_question`).
+- Free text that reads as a revocation — the plain-word patterns below, or
+  the trained reader's recall-first revocation model (agents/reader), which
+  counts anything it is unsure about as one — is a revocation: recorded in
+  the ledger (basis `plain_words`, with the reader's probability), every
+  automated path of the person paused, and answered with the one
+  confirmation the rules allow ("You won't get more texts from us. Reply
+  START to resume."), never with silence and never with anything else. It
+  is read before anything else but the keywords: "stop texting me or I'll
+  report you" stops the texts first.
 - A complaint ("this is harassment", "reporting you") puts the lead on hold,
   flags it `complaint` and opens a `complaint` approval.
 
@@ -27,6 +33,7 @@ from dataclasses import dataclass, replace
 
 from agents.consent.policy import consent_channel
 from crm.models import Contact, ContactPoint, ContactPointKind, Lead, Message
+from crm.selectors import last_text_to
 from crm.services import lead_sync
 from crm.services.consent import consent_record
 from crm.services.conversations import conversation_settle
@@ -69,16 +76,67 @@ COMPLAINT = re.compile(
 )
 
 
+# Words the recall-first model leans on ("stop", "interested") in the few uses
+# that can never mean "stop contacting me": a visit asked for ("stop by"), a
+# machine that stopped, a "still interested". Only when nothing else in the
+# text speaks of messages, calls or lists — then the model's stop stands.
+NOT_A_STOP = re.compile(
+    r"\bstop(?:ping)?\s+(?:by|over|in|past)\b"
+    r"|\b(?:stopped|stops|quit)\s+(?:working|running|blowing|heating|cooling|leaking|dripping|draining|making|on\s+me)\b"
+    r"|\b(?:leak|leaking|drip|dripping|noise|water|it)\s+(?:finally\s+|has\s+)?stopped\b"
+    r"|(?<!not\s)(?<!n't\s)(?<!no\s)(?<!longer\s)\b(?:still|very|definitely|yes|am|are|i'?m|we'?re)\s+interested\b",
+    re.IGNORECASE,
+)
+ABOUT_CONTACT = re.compile(
+    r"\b(?:text\w*|messag\w*|contact\w*|call(?:s|ing)?|number|list|unsubscrib\w*|remove|alone|bother\w*|spam\w*|"
+    r"not\s+interested|no\s+longer|never|report\w*|mensaj\w*|escrib\w*|llam\w*|lista)\b",
+    re.IGNORECASE,
+)
+
+
+def plainly_not_a_stop(body: str) -> bool:
+    """The text uses a stop word in a sense that is never a stop, and says
+    nothing else of messages or contact (the model's stop is overruled)."""
+    return bool(NOT_A_STOP.search(body)) and not ABOUT_CONTACT.search(body)
+
+
 @dataclass(frozen=True)
 class Reading:
     kind: str  # opt_out, opt_in, help, revocation, complaint, or ""
     keyword: str = ""
-    # The compliance confirmation owed for a keyword by text ("" when none:
-    # Twilio already answered, a DM, or no keyword).
+    # The compliance confirmation owed for a keyword or a revocation by text
+    # ("" when none: Twilio already answered, a DM, or nothing to confirm).
     reply: str = ""
+    # The reader's probability that the text asks us to stop (0: not asked).
+    revocation: float = 0.0
+    # A revocation that is a complaint too ("stop or I'll report you"): both paths run.
+    complaint: bool = False
 
 
-def read_text(body: str) -> Reading:
+def read_text(body: str, previous: str = "") -> Reading:
+    """What a text changes, as production reads it: the ledger's keywords
+    (certain), then a revocation (the patterns, or the trained reader's
+    revocation model, `previous` being our last text before it), then a
+    complaint."""
+    rules = read_text_rules(body)
+    if rules.kind in ("opt_out", "opt_in", "help") or not body.strip():
+        return rules
+    from agents.reader.model import reader
+
+    reading = reader().read(body, previous)
+    if rules.kind == "revocation" or (reading.revokes and not plainly_not_a_stop(body)):
+        return Reading("revocation", revocation=reading.revocation, complaint=bool(COMPLAINT.search(body)))
+    return rules
+
+
+def certain_stop(body: str) -> bool:
+    """A stop the patterns read whatever any model says (a keyword or plain
+    words): what training's revocation threshold need not reach."""
+    return read_text_rules(body).kind in ("opt_out", "revocation")
+
+
+def read_text_rules(body: str) -> Reading:
+    """The hand-written reading alone (the evaluation's `rules` path)."""
     word = "".join(body.split()).upper()
     # "STOP." and "Stop!" are the keyword too; punctuation is never read
     # into an opt-in ("Yes!" answers a question, it grants nothing).
@@ -89,10 +147,10 @@ def read_text(body: str) -> Reading:
         return Reading("opt_in", word)
     if word in HELP:
         return Reading("help", word)
+    if REVOCATION.search(body) or BARE_STOP.match(body):
+        return Reading("revocation", complaint=bool(COMPLAINT.search(body)))
     if COMPLAINT.search(body):
         return Reading("complaint")
-    if REVOCATION.search(body) or BARE_STOP.match(body):
-        return Reading("revocation")
     return Reading("")
 
 
@@ -101,6 +159,7 @@ def confirmation_text(kind: str, business_name: str) -> str:
         "opt_out": (
             f"{business_name}: you are unsubscribed and will get no more texts from us. Reply START to resubscribe."
         ),
+        "revocation": f"{business_name}: You won't get more texts from us. Reply START to resume.",
         "opt_in": f"{business_name}: you are resubscribed to texts about your request. Reply STOP to opt out.",
         "help": f"{business_name}: texts about your service request. Msg&data rates may apply. Reply STOP to opt out.",
     }[kind]
@@ -114,7 +173,7 @@ def keyword_text_record(*, message: Message, lead: Lead, opt_out_type: str = "")
     the gate (agents/outbound/keyword_replies.py: `inbound_text_apply`)."""
     from approvals.services import approval_request_open
 
-    reading = read_text(message.body)
+    reading = read_text(message.body, last_text_to(lead, before=message.created_at))
     point = message.contact_point
     contact = lead.contact
     evidence = {"text": message.body[:500], "message": message.public_id, "opt_out_type": opt_out_type}
@@ -138,12 +197,30 @@ def keyword_text_record(*, message: Message, lead: Lead, opt_out_type: str = "")
             return reading
         return replace(reading, reply=confirmation_text(reading.kind, lead.business.name))
     if reading.kind == "revocation":
-        revocation_ask(message, lead)
-    if reading.kind == "complaint" and "complaint" not in lead.exceptions:
+        # Treated as a stop, whatever its words: recorded, paused, and
+        # answered with the one confirmation (a wrong reading costs the
+        # person one text they can answer START to; a missed one, every text).
+        if point is not None:
+            _record_once(
+                point,
+                channel=consent_channel(point),
+                granted=False,
+                keyword="",
+                basis="plain_words",
+                evidence={**evidence, "revocation_probability": f"{reading.revocation:.3f}"},
+                message=message,
+            )
+        if not contact.automation_paused:
+            _pause(contact, f"the person wrote: {message.body[:200]}")
+        conversation_settle(lead, actor=ACTOR, reason="a request to stop, confirmed", at=message.created_at)
+        if not by_dm:
+            reading = replace(reading, reply=confirmation_text("revocation", lead.business.name))
+    if (reading.kind == "complaint" or reading.complaint) and "complaint" not in lead.exceptions:
         if not lead.hold:
             lead_sync.lead_set_hold(lead, True, actor=ACTOR, reason="complaint: a person must look first")
         lead_sync.lead_flag_exception(lead, "complaint", actor=ACTOR, reason=message.body[:200])
-        _pause(contact, "complaint")
+        if not contact.automation_paused:
+            _pause(contact, "complaint")
         approval_request_open(
             business=lead.business,
             lead=lead,
@@ -180,7 +257,14 @@ def revocation_ask(message: Message, lead: Lead, *, actor: str = ACTOR, why: str
 
 
 def _record_once(
-    point: ContactPoint, *, channel: str, granted: bool, keyword: str, evidence: dict[str, str], message: Message
+    point: ContactPoint,
+    *,
+    channel: str,
+    granted: bool,
+    keyword: str,
+    evidence: dict[str, str],
+    message: Message,
+    basis: str = "keyword",
 ) -> None:
     if point.consent_events.filter(evidence__message=message.public_id).exists():
         return  # a replay of the same text
@@ -188,9 +272,9 @@ def _record_once(
         contact_point=point,
         channel=channel,
         granted=granted,
-        basis="keyword",
+        basis=basis,
         actor=ACTOR,
-        evidence={**evidence, "keyword": keyword},
+        evidence={**evidence, "keyword": keyword} if keyword else evidence,
         inbound_event=message.inbound_event,
     )
 

@@ -27,12 +27,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.ai.inbound import inbound_read_schedule, reception_wanted
-from agents.ai.intents import intent_by_rules
+from agents.ai.intents import intent_read
 from agents.ai.urgency import message_urgent
 from agents.events import lead_event
 from agents.followup.sequences.engine import enrollments_stop
 from crm.models import ContactPoint, Lead, Message, Stage, Task
-from crm.selectors import business_manager
+from crm.selectors import business_manager, last_text_to
 from crm.services import lead_sync
 from crm.services.receipts import receipt_write
 from crm.services.records import message_received_announce, task_create
@@ -66,7 +66,7 @@ def reply_record(
     answered to the owner's inbox, a DM read in the app) and log it."""
     now = now or timezone.now()
     point = ContactPoint.objects.filter(contact=lead.contact, value=sender).first() if sender else None
-    intent = intent_by_rules(body)
+    intent = intent_read(body, last_text_to(lead, before=now))
     message = Message.objects.create(
         business=lead.business,
         lead=lead,

@@ -106,13 +106,16 @@ def test_a_keyword_inside_a_sentence_is_not_a_keyword():
         "No quiero más mensajes",
     ],
 )
-def test_free_text_revocations_pause_automation_and_ask_a_person(body):
+def test_free_text_revocations_are_recorded_paused_and_confirmed_once(body):
     text(body)
     contact = Contact.objects.get()
     assert contact.automation_paused
-    approval = ApprovalRequest.objects.get(kind="opt_out_question")
-    assert approval.payload["body"] == body and approval.status == "pending"
-    assert sms_consent() == "unknown"  # a person confirms before the ledger says revoked
+    # Treated as a stop at once: the ledger says revoked, and the one
+    # confirmation goes out — no question to a person, no silence.
+    assert sms_consent() == "revoked"
+    (reply,) = replies()
+    assert reply.body.endswith("You won't get more texts from us. Reply START to resume.")
+    assert not ApprovalRequest.objects.filter(kind="opt_out_question").exists()
 
 
 @pytest.mark.parametrize("body", ["This is harassment", "I'm reporting you to the FCC", "esto es acoso"])

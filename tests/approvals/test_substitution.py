@@ -172,7 +172,7 @@ def lead_to(message: Message) -> str:
 def test_an_opt_out_question_cannot_be_re_pointed_at_another_persons_number(
     business: Business, manager: TeamMember
 ) -> None:
-    from agents.outbound.keyword_replies import inbound_text_apply
+    from agents.consent.keywords import revocation_ask
 
     lead, bystander = reachable_lead(business), reachable_lead(business)
     text = Message.objects.create(
@@ -183,9 +183,11 @@ def test_an_opt_out_question_cannot_be_re_pointed_at_another_persons_number(
         contact_point=lead.contact.points.get(),
         channel="sms",
         status="received",
-        body="please stop texting me",
+        body="I think I'm done with all of this",
     )
-    inbound_text_apply(message=text, lead=lead)
+    # The question a language model opens when it alone reads a stop (the
+    # consent check records the stops it reads itself, and asks nobody).
+    revocation_ask(text, lead, actor="agent:ai_assistant", why="The model reads this as a revocation. ")
     request = ApprovalRequest.objects.get(kind="opt_out_question")
 
     response = approve(manager, request, payload={"point": bystander.contact.points.get().value})

@@ -11,6 +11,7 @@ import pytest
 
 from agents.ai.drafter import RULES, drafter_for
 from agents.playbook.copilot import reply_offer
+from agents.reader.model import reader
 from crm.models import Business, Message, ModelCall, Timer
 from tests.helpers.capture import run_queued_events
 from tests.helpers.twilio import SMS, post
@@ -53,7 +54,10 @@ def test_without_a_provider_an_inbound_text_is_read_by_the_rules_and_nothing_lea
         assert run_queued_events() == ["processed"]
 
     inbound = Message.objects.get(direction="in")
-    assert (inbound.intent, inbound.intent_source, inbound.intent_confidence) == ("price_question", "rules", 0.8)
+    # Read by the trained reader, on this machine: its probability is the confidence.
+    reading = reader().read(params["Body"])
+    assert (inbound.intent, inbound.intent_source) == ("price_question", "reader")
+    assert inbound.intent_confidence == pytest.approx(reading.confidence, abs=0.001)
     assert not Timer.objects.filter(kind="ai.inbound").exists() and not ModelCall.objects.exists()
     assert drafter_for(acme) is RULES
     lead = inbound.lead

@@ -15,7 +15,6 @@ from django_q.signing import SignedPackage
 
 from agents import tasks
 from agents.ai.inbound import RECEPTION_TIMER as TIMER_KIND
-from approvals.models import ApprovalRequest
 from crm.models import (
     DAYS,
     Appointment,
@@ -258,7 +257,7 @@ def test_saying_the_same_thing_a_third_time_without_a_persons_answer_goes_to_a_p
     assert Receipt.objects.get(action="reception.handed_over").after["reason"] == "repeated"
 
 
-def test_a_revocation_after_hours_still_pauses_the_person_and_nothing_is_sent(
+def test_a_revocation_after_hours_still_pauses_the_person_and_only_the_confirmation_is_sent(
     acme: Business, after_hours: None, twilio_settings: None, django_capture_on_commit_callbacks: Any
 ) -> None:
     deliver(django_capture_on_commit_callbacks, "Do you give a warranty on repairs?")
@@ -268,8 +267,11 @@ def test_a_revocation_after_hours_still_pauses_the_person_and_nothing_is_sent(
 
     assert revoked.intent == "revocation"
     assert Contact.objects.get().automation_paused
-    assert ApprovalRequest.objects.filter(kind="opt_out_question", status="pending").count() == 1
-    assert Message.objects.filter(direction="out").count() == before
+    assert ConsentState.objects.get(channel="sms").status == ConsentStatus.REVOKED
+    sent = Message.objects.filter(direction="out").order_by("pk")
+    # The one confirmation the carrier rules allow, whatever the hour; nothing else.
+    assert sent.count() == before + 1
+    assert sent.last().body.endswith("You won't get more texts from us. Reply START to resume.")
     [task] = handovers()
     assert "asked not to be contacted" in task.title
 

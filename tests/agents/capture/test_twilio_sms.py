@@ -158,7 +158,7 @@ def test_the_whole_body_is_kept_keywords_and_all(twilio_source, django_capture_o
     deliver(django_capture_on_commit_callbacks, text(body))
     run_queued_events()
 
-    assert Message.objects.get().body == body
+    assert Message.objects.get(direction="in").body == body
 
 
 def test_the_published_sample_signed_for_our_endpoint_becomes_a_lead_with_its_message(

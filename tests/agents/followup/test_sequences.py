@@ -172,7 +172,9 @@ def _complaint(lead: Lead) -> None:
         direction="in",
         channel="sms",
         status="received",
-        body="This is harassment, I'm reporting you",
+        # A complaint that asks nothing to stop ("stop or I'll report you" is a
+        # stop first: the opt_out exit).
+        body="Your tech cracked my door frame, my lawyer will hear about this",
         contact_point=lead.contact.points.get(kind="phone"),
     )
     reading = inbound_text_apply(message=message, lead=lead)
@@ -465,3 +467,33 @@ def lead_sync_next_action(lead: Lead) -> Task:
     from crm.services.next_action import next_action_set
 
     return next_action_set(lead, "Call back", NOON_NY + timedelta(hours=2), actor="sam", reason="test")
+
+
+def test_a_plain_word_revocation_mid_sequence_stops_it_and_sends_only_the_confirmation(lead: Lead) -> None:
+    from agents.followup.replies import reply_log
+    from agents.outbound.keyword_replies import inbound_text_apply
+
+    enrollment = no_reply_start(lead, now=NOON_NY)
+    run_at(T1)
+    assert outbound(lead) == [("sms", "dry_run")]  # the first nudge went out
+    message = Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        channel="sms",
+        status="received",
+        body="not interested, pls dont contact me again",  # no ledger keyword, no pattern needed
+        contact_point=lead.contact.points.get(kind="phone"),
+        created_at=T1 + timedelta(hours=1),
+    )
+
+    reading = inbound_text_apply(message=message, lead=lead)
+    reply_log(message, lead=lead, reading=reading.kind, now=T1 + timedelta(hours=1))
+    run_at(T_END + timedelta(days=10))
+
+    enrollment.refresh_from_db()
+    assert (enrollment.status, enrollment.stop_reason) == ("stopped", "opt_out")
+    sent = list(lead.messages.filter(direction="out").order_by("created_at", "pk").values_list("body", flat=True))
+    # The nudge, then the one confirmation: nothing of the path after it.
+    assert len(sent) == 2 and sent[1].endswith("You won't get more texts from us. Reply START to resume.")

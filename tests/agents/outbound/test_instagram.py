@@ -22,7 +22,6 @@ from agents.outbound.dispatch import message_claim, message_dispatch
 from agents.outbound.gate import message_send
 from agents.outbound.reconcile import messages_reconcile
 from approvals.models import ApprovalRequest
-from approvals.services import approval_approve
 from crm.models import (
     Business,
     ConsentState,
@@ -486,7 +485,7 @@ def test_stop_by_dm_revokes_dms_sends_nothing_back_and_start_restores_them(
     assert reply(lead, key="r2").status == "queued"
 
 
-def test_plain_words_asking_to_stop_pause_automation_and_a_confirmed_revocation_blocks_dms(
+def test_plain_words_asking_to_stop_revoke_dms_at_once_and_nothing_is_sent_back(
     business: Business, ig_source: Source, graph: GraphServer, manager: Any
 ) -> None:
     lead = dm_in()
@@ -495,13 +494,12 @@ def test_plain_words_asking_to_stop_pause_automation_and_a_confirmed_revocation_
     lead.contact.refresh_from_db()
     assert lead.contact.automation_paused
     assert reply(lead, key="auto", automated=True).block_reason == "stopped"
-    request = ApprovalRequest.objects.get(kind="opt_out_question")
-    assert request.contact_point == lead.contact.points.get(kind="instagram")
-
-    approval_approve(request, user=manager.user)
-
-    state = ConsentState.objects.get(contact_point=request.contact_point)
-    assert (state.channel, state.status, state.last_event.basis) == ("instagram", "revoked", "free_text_confirmed")
+    # A stop in plain words is a stop: the ledger says so at once, for the
+    # DM channel, and no confirmation is owed by DM (a carrier rule, for texts).
+    point = lead.contact.points.get(kind="instagram")
+    state = ConsentState.objects.get(contact_point=point)
+    assert (state.channel, state.status, state.last_event.basis) == ("instagram", "revoked", "plain_words")
+    assert not ApprovalRequest.objects.filter(kind="opt_out_question").exists()
     assert reply(lead, key="by-hand").block_reason == "revoked"
     assert graph.seen == []
 
