@@ -212,7 +212,9 @@ def capture_apply(
         _rehome_unknown_touches(contact, window=timedelta(days=business.dedupe_window_days))
     message = None
     if capture.message_body or capture.message_sid:
-        message = _inbound_message(lead, contact, points, capture, event)
+        # A new lead has no earlier text of ours for the message to answer.
+        previous = last_text_to(lead) if existing_lead is not None else ""
+        message = _inbound_message(lead, contact, points, capture, event, previous)
     refused = _consent(business, points, capture, event, stored, made)
     # A new contact that matched others is a new phone kept off a known person.
     _flags(lead, contact, points, capture, others, refused, event, split=created_contact and bool(others))
@@ -527,7 +529,7 @@ def _set_service_line(lead: Lead, service_line: ServiceLine) -> None:
 
 
 def _inbound_message(
-    lead: Lead, contact: Contact, points: list[Point], capture: Capture, event: InboundEvent | None
+    lead: Lead, contact: Contact, points: list[Point], capture: Capture, event: InboundEvent | None, previous: str
 ) -> Message:
     sender = next((p for p in points if p.kind != ContactPointKind.EMAIL), None)
     point = (
@@ -535,7 +537,7 @@ def _inbound_message(
         if sender
         else None
     )
-    intent = intent_read(capture.message_body, last_text_to(lead))
+    intent = intent_read(capture.message_body, previous)
     message = Message.objects.create(
         business=lead.business,
         lead=lead,

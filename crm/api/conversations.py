@@ -32,10 +32,11 @@ class MessageSerializer(serializers.ModelSerializer):
         read_only=True, allow_null=True, help_text="How sure the reader of the intent was, 0 to 1 (null: not read)"
     )
     intent_source = serializers.ChoiceField(
-        choices=[("rules", "rules"), ("model", "model")],
+        choices=[("reader", "reader"), ("rules", "rules"), ("model", "model")],
         allow_blank=True,
         read_only=True,
-        help_text="Who read the intent: the rules, or the language model when one is configured",
+        help_text="Who read the intent: the trained reader (what every message is read with), the hand-written "
+        "rules (messages read before the reader), or the language model when one is configured",
     )
 
     class Meta:

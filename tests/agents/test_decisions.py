@@ -6,6 +6,7 @@ from datetime import time
 
 import pytest
 
+from agents.consent.keywords import revocation_ask
 from agents.outbound.gate import message_send
 from agents.outbound.keyword_replies import inbound_text_apply
 from approvals.models import ApprovalRequest
@@ -136,8 +137,33 @@ def test_a_rejected_draft_is_blocked_as_rejected(lead, boss):
     assert (draft.status, draft.block_reason) == ("blocked", "rejected")
 
 
-def test_a_confirmed_plain_word_opt_out_revokes_consent(lead, boss):
+def model_read_stop(lead: Lead, body: str) -> Message:
+    """A text only a language model read as a stop: the question it opens
+    (the consent check records the stops it reads itself, and asks nobody)."""
+    text = Message.objects.create(
+        business=lead.business,
+        lead=lead,
+        contact=lead.contact,
+        direction="in",
+        contact_point=lead.contact.points.get(),
+        channel="sms",
+        status="received",
+        body=body,
+    )
+    revocation_ask(text, lead, actor="agent:ai_assistant", why="The model reads this as a revocation. ")
+    return text
+
+
+def test_a_plain_word_stop_is_recorded_and_confirmed_without_a_question(lead, boss):
     inbound(lead, "please stop texting me")
+    assert Contact.objects.get().automation_paused
+    state = ConsentState.objects.get(contact_point__contact=lead.contact, channel="sms")
+    assert (state.status, state.last_event.basis) == ("revoked", "plain_words")
+    assert not ApprovalRequest.objects.filter(kind="opt_out_question").exists()
+
+
+def test_a_confirmed_opt_out_question_revokes_consent(lead, boss):
+    model_read_stop(lead, "we are moving out of state soon")
     assert Contact.objects.get().automation_paused
     approval_approve(ApprovalRequest.objects.get(kind="opt_out_question"), user=boss.user)
     state = ConsentState.objects.get(contact_point__contact=lead.contact, channel="sms")
@@ -145,7 +171,7 @@ def test_a_confirmed_plain_word_opt_out_revokes_consent(lead, boss):
 
 
 def test_a_denied_opt_out_question_resumes_automation(lead, boss):
-    inbound(lead, "take me off your list for today, call tomorrow")
+    model_read_stop(lead, "take it easy for today, call tomorrow")
     approval_reject(
         ApprovalRequest.objects.get(kind="opt_out_question"), user=boss.user, note="they asked for tomorrow"
     )
