@@ -116,3 +116,11 @@ def test_the_schema_documents_the_intent_fields(db: None) -> None:
     assert values(message["intent"]) == {*INTENTS, ""}
     assert message["intent_confidence"]["nullable"] is True and message["intent_confidence"]["type"] == "number"
     assert values(message["intent_source"]) == {"reader", "rules", "model", ""}
+
+
+def test_the_thread_says_in_words_who_read_the_intent(business: Business, setter: TeamMember) -> None:
+    lead = lead_saying(business, setter, 2, "how much is a new furnace installed?")
+    client = Client()
+    client.force_login(setter.user)
+    page = client.get(f"/app/leads/{lead.public_id}/").content.decode()
+    assert 'title="read by the trained reader, confidence' in page
