@@ -33,6 +33,7 @@ TRAINED_DIR = Path(__file__).resolve().parent / "trained"
 ARTEFACT = TRAINED_DIR / "reader.joblib"
 PROVENANCE = TRAINED_DIR / "provenance.json"
 REVOCATION = "revocation"
+RECENT = 256  # readings kept per process (a message is read two or three times as it is recorded)
 
 
 class ArtefactError(RuntimeError):
@@ -65,9 +66,20 @@ class Reader:
         self.features, self.intents, self.revocations = features, intents, revocations
         self.threshold = threshold
         self.provenance = provenance
+        # One inbound message is read by the capture's intent and again by
+        # the consent check: the same pair gives the same reading, so the
+        # last few are kept rather than inferred again.
+        self._recent: dict[tuple[str, str], Reading] = {}
 
     def read(self, text: str, previous: str = "") -> Reading:
-        return self.read_many([(text, previous)])[0]
+        key = (text or "", previous or "")
+        reading = self._recent.get(key)
+        if reading is None:
+            reading = self.read_many([key])[0]
+            if len(self._recent) >= RECENT:
+                self._recent.pop(next(iter(self._recent)), None)
+            self._recent[key] = reading
+        return reading
 
     def read_many(self, pairs: list[tuple[str, str]]) -> list[Reading]:
         import numpy as np
