@@ -239,6 +239,17 @@ GOOGLE_ADS_TIMEOUT = env.float("GOOGLE_ADS_TIMEOUT", default=20.0)
 # Meta's Conversions API (at META_GRAPH_URL): a token for every dataset, where
 # a business file's `conversions.meta.access_token` does not name its own.
 META_CONVERSIONS_ACCESS_TOKEN = env.str("META_CONVERSIONS_ACCESS_TOKEN", default="")
+# Google's Data Manager API (conversions for accounts that never used the
+# Google Ads API's upload): empty is Google's own endpoint over TLS; host:port
+# a stand-in on this machine, as GOOGLE_ADS_ENDPOINT.
+DATA_MANAGER_ENDPOINT = env.str("DATA_MANAGER_ENDPOINT", default="")
+
+# --- Marketplaces (agents.capture.providers) -----------------------------------
+# Each one's API base, so tests and the demo talk to a local stand-in.
+THUMBTACK_API_URL = env.str("THUMBTACK_API_URL", default="https://api.thumbtack.com").rstrip("/")
+YELP_API_URL = env.str("YELP_API_URL", default="https://partner-api.yelp.com").rstrip("/")
+# Twilio Lookup v2 (line type before a first text): empty is Twilio's own.
+TWILIO_LOOKUP_URL = env.str("TWILIO_LOOKUP_URL", default="").rstrip("/")
 
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of

@@ -22,6 +22,12 @@ class Provider(models.TextChoices):
     CALENDLY = "calendly", "Calendly"
     STRIPE = "stripe", "Stripe"
     MANUAL = "manual", "Entered by a person"
+    # Marketplaces and call tracking: leads the contractor pays for elsewhere.
+    GOOGLE_LSA = "google_lsa", "Google Local Services"
+    THUMBTACK = "thumbtack", "Thumbtack"
+    YELP = "yelp", "Yelp"
+    ANGI = "angi", "Angi"
+    CALLRAIL = "callrail", "CallRail"
 
 
 # The settings that name a provider's account, line, page or form. An
@@ -39,6 +45,10 @@ PROVIDER_IDS: dict[str, tuple[str, ...]] = {
     Provider.TYPEFORM: ("form_id",),
     Provider.STRIPE: ("account_id",),
     Provider.GOOGLE_ADS: ("customer_id",),
+    Provider.GOOGLE_LSA: ("customer_id",),
+    Provider.THUMBTACK: ("business_id",),
+    Provider.YELP: ("business_id",),
+    Provider.CALLRAIL: ("company_id",),
 }
 
 
@@ -128,6 +138,10 @@ class ContactPointKind(models.TextChoices):
     EMAIL = "email"
     INSTAGRAM = "instagram"
     MESSENGER = "messenger"
+    # A marketplace's own thread with the customer (its id there): replies go
+    # back inside the marketplace, where the customer asked.
+    THUMBTACK = "thumbtack"
+    YELP = "yelp"
 
 
 class ContactPoint(models.Model):
@@ -205,6 +219,10 @@ class Channel(models.TextChoices):
     # the ledger holds the person's own STOP and its confirmed plain-word
     # revocations, which block DMs like any revocation.
     INSTAGRAM = "instagram"
+    # A marketplace's message thread (Thumbtack, Yelp): like a DM, the
+    # customer wrote there first; the ledger holds only their revocations.
+    THUMBTACK = "thumbtack"
+    YELP = "yelp"
 
 
 class ConsentStatus(models.TextChoices):
@@ -366,3 +384,50 @@ class RejectedDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} {self.day}: {self.count}"
+
+
+class PollCursor(models.Model):
+    """How far a poller has read a provider that sends no webhook (Google
+    Local Services leads) or a resync has reached (Yelp): one row per source
+    and stream, moved forward only in the transaction that stores what it
+    read, so a restart resumes where the last committed read ended and two
+    pollers never store one lead twice (they lock the row)."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="cursors")
+    name = models.CharField(max_length=64)
+    value = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "name"], name="crm_pollcursor_one_per_stream")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.name}={self.value}"
+
+
+class NumberLookup(models.Model):
+    """What Twilio Lookup said about a phone number's line, kept per number
+    (a public fact about the number, not about a person): a landline or a
+    toll-free number gets a call, not a text."""
+
+    class LineType(models.TextChoices):
+        MOBILE = "mobile"
+        LANDLINE = "landline"
+        FIXED_VOIP = "fixedVoip"
+        NON_FIXED_VOIP = "nonFixedVoip"
+        TOLL_FREE = "tollFree"
+        PERSONAL = "personal"
+        PAGER = "pager"
+        VOICEMAIL = "voicemail"
+        SHARED_COST = "sharedCost"
+        UNKNOWN = "unknown"
+
+    number = models.CharField(max_length=32, unique=True)
+    line_type = models.CharField(max_length=16, choices=LineType.choices, default=LineType.UNKNOWN)
+    carrier_name = models.CharField(max_length=200, blank=True)
+    # Lookup's own error for the number (60600 unprovisioned…), "" when it answered.
+    error = models.CharField(max_length=200, blank=True)
+    looked_up_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.number}: {self.line_type}"
