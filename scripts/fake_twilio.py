@@ -28,6 +28,10 @@ How it answers a create is set by `behave` (every create from then on) or
 - `down`: answer 503 to every request, reads included.
 
 Calls are always taken (unless `down`): the outcomes are for texts.
+
+Lookup v2 (`GET /v2/PhoneNumbers/{number}?Fields=line_type_intelligence`,
+any account's credentials) answers each number's line from `lines` (a
+mobile when it is not there); `lookups` counts the lookups made.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 OUTCOMES = ("ok", "5xx", "5xx-taken", "429", "timeout", "drop", "drop-taken", "hold", "down")
 SMART_ENCODING = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2014": "-"})
@@ -88,6 +92,9 @@ class FakeTwilio:
     retry_after: int = 1
     held: threading.Event = field(default_factory=threading.Event)  # a `hold` text was taken
     release: threading.Event = field(default_factory=threading.Event)  # ...and may now be answered
+    # Line types Lookup answers per number (mobile otherwise), and its count.
+    lines: dict[str, str] = field(default_factory=dict)
+    lookups: Counter[str] = field(default_factory=Counter)
     _storm: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
@@ -125,6 +132,8 @@ class FakeTwilio:
                 )
                 with fake._lock:
                     fake.seen.append(Seen(method, url.path, user, password, form))
+                if url.path.startswith("/v2/PhoneNumbers/"):
+                    return self._lookup(url.path.removeprefix("/v2/PhoneNumbers/"), user, password)
                 parts = url.path.split("/")  # "", "2010-04-01", "Accounts", sid, "Messages.json" [or sid.json]
                 if len(parts) not in (5, 6) or parts[2] != "Accounts" or parts[4] not in RESOURCES:
                     return self._answer(404, {"code": 20404, "message": "not found", "status": 404})
@@ -148,6 +157,43 @@ class FakeTwilio:
                     with fake._lock:
                         fake.in_flight -= 1
                         fake.answered[outcome] += 1
+
+            def _lookup(self, number: str, user: str, password: str) -> None:
+                if fake.accounts.get(user) != password:
+                    return self._answer(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                if fake.steady == "down":
+                    return self._answer(503, {"code": 20503, "message": "unavailable", "status": 503})
+                number = unquote(number)
+                with fake._lock:
+                    fake.lookups[number] += 1
+                line = fake.lines.get(number, "mobile")
+                intelligence = {
+                    "error_code": None,
+                    "mobile_country_code": "310" if line == "mobile" else None,
+                    "mobile_network_code": "260" if line == "mobile" else None,
+                    "carrier_name": "T-Mobile USA, Inc." if line == "mobile" else "AT&T Local",
+                    "type": line,
+                }
+                body = {
+                    "calling_country_code": "1",
+                    "country_code": "US",
+                    "phone_number": number,
+                    "national_format": number,
+                    "valid": True,
+                    "validation_errors": [],
+                    "caller_name": None,
+                    "sim_swap": None,
+                    "call_forwarding": None,
+                    "line_status": None,
+                    "line_type_intelligence": intelligence,
+                    "identity_match": None,
+                    "reassigned_number": None,
+                    "sms_pumping_risk": None,
+                    "phone_number_quality_score": None,
+                    "pre_fill": None,
+                    "url": f"https://lookups.twilio.com/v2/PhoneNumbers/{number}",
+                }
+                return self._answer(200, body)
 
             def _read(self, sid: str, resource: str, parts: list[str], form: dict[str, str]) -> None:
                 with fake._lock:

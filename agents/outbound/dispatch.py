@@ -51,12 +51,14 @@ from twilio.twiml.voice_response import VoiceResponse
 
 from agents.meta_graph import message_sid
 from agents.outbound.instagram import dm_post, instagram_source_for
+from agents.outbound.line_type import CANNOT_TEXT, line_words, number_line
 from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
 from agents.queue import task_enqueue
-from crm.models import Call, ExceptionItem, Message
+from crm.models import Call, ExceptionItem, Message, NumberLookup
 from crm.selectors import business_manager
 from crm.services.consent import consent_record
 from crm.services.receipts import receipt_write
+from crm.services.records import task_create
 from crm.services.timers import timer_schedule
 
 ACTOR = "agent:dispatcher"
@@ -100,6 +102,10 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
         return _instagram(message)
     try:
         client = twilio_client(message_account(message), http_client)
+        if message.channel == "sms" and message.business.line_type_lookup:
+            line = number_line(message.to, client)
+            if line is not None and line.line_type in CANNOT_TEXT:
+                return _cannot_text(message, line)
         created = _twilio_call(message, client) if message.channel == "voice" else _twilio_send(message, client)
     except TwilioRestException as exc:
         return _rest_error(message, exc)
@@ -177,6 +183,33 @@ def call_row_ensure(message: Message, sid: str) -> None:
             "enrollment_id": message.enrollment_id,
         },
     )
+
+
+def _cannot_text(message: Message, line: NumberLookup) -> str:
+    """A text to a line that cannot take it fails before Twilio, and the
+    lead's owner (else the manager) gets a call to make in its place."""
+    kind = line_words(line.line_type)
+    with transaction.atomic():
+        status = _finish(
+            message,
+            Message.Status.FAILED,
+            error=f"lookup:{line.line_type}",
+            block_reason=Message.BlockReason.CANNOT_TEXT,
+            reason=f"Twilio Lookup: {message.to} is a {kind} line, which cannot take texts",
+        )
+        failed_here = Message.objects.filter(pk=message.pk, block_reason=Message.BlockReason.CANNOT_TEXT).exists()
+        if failed_here and message.lead is not None:
+            lead = message.lead
+            task_create(
+                lead=lead,
+                title=f"Call {lead.contact.name or message.to}: {message.to} is a {kind} and cannot take texts",
+                due_at=timezone.now(),
+                actor=ACTOR,
+                kind="follow_up",
+                owner=lead.owner or business_manager(lead.business_id),
+                reason=f"the text {message.public_id} could not be sent to a {kind}",
+            )
+    return status
 
 
 def _rest_error(message: Message, exc: TwilioRestException) -> str:

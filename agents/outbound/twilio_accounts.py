@@ -121,4 +121,7 @@ def twilio_client(account: TwilioAccount, http_client: HttpClient | None = None)
     client = Client(account.sid, account.auth_token, http_client=http_client or TwilioHttpClient(timeout=HTTP_TIMEOUT))
     if settings.TWILIO_API_BASE_URL:
         client.api.base_url = settings.TWILIO_API_BASE_URL.rstrip("/")
+    # Lookup lives on its own host at Twilio; a stand-in may serve both.
+    if lookup := settings.TWILIO_LOOKUP_URL or settings.TWILIO_API_BASE_URL.rstrip("/"):
+        client.lookups.base_url = lookup
     return client

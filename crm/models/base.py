@@ -44,6 +44,10 @@ class Business(models.Model):
     # and a caller at most one in this many hours, however often they call.
     missed_call_text_back = models.BooleanField(default=False)
     missed_call_text_back_window_hours = models.PositiveIntegerField(default=24)
+    # Ask Twilio Lookup what line a number is before its first text (a paid
+    # lookup, once per number): a landline or toll-free number gets a call
+    # task instead of a text that could never arrive.
+    line_type_lookup = models.BooleanField(default=False)
     # Routing and SLA. Business hours as {"mon": "08:00-18:00", ...};
     # empty means the SLA clock runs round the clock.
     business_hours = models.JSONField(default=dict, blank=True)

@@ -36,6 +36,8 @@ BLOCK_REASONS = [
     "number_not_allowed",
     "outside_window",
     "expired",
+    # Twilio Lookup says the number cannot take texts (a landline, toll-free).
+    "cannot_text",
 ]
 # What an inbound message asks for (agents/ai/intents.py reads it: the rules,
 # or a language model when one is configured).
@@ -93,6 +95,8 @@ class Message(models.Model):
         OUTSIDE_WINDOW = "outside_window"
         # Held for a person's approval, and nobody decided before its deadline.
         EXPIRED = "expired"
+        # Twilio Lookup says the number cannot take texts (a landline, toll-free).
+        CANNOT_TEXT = "cannot_text"
 
     # A message that left us, or is leaving: the person has it, or will. The
     # daily cap counts these, and so does "a newer message went out".

@@ -19,6 +19,7 @@ from typing import Any
 from django.db.models import Count, Max, OuterRef, Subquery
 
 from agents.followup.sequences.preview import sequence_preview
+from agents.outbound.line_type import lines_known
 from agents.playbook.copilot import Offer, model_draft_key, reply_offer
 from agents.reporting.trace import Answer, lead_trace
 from crm import inbox
@@ -127,6 +128,7 @@ BLOCKED_WORDS = {
     "expired": "nobody approved it in time",
     "number_not_allowed": "this number may not get this channel",
     "outside_window": "the 24-hour window to answer a DM has closed",
+    "cannot_text": "the number is a landline or toll-free: call instead",
 }
 
 
@@ -397,6 +399,8 @@ class Thread:
     may: dict[str, bool] = field(default_factory=dict)
     # The pending approvals of the lead the viewer may decide (their panels).
     to_decide: list[Held] = field(default_factory=list)
+    # What Twilio Lookup said of each phone's line ({number: "landline"}).
+    line_types: dict[str, str] = field(default_factory=dict)
 
 
 def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
@@ -453,6 +457,7 @@ def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
             owners=owners,
             may=may,
             to_decide=approvals.to_decide,
+            line_types=lines_known([p.value for p in lead.contact.points.all() if p.kind == "phone"]),
         )
 
 

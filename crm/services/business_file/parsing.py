@@ -246,6 +246,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "consent_max_age_days",
             "missed_call_text_back",
             "missed_call_text_back_window_hours",
+            "line_type_lookup",
             "sla_reassign_on_breach",
             "estimate_follow_up_days",
             "brief_hour",
@@ -267,6 +268,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "consent_max_age_days",
             "missed_call_text_back",
             "missed_call_text_back_window_hours",
+            "line_type_lookup",
             "quiet_hours_by_state",
             "business_hours",
             "sla_reassign_on_breach",
@@ -291,6 +293,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
         "missed_call_text_back_window_hours": m.integer(
             "missed_call_text_back_window_hours", defaults["missed_call_text_back_window_hours"], minimum=1
         ),
+        "line_type_lookup": m.boolean("line_type_lookup", defaults["line_type_lookup"]),
         "quiet_hours_by_state": _state_windows(m),
         "business_hours": _parse_hours(m, "business_hours"),
         "sla_reassign_on_breach": m.boolean("sla_reassign_on_breach", defaults["sla_reassign_on_breach"]),

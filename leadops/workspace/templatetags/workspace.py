@@ -172,3 +172,9 @@ def call_words(call: Call) -> str:
     said = "Call in" if call.direction == "in" else "Call out"
     outcome = LOGGED.get(call.outcome) or (call.outcome or call.status).replace("_", " ").replace("-", " ")
     return f"{said} · {outcome}" if outcome else said
+
+
+@register.filter
+def get_item(mapping: dict[str, Any] | None, key: str) -> Any:
+    """`mapping[key]` in a template ("" when it is not there)."""
+    return (mapping or {}).get(key, "")
