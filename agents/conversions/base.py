@@ -35,3 +35,7 @@ class Answer:
     message: str = ""
     response: dict[str, Any] = field(default_factory=dict)
     duration_ms: int = 0
+    # not_yet for a conversion the platform took and has not judged yet (the
+    # Data Manager API's processing): asked about past the click's window,
+    # since it went within it.
+    processing: bool = False

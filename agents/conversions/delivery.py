@@ -16,7 +16,9 @@ upload no concurrent claim has locked (SKIP LOCKED); a restatement is not
 claimable before the paid upload it restates is finished. Concurrent pumps
 and sweeps therefore send an upload once; a worker killed mid-call leaves a
 claim the sweep records as `lost` and retries, and the platform recognizes
-the retry (Google by the order id, Meta by the event id).
+the retry (Google by the order id or transaction id, Meta by the event id).
+A Google account goes by the Google Ads API or the Data Manager API, as its
+`api` says (`platform_of`).
 
 After an answer: `sent`; Google's `not_yet` tried again (1 h, doubling to a
 day) until the click's window ends, then failed; a passing failure retried
@@ -24,7 +26,9 @@ with exponential backoff and jitter, failed after the upload's error limit;
 a refusal failed at once. A failed upload opens an exception item for the
 manager; a replay that then goes through resolves it. With
 CONVERSIONS_MODE=dry_run nothing is sent: the request that would have gone
-is recorded, as `dry_run`. Every final outcome writes a receipt.
+is recorded, as `dry_run` (a platform with a `check`, the Data Manager
+API's validate_only, has Google validate it first). Every final outcome
+writes a receipt.
 """
 
 from __future__ import annotations
@@ -41,11 +45,18 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.conversions.base import Answer, Built, Skip
+from agents.conversions.data_manager import data_manager_build, data_manager_check, data_manager_send
 from agents.conversions.google import google_build, google_send
 from agents.conversions.meta import meta_build, meta_send
 from agents.queue import task_enqueue
 from crm.models import ConversionAttempt, ConversionPlatform, ConversionUpload
-from crm.services.conversions import CONVERSIONS_WAKE, conversion_failed_open, conversion_failed_resolve
+from crm.services.conversions import (
+    CONVERSIONS_WAKE,
+    DATA_MANAGER_API,
+    conversion_failed_open,
+    conversion_failed_resolve,
+    google_api,
+)
 from crm.services.outbox import outbox_sequence_all
 from crm.services.receipts import receipt_write
 from crm.work_queue import Backoff, claims_take_back, pump
@@ -65,6 +76,9 @@ BACKOFF_CAP = timedelta(hours=12)
 # Google's "not yet": 1 h, doubling, at most a day apart, until the window ends.
 NOT_YET_FIRST = timedelta(hours=1)
 NOT_YET_CAP = timedelta(days=1)
+# A conversion taken within the click's window and not judged yet is asked
+# about this long after the window ends.
+PROCESSING_GRACE = timedelta(days=7)
 JITTER = 0.1
 
 
@@ -73,12 +87,25 @@ class Platform:
     build: Callable[..., Built]
     send: Callable[[ConversionUpload, Built], Answer]
     name: str
+    # Dry run: a call the platform takes without acting on it (Google's
+    # validate_only); None: nothing is sent at all.
+    check: Callable[[ConversionUpload, Built], Answer] | None = None
 
 
 PLATFORMS = {
     ConversionPlatform.GOOGLE: Platform(google_build, google_send, "Google Ads"),
     ConversionPlatform.META: Platform(meta_build, meta_send, "Meta"),
 }
+# A Google account whose `api` is data_manager.
+DATA_MANAGER = Platform(data_manager_build, data_manager_send, "Google Ads (Data Manager API)", data_manager_check)
+
+
+def platform_of(upload: ConversionUpload) -> Platform:
+    """The platform path an upload goes by: its account's, read at each try
+    (an account switched to another API sends its pending uploads there)."""
+    if google_api(upload.account) == DATA_MANAGER_API:
+        return DATA_MANAGER
+    return PLATFORMS[ConversionPlatform(upload.platform)]
 
 
 def conversions_mode() -> str:
@@ -126,7 +153,7 @@ def upload_attempt(upload_id: int, number: int, *, now: datetime) -> str:
     upload = ConversionUpload.objects.select_related("account", "business", "lead__contact", "touch", "restates").get(
         pk=upload_id
     )
-    platform = PLATFORMS[ConversionPlatform(upload.platform)]
+    platform = platform_of(upload)
     try:
         built = platform.build(upload, now=now)
     except Skip as skip:
@@ -134,11 +161,12 @@ def upload_attempt(upload_id: int, number: int, *, now: datetime) -> str:
     except Exception as exc:  # a record it cannot build from: a passing failure, visible, never a stuck claim
         log.exception("conversion upload %s: the request could not be built", upload.public_id)
         return _record(upload, number, Answer("retry", type(exc).__name__, str(exc)[:500]), None, now=now)
-    if conversions_mode() != "live":
+    send = platform.send if conversions_mode() == "live" else platform.check
+    if send is None:
         answer = Answer("dry_run", "", f"dry run: nothing sent to {platform.name}")
         return _record(upload, number, answer, built, now=now)
     try:
-        answer = platform.send(upload, built)
+        answer = send(upload, built)
     except Exception as exc:  # a bug or an SDK surprise: recorded as a passing failure, never a lost claim
         log.exception("conversion upload %s: the send raised", upload.public_id)
         answer = Answer("retry", type(exc).__name__, str(exc)[:500])
@@ -164,9 +192,17 @@ def _record(upload: ConversionUpload, number: int, answer: Answer, built: Built 
     }.get(outcome, ConversionUpload.Status.PENDING)
     if outcome == "not_yet":
         due = now + NOT_YET.delay(max(upload.attempts - upload.errors, 1))
-        if upload.window_ends_at is None or due > upload.window_ends_at:
+        ends = upload.window_ends_at
+        if ends is not None and answer.processing:
+            ends += PROCESSING_GRACE
+        if ends is None or due > ends:
             status = ConversionUpload.Status.FAILED
-            fields["last_error"] = f"{answer.message} (still not found when the click's 90-day window ended)"[:500]
+            why = (
+                f"still not processed {PROCESSING_GRACE.days} days after the click's 90-day window ended"
+                if answer.processing
+                else "still not found when the click's 90-day window ended"
+            )
+            fields["last_error"] = f"{answer.message} ({why})"[:500]
         else:
             fields["next_attempt_at"] = due
     elif outcome == "retry":
@@ -214,7 +250,7 @@ def _finished(upload: ConversionUpload, status: str, why: str, built: Built | No
         after=after,
     )
     if status == ConversionUpload.Status.FAILED:
-        platform = PLATFORMS[ConversionPlatform(upload.platform)].name
+        platform = platform_of(upload).name
         conversion_failed_open(
             upload, f"{platform} did not take {upload.kind} of {upload.lead.public_id} ({upload.public_id}): {why}"
         )

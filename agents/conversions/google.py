@@ -1,6 +1,8 @@
 """Google Ads: click conversions and their restatements, through Google's
 official `google-ads` client (its generated gRPC services, proto-plus
-types), one conversion per request with partial failure on.
+types), one conversion per request with partial failure on. For the
+accounts that already uploaded through the Google Ads API (`api:
+google_ads`); a new one goes through the Data Manager API (data_manager.py).
 
 A conversion carries its click id (gclid, else gbraid or wbraid), the
 mapped conversion action, the conversion time in the account's zone
@@ -20,16 +22,8 @@ click's window; one it has already is `sent`; any other refusal of the
 conversion is `failed` with Google's message; a refused request (bad
 credentials, quota) or a transport failure is `retry`.
 
-The client: in production `GoogleAdsClient.get_service` builds the service
-on its own TLS channel to Google. With GOOGLE_ADS_ENDPOINT set (tests,
-development) the same generated service client, with the library's own
-metadata and exception interceptors, runs on a gRPC channel with local
-credentials to that address instead: `get_service` only ever makes TLS
-channels with the public roots, and gRPC applies the OAuth call credentials
-only on a channel it considers secure, which local (loopback) credentials
-are. Everything past the channel — the OAuth refresh at
-GOOGLE_OAUTH_TOKEN_URL, the developer-token and login-customer-id headers,
-the request and response types, GoogleAdsException — is the library's.
+The clients, and how they reach Google (or GOOGLE_ADS_ENDPOINT in tests and
+development), are agents.google_ads_api's.
 """
 
 from __future__ import annotations
@@ -37,32 +31,17 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import google.auth.exceptions
-import google.auth.transport.grpc
-import google.auth.transport.requests
 import grpc
 from django.conf import settings
-from google.ads.googleads.client import GoogleAdsClient
 from google.ads.googleads.errors import GoogleAdsException
-from google.ads.googleads.interceptors import ExceptionInterceptor, MetadataInterceptor
 from google.ads.googleads.v26.common.types.offline_user_data import UserIdentifier
 from google.ads.googleads.v26.enums.types.conversion_adjustment_type import ConversionAdjustmentTypeEnum
 from google.ads.googleads.v26.enums.types.user_identifier_source import UserIdentifierSourceEnum
 from google.ads.googleads.v26.errors.types.errors import GoogleAdsFailure
-from google.ads.googleads.v26.services.services.conversion_adjustment_upload_service import (
-    ConversionAdjustmentUploadServiceClient,
-)
-from google.ads.googleads.v26.services.services.conversion_adjustment_upload_service.transports import (
-    ConversionAdjustmentUploadServiceGrpcTransport,
-)
-from google.ads.googleads.v26.services.services.conversion_upload_service import ConversionUploadServiceClient
-from google.ads.googleads.v26.services.services.conversion_upload_service.transports import (
-    ConversionUploadServiceGrpcTransport,
-)
 from google.ads.googleads.v26.services.types.conversion_adjustment_upload_service import (
     ConversionAdjustment,
     RestatementValue,
@@ -72,9 +51,16 @@ from google.ads.googleads.v26.services.types.conversion_upload_service import (
     ClickConversion,
     UploadClickConversionsRequest,
 )
-from google.oauth2.credentials import Credentials
 
 from agents.conversions.base import Answer, Built, Skip
+from agents.google_ads_api import (  # noqa: F401 - API_VERSION, TimedRequest: importable from here too
+    API_VERSION,
+    Access,
+    TimedRequest,
+    failure_text,
+    google_ads_services,
+    google_ads_services_reset,
+)
 from crm.models import ConversionKind, ConversionUpload
 from crm.services.conversions import (
     account_secrets,
@@ -84,7 +70,6 @@ from crm.services.conversions import (
     normalized_hash,
 )
 
-API_VERSION = "v26"
 K = ConversionKind
 UPLOAD = "ConversionUploadService.UploadClickConversions"
 ADJUST = "ConversionAdjustmentUploadService.UploadConversionAdjustments"
@@ -110,7 +95,6 @@ ALREADY = frozenset(
         "conversion_adjustment_upload_error.CONVERSION_ALREADY_RETRACTED",
     }
 )
-OAUTH_TIMEOUT = 10.0
 MAX_IDENTIFIERS = 5  # Google's limit per conversion
 
 
@@ -227,81 +211,6 @@ def _restatement(upload: ConversionUpload, customer_id: str, zone: ZoneInfo) -> 
 # --- sending -------------------------------------------------------------------------------
 
 
-class _TimedRequest(google.auth.transport.requests.Request):
-    """The OAuth refresh's HTTP, with a timeout of ours (the library's
-    default waits two minutes)."""
-
-    def __call__(
-        self, url: Any, method: Any = "GET", body: Any = None, headers: Any = None, timeout: Any = None, **kwargs: Any
-    ) -> Any:
-        timeout = min(float(timeout or OAUTH_TIMEOUT), OAUTH_TIMEOUT)
-        return super().__call__(url, method=method, body=body, headers=headers, timeout=timeout, **kwargs)
-
-
-@lru_cache(maxsize=32)
-def _services(
-    endpoint: str,
-    token_url: str,
-    developer_token: str,
-    login_customer_id: str,
-    client_id: str,
-    client_secret: str,
-    refresh_token: str,
-) -> tuple[Any, Any, Credentials]:
-    """(click conversions service, adjustments service, their OAuth
-    credentials) for these settings: one channel, kept for the process."""
-    credentials = Credentials(
-        token=None,
-        refresh_token=refresh_token,
-        client_id=client_id,
-        client_secret=client_secret,
-        token_uri=token_url,
-    )
-    if not endpoint:
-        client = GoogleAdsClient(
-            credentials=credentials,
-            developer_token=developer_token,
-            login_customer_id=login_customer_id or None,
-            version=API_VERSION,
-            use_proto_plus=True,
-        )
-        return (
-            client.get_service("ConversionUploadService"),
-            client.get_service("ConversionAdjustmentUploadService"),
-            credentials,
-        )
-    call = grpc.metadata_call_credentials(google.auth.transport.grpc.AuthMetadataPlugin(credentials, _TimedRequest()))
-    local = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
-    channel = grpc.intercept_channel(
-        grpc.secure_channel(endpoint, grpc.composite_channel_credentials(local, call)),
-        MetadataInterceptor(developer_token, login_customer_id or None),
-        ExceptionInterceptor(API_VERSION, use_proto_plus=True),
-    )
-    uploads = ConversionUploadServiceClient(transport=ConversionUploadServiceGrpcTransport(channel=channel))
-    adjustments = ConversionAdjustmentUploadServiceClient(
-        transport=ConversionAdjustmentUploadServiceGrpcTransport(channel=channel)
-    )
-    return uploads, adjustments, credentials
-
-
-def _error_code(error: Any) -> str:
-    """ "conversion_upload_error.CLICK_NOT_FOUND" for a GoogleAdsError."""
-    code = error.error_code
-    which = type(code).pb(code).WhichOneof("error_code")
-    if not which:
-        return "unknown"
-    value = getattr(code, which)
-    return f"{which}.{getattr(value, 'name', value)}"
-
-
-def _failure_text(failure: Any) -> tuple[str, str]:
-    errors = list(getattr(failure, "errors", []) or [])
-    if not errors:
-        return "unknown", "Google refused the request without saying why"
-    first = errors[0]
-    return _error_code(first), "; ".join(e.message for e in errors)[:500]
-
-
 def google_send(upload: ConversionUpload, built: Built) -> Answer:
     """Send the built request; Google's answer, sorted. Outside any transaction."""
     secrets = account_secrets(upload.account)
@@ -311,29 +220,30 @@ def google_send(upload: ConversionUpload, built: Built) -> Answer:
             "retry", "credentials", f"missing {', '.join(missing)}: set them in the business file or the environment"
         )
     login = _digits(upload.account.config.get("login_customer_id") or settings.GOOGLE_ADS_LOGIN_CUSTOMER_ID)
-    uploads, adjustments, credentials = _services(
+    services = google_ads_services(
         settings.GOOGLE_ADS_ENDPOINT,
         settings.GOOGLE_OAUTH_TOKEN_URL,
-        secrets["developer_token"],
-        login,
-        secrets["client_id"],
-        secrets["client_secret"],
-        secrets["refresh_token"],
+        Access(
+            developer_token=secrets["developer_token"],
+            client_id=secrets["client_id"],
+            client_secret=secrets["client_secret"],
+            refresh_token=secrets["refresh_token"],
+            login_customer_id=login,
+        ),
     )
     started = time.monotonic()
     try:
-        if not credentials.valid:
-            # Refreshed here, with our timeout, before the call: the channel's
-            # own refresh (the library's) then finds a token that is valid.
-            credentials.refresh(_TimedRequest())
+        services.token_refresh()
         if isinstance(built.request, UploadConversionAdjustmentsRequest):
-            response = adjustments.upload_conversion_adjustments(
+            response = services.get("ConversionAdjustmentUploadService").upload_conversion_adjustments(
                 request=built.request, timeout=settings.GOOGLE_ADS_TIMEOUT
             )
         else:
-            response = uploads.upload_click_conversions(request=built.request, timeout=settings.GOOGLE_ADS_TIMEOUT)
+            response = services.get("ConversionUploadService").upload_click_conversions(
+                request=built.request, timeout=settings.GOOGLE_ADS_TIMEOUT
+            )
     except GoogleAdsException as exc:
-        code, message = _failure_text(exc.failure)
+        code, message = failure_text(exc.failure)
         return Answer(
             "retry", code, message, {"request_id": exc.request_id, "status": exc.error.code().name}, _ms(started)
         )
@@ -349,7 +259,7 @@ def google_send(upload: ConversionUpload, built: Built) -> Answer:
     if partial is not None and (partial.code or partial.details):
         failures = [GoogleAdsFailure.deserialize(detail.value) for detail in partial.details]
         errors = [error for failure in failures for error in failure.errors]
-        code, message = _failure_text(GoogleAdsFailure(errors=errors))
+        code, message = failure_text(GoogleAdsFailure(errors=errors))
         answer["partial_failure_error"] = {"code": partial.code, "message": partial.message, "errors": message}
         outcome = "not_yet" if code in NOT_YET else "sent" if code in ALREADY else "failed"
         return Answer(outcome, code, message or partial.message, answer, _ms(started))
@@ -362,4 +272,4 @@ def _ms(started: float) -> int:
 
 def google_services_reset() -> None:
     """Drop the cached channels (a test's server went away)."""
-    _services.cache_clear()
+    google_ads_services_reset()

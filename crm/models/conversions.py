@@ -57,7 +57,8 @@ class ConversionAccount(models.Model):
     public_id = PublicIdField(prefix="cva")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="conversion_accounts")
     platform = models.CharField(max_length=16, choices=ConversionPlatform.choices)
-    # google: customer_id, login_customer_id, timezone, enhanced_conversions, actions {kind: resource name};
+    # google: api (data_manager | google_ads; none: google_ads), customer_id, login_customer_id, timezone,
+    # enhanced_conversions, actions {kind: resource name};
     # meta: dataset_id, events {kind: event name}.
     config = models.JSONField(default=dict, blank=True)
     secrets = EncryptedTextField(blank=True)

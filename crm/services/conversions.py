@@ -4,7 +4,9 @@ the outbox's moments make, and what a person does to them.
 An account is saved through `conversion_account_save` (the business file;
 the admin shows it): its settings in `config`, its credentials encrypted in
 `secrets` and never shown back; a credential the account does not hold is
-read from the environment (`account_secrets`).
+read from the environment (`account_secrets`). A Google account uploads
+through the Data Manager API or the Google Ads API (`google_api`; the
+default a business file gets: `account_config_defaults`).
 
 `conversions_fan_out` is an outbox consumer: in the sequencer's transaction
 it turns each moment a business maps (qualified, booked, appointment held,
@@ -74,6 +76,11 @@ SECRET_NAMES: dict[str, dict[str, str]] = {
     ConversionPlatform.META: {"access_token": "META_CONVERSIONS_ACCESS_TOKEN"},
 }
 
+# The API a Google account uploads through: its config's `api`.
+DATA_MANAGER_API = "data_manager"
+GOOGLE_ADS_API = "google_ads"
+GOOGLE_APIS = (DATA_MANAGER_API, GOOGLE_ADS_API)
+
 # Called once after the commit of a sequencer transaction that made uploads
 # (agents enqueues a send there); the sweep sends what a lost wake left.
 CONVERSIONS_WAKE: Registry[Callable[[], None]] = Registry("conversions wake hook")
@@ -95,14 +102,49 @@ def account_secrets(account: ConversionAccount) -> dict[str, str]:
 
 
 def account_secret_sources(account: ConversionAccount) -> dict[str, str]:
-    """Where each credential comes from: "business file", "environment" or "missing"."""
+    """Where each credential comes from: "business file", "environment" or
+    "missing" ("not needed" for a developer token the Data Manager API does
+    not take)."""
     own = json.loads(account.secrets or "{}")
     sources = {}
+    unused = {"developer_token"} if google_api(account) == DATA_MANAGER_API else set()
     for name, setting in SECRET_NAMES.get(account.platform, {}).items():
+        if name in unused:
+            sources[name] = "not needed"
+            continue
         sources[name] = (
             "business file" if own.get(name) else "environment" if getattr(settings, setting, "") else "missing"
         )
     return sources
+
+
+def google_api(account: ConversionAccount) -> str:
+    """The API a Google account uploads through ("" for another platform).
+    An account saved before there was a choice names none: it has been
+    uploading through the Google Ads API, and stays there."""
+    if account.platform != ConversionPlatform.GOOGLE:
+        return ""
+    return str(account.config.get("api") or GOOGLE_ADS_API)
+
+
+def account_config_defaults(*, business: Business, platform: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as a business file gives it, with the Google API it leaves
+    out. A new account gets the Data Manager API: since 15 June 2026 the only
+    one Google opens to an account that never uploaded. An existing account
+    keeps its own, and one that names none keeps the Google Ads API it has
+    been using: a file written before the key existed must not move it,
+    because the move is not free (the refresh token needs the datamanager
+    scope, a refund's restatement is not sent, a conversion reads `sent` only
+    once Google has processed it), so it is a person's decision, made by
+    writing `api: data_manager`."""
+    if platform != ConversionPlatform.GOOGLE or "api" in config:
+        return config
+    current = (
+        ConversionAccount.objects.filter(business=business, platform=platform).values_list("config", flat=True).first()
+    )
+    if current is None:
+        return {**config, "api": DATA_MANAGER_API}
+    return {**config, "api": current["api"]} if current.get("api") else config
 
 
 @transaction.atomic
@@ -124,6 +166,8 @@ def conversion_account_save(
     unknown = sorted(set(secrets or {}) - set(SECRET_NAMES[platform]))
     if unknown:
         raise ConversionRefused(f"unknown credential {unknown[0]!r} for {platform}")
+    if platform == ConversionPlatform.GOOGLE and config.get("api", GOOGLE_ADS_API) not in GOOGLE_APIS:
+        raise ConversionRefused(f"unknown Google API {config['api']!r} (one of {', '.join(GOOGLE_APIS)})")
     account = ConversionAccount.objects.select_for_update().filter(business=business, platform=platform).first()
     created = account is None
     if account is None:

@@ -54,6 +54,7 @@ def test_accounts_load_with_their_mapping_and_credentials_encrypted_and_write_on
     business = Business.objects.get(slug="agency-client")
     google = ConversionAccount.objects.get(business=business, platform="google")
     assert google.config == {
+        "api": "data_manager",  # a new account: the API Google opens to it
         "customer_id": "1234567890",
         "login_customer_id": "1112223333",
         "timezone": "America/New_York",
@@ -68,7 +69,7 @@ def test_accounts_load_with_their_mapping_and_credentials_encrypted_and_write_on
     assert secrets["refresh_token"] == "1//file-refresh-token"
     assert secrets["developer_token"] == "env-dev-token"
     assert account_secret_sources(google) == {
-        "developer_token": "environment",
+        "developer_token": "not needed",  # the Data Manager API takes none
         "client_id": "missing",
         "client_secret": "missing",
         "refresh_token": "business file",

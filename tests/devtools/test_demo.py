@@ -201,8 +201,8 @@ def test_a_paid_demo_lead_shows_its_google_and_meta_uploads_and_its_webhook_even
     }
     assert set(uploads.values_list("status", flat=True)) == {"dry_run"}
     google = uploads.get(platform="google", kind="paid")
-    conversion = google.payload["request"]["conversions"][0]
-    assert conversion["gclid"] == "EAIaIQobChMI-demo-acme-hvac" and conversion["conversion_value"] == 12400.0
+    event = google.payload["request"]["events"][0]  # a new account: through the Data Manager API
+    assert event["ad_identifiers"]["gclid"] == "EAIaIQobChMI-demo-acme-hvac" and event["conversion_value"] == 12400.0
     meta = uploads.get(platform="meta", kind="paid")
     assert meta.payload["body"]["data"][0]["custom_data"]["value"] == 12400.0
     payment_event = WebhookDelivery.objects.get(lead=lead, event__type="payment.recorded")
@@ -214,7 +214,7 @@ def test_a_paid_demo_lead_shows_its_google_and_meta_uploads_and_its_webhook_even
     assert page.status_code == 200
     assert google.public_id in page.content.decode() and meta.public_id in page.content.decode()
     detail = client.get(reverse("admin:crm_conversionupload_change", args=[google.pk])).content.decode()
-    assert "ConversionUploadService.UploadClickConversions" in detail
+    assert "IngestionService.IngestEvents" in detail
     log = client.get(reverse("admin:crm_webhookdelivery_changelist") + "?event_type=payment.recorded")
     assert payment_event.public_id in log.content.decode()
 

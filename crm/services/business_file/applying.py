@@ -39,7 +39,7 @@ from crm.services.business_file.parsing import (
 )
 from crm.services.business_file.reading import BusinessFileError, Ref
 from crm.services.contact_numbers import source_numbers_refusals
-from crm.services.conversions import ConversionRefused, conversion_account_save
+from crm.services.conversions import ConversionRefused, account_config_defaults, conversion_account_save
 from crm.services.receipts import receipt_write
 from crm.services.webhooks import WebhookRefused, webhook_subscription_save
 
@@ -174,7 +174,7 @@ def business_spec_apply(spec: BusinessSpec, *, actor: str = "load_business") -> 
             _account, changed = conversion_account_save(
                 business=business,
                 platform=row.key,
-                config=row.fields["config"],
+                config=account_config_defaults(business=business, platform=row.key, config=row.fields["config"]),
                 secrets=row.secrets,
                 is_active=row.fields["is_active"],
                 actor=actor,

@@ -32,6 +32,7 @@ from crm.services.business_file.reading import (
     time_range,
     yaml_load_with_lines,
 )
+from crm.services.conversions import GOOGLE_APIS
 from crm.services.webhooks import WebhookRefused, webhook_events_check, webhook_secret_check
 from crm.us_states import STATE_CODES
 from crm.validation import (
@@ -777,7 +778,7 @@ def _parse_conversions(doc: Map) -> list[ConversionRow]:
 
 _GOOGLE_KEYS: dict[str, Any] = {
     "required": ("customer_id", "actions"),
-    "optional": ("login_customer_id", "timezone", "enhanced_conversions", "active", *GOOGLE_SECRETS),
+    "optional": ("api", "login_customer_id", "timezone", "enhanced_conversions", "active", *GOOGLE_SECRETS),
 }
 _META_KEYS: dict[str, Any] = {"required": ("dataset_id", "events"), "optional": ("access_token", "active")}
 
@@ -815,6 +816,13 @@ def _parse_google(m: Map) -> ConversionRow:
         "actions": _kind_map(m, "actions", action),
         "enhanced_conversions": m.boolean("enhanced_conversions", False),
     }
+    if m.has("api"):
+        # Left out, the applier decides: a new account gets data_manager, an
+        # existing one keeps its API (crm.services.conversions.account_config_defaults).
+        api = m.text("api")
+        if api not in GOOGLE_APIS:
+            raise m.error("api", f"'api' in {m.what} is one of {', '.join(GOOGLE_APIS)}, not {api!r}")
+        config["api"] = api
     if m.has("login_customer_id"):
         config["login_customer_id"] = _customer_id(m, "login_customer_id")
     if m.has("timezone"):
