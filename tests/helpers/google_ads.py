@@ -17,6 +17,11 @@ partial failure error with Google's message; "auth" refuses the whole
 request (AUTHENTICATION_ERROR in the trailing metadata, as Google does).
 Every request is kept in `seen` with its metadata; what was taken in
 `taken` (clicks) and `adjusted`.
+
+The same server answers GoogleAdsService.Search over Local Services leads and
+their conversations, and LocalServicesLeadService.ProvideLeadFeedback, from
+the rows planted on `lsa` (devtools/simulator/lsa.py: the simulator serves
+the same stand-in).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 
 from agents.conversions.google import google_services_reset
+from devtools.simulator.lsa import LocalServicesStandIn
 
 VERSION = "v26"
 FAILURE_KEY = f"google.ads.googleads.{VERSION}.errors.googleadsfailure-bin"
@@ -116,6 +122,8 @@ class GoogleAdsServer:
                 ),
             )
         )
+        self.lsa = LocalServicesStandIn()
+        self.server.add_generic_rpc_handlers(self.lsa.handlers())
         local = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
         self.port = self.server.add_secure_port("127.0.0.1:0", local)
         self.endpoint = f"127.0.0.1:{self.port}"
