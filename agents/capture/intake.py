@@ -34,6 +34,7 @@ HEADER_ALLOW_LIST = (
     "X-Twilio-Signature",
     "Calendly-Webhook-Signature",
     "Stripe-Signature",
+    "Signature",  # CallRail's
     "X-Forwarded-For",
     "Idempotency-Key",
 )

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from agents.events import lead_event
 from agents.outbound.gate import message_send
+from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
 from agents.playbook.templates import TemplateError, playbook_context, template_for_automation, template_render
 from crm.models import Business, Call, Contact, ContactPointKind, Lead, Message, Task, TeamMember
 from crm.selectors import business_manager
@@ -275,6 +276,16 @@ def _call_back(call: Call, lead: Lead, phones: set[str], *, at: datetime) -> Tas
     return task
 
 
+def text_back_possible(business: Business) -> bool:
+    """Whether the business has a line of its own to text from: an active
+    Twilio number or a Messaging Service. A call tracked elsewhere (CallRail)
+    reaches a business that may have none; its call back is then the follow-up."""
+    sources = twilio_sources(business.pk)
+    if any(s.is_active and (s.config or {}).get("phone_number") for s in sources):
+        return True
+    return bool(messaging_service_for(business.pk, sources=sources))
+
+
 def text_back_window_start(business: Business, at: datetime) -> datetime:
     """The start of the fixed window `at` falls in: windows of the business's
     length, counted from the Unix epoch in UTC, so every call in one window
@@ -308,6 +319,8 @@ def _text_back(call: Call, lead: Lead, contact: Contact | None, phones: set[str]
     window = timedelta(hours=hours)
     if contact is None or not phones:
         return "not sent: no number to text (withheld caller ID)"
+    if not text_back_possible(business):
+        return "not sent: the business has no Twilio number or Messaging Service to text from"
     if timezone.now() - call.started_at > window:
         return f"not sent: the call is more than {hours} h old"
     earlier = (

@@ -17,6 +17,13 @@ Twilio source whose `phone_number` is the business side of the call or text:
 claims is still stored (business unknown), so nothing is lost; its processing
 fails saying so, and a replay after the number is configured succeeds.
 
+Tracking numbers are twilio sources too, one per number, each with its
+`campaign` (and optional `utm_source`, `utm_medium`, `keyword`): the number
+called or texted finds its source as any line's does, its calls forward to
+its own `forward_to`, and the touch carries its campaign (`tracking_touch`).
+The first number a person reaches is pinned as their sender (`sender_pin`),
+so a missed call's text-back comes from the number they called.
+
 Answers (TwiML, text/xml, which Twilio reads):
 - voice, with the source's `forward_to`: `<Dial action="{PUBLIC_BASE_URL}/hooks/twilio/voice/status/"
   timeout="20" callerId="{caller}"><Number>{forward_to}</Number></Dial>`: the
@@ -43,6 +50,7 @@ Answers (TwiML, text/xml, which Twilio reads):
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
@@ -65,7 +73,7 @@ from agents.outbound.status import status_callback_process
 from agents.outbound.twilio_accounts import TwilioAccount, account_by_sid, business_account, shared_account
 from agents.playbook.voice_prompts import voice_prompt
 from crm.locks import xact_lock
-from crm.models import Business, Call, InboundEvent, Message, Provider, Source
+from crm.models import Business, Call, Contact, InboundEvent, Message, Provider, Source
 from crm.phones import phone_to_e164
 from crm.services.contact_numbers import number_refusal
 from crm.services.inbound_handlers import MalformedPayload, handler_register, message_arrived
@@ -372,6 +380,38 @@ def event_source(event: InboundEvent, number: str) -> Source:
     return source
 
 
+def tracking_touch(source: Source) -> dict[str, Any]:
+    """The campaign a tracking number stands for, as touch columns: a twilio
+    source's `campaign` (and optional `utm_source`, `utm_medium`, `keyword`)
+    in the business file. Each tracking number is a twilio source of its own,
+    so the number a person called or texted names its source and campaign."""
+    config = source.config or {}
+    campaign = str(config.get("campaign") or "").strip()
+    utm = {
+        "source": str(config.get("utm_source") or "").strip(),
+        "medium": str(config.get("utm_medium") or "").strip(),
+        "campaign": campaign,
+        "term": str(config.get("keyword") or "").strip(),
+    }
+    touch: dict[str, Any] = {"utm": {k: v for k, v in utm.items() if v}}
+    if campaign:
+        touch["campaign_id"] = campaign
+    return touch
+
+
+def sender_pin(contact: Contact, source: Source, number: str) -> None:
+    """A person who first reaches the business on one of its numbers is
+    answered from that number: it becomes their sticky sender
+    (`Contact.sticky_from_number`, which `agents.outbound.gate.sender_for`
+    keeps), unless one was pinned already — one sending number per person,
+    so a later call to another number changes nothing. Compare-and-set: two
+    first calls at once pin one number."""
+    if contact.sticky_from_number or not number or str((source.config or {}).get("phone_number")) != number:
+        return
+    if Contact.objects.filter(pk=contact.pk, sticky_from_number="").update(sticky_from_number=number):
+        contact.sticky_from_number = number
+
+
 @transaction.atomic
 def call_inbound_record(*, source: Source, params: dict[str, str], event: InboundEvent, status: str) -> Call:
     """The Call row for an inbound call, with the caller's contact, lead and
@@ -388,9 +428,10 @@ def call_inbound_record(*, source: Source, params: dict[str, str], event: Inboun
         channel="call",
         occurred_at=event.received_at,
         phones=[caller] if caller else [],
-        touch={"provider": Provider.TWILIO, "to": called},
+        touch={"provider": Provider.TWILIO, "to": called, **tracking_touch(source)},
     )
     applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
+    sender_pin(applied.contact, source, called)
     call = Call(
         business=source.business,
         lead=applied.lead,
@@ -462,10 +503,11 @@ def _process_sms(event: InboundEvent) -> str:
         # The whole text, keywords and all: consent reads it in a later step.
         message_body=params.get("Body", ""),
         message_sid=message_sid,
-        touch={"provider": Provider.TWILIO, "to": params.get("To", "")},
+        touch={"provider": Provider.TWILIO, "to": params.get("To", ""), **tracking_touch(source)},
         answers={"media_urls": media} if media else {},
     )
     applied = capture_apply(business=source.business, capture=capture, source=source, event=event)
+    sender_pin(applied.contact, source, params.get("To", ""))
     if applied.message is not None:
         # Consent reads it, a reply ends automation, and it is left for its
         # reading (agents/followup/inbound_messages.py, in this transaction).
