@@ -58,11 +58,19 @@ TIMER_KIND = "ai.inbound"
 # The after-hours receptionist's timer (agents/booking/receptionist.py runs
 # it), left in place of the reading for a text or DM outside business hours.
 RECEPTION_TIMER = "ai.reception"
-RECEPTION_CHANNELS = ("sms", "dm", "instagram")
+RECEPTION_CHANNELS = ("sms", "dm", "instagram", "thumbtack", "yelp")
 # Above the longest call (55 s, leadops.settings), below the cluster's retry (90 s).
 AI_TASK_TIMEOUT = 80
 # The channel a reply goes back on, by the channel the message came in on.
-REPLY_CHANNEL = {"sms": "sms", "dm": "instagram", "instagram": "instagram", "email": "email"}
+REPLY_CHANNEL = {
+    "sms": "sms",
+    "dm": "instagram",
+    "instagram": "instagram",
+    "email": "email",
+    # A marketplace message is answered in its thread.
+    "thumbtack": "thumbtack",
+    "yelp": "yelp",
+}
 
 
 def inbound_read_schedule(message: Message, lead: Lead) -> Timer | None:

@@ -58,6 +58,8 @@ CONFLICT_POINTS = "the phone and the email belong to different contacts"
 CONFLICT_SPLIT = "a new phone came with the email or handle of another contact: kept apart until a person decides"
 # Channels where a known person writing again is a reply, not a new inquiry.
 CONVERSATION_CHANNELS = ("sms", "dm")
+# Channels whose messages keep the provider's time of writing.
+TIMED_CHANNELS = ("dm", "thumbtack", "yelp")
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ TOUCH_COLUMNS = (
     "gbraid",
     "wbraid",
     "meta_lead_id",
+    "thread_id",
     "utm",
     "landing_page",
 )
@@ -365,6 +368,8 @@ def _matched(
         ContactPointKind.EMAIL,
         ContactPointKind.INSTAGRAM,
         ContactPointKind.MESSENGER,
+        ContactPointKind.THUMBTACK,
+        ContactPointKind.YELP,
     ):
         for p in points:
             cp = existing.get((p.kind, p.value))
@@ -411,6 +416,10 @@ def _open_lead_for(contact: Contact, service_line: ServiceLine | None, capture: 
         .exclude(stage__in=CLOSED_STAGES)
         .order_by("pk")
     )
+    if thread := _thread_lead(open_leads, capture):
+        # A message in a marketplace thread we hold belongs to that thread's
+        # lead, whatever else the person has open.
+        return Choice(thread, reply=True)
     if capture.channel in CONVERSATION_CHANNELS and service_line is None and open_leads:
         return Choice(max(open_leads, key=lambda lead: (lead.created_at, lead.pk)), reply=True)
     window = timedelta(days=contact.business.dedupe_window_days)
@@ -452,6 +461,20 @@ def _open_lead_for(contact: Contact, service_line: ServiceLine | None, capture: 
             "(the need heard last before the touch was made, else the first heard after it)"
         )
     return Choice(lead, reason=reason, open_leads=len(fresh), had_open_leads=had)
+
+
+def _thread_lead(open_leads: list[Lead], capture: Capture) -> Lead | None:
+    """The open lead whose touches hold the capture's marketplace thread."""
+    thread, provider = capture.touch.get("thread_id"), capture.touch.get("provider")
+    if not thread or not open_leads:
+        return None
+    held = (
+        LeadTouch.objects.filter(lead__in=open_leads, provider=provider, thread_id=str(thread)[:100])
+        .order_by("-received_at", "-pk")
+        .values_list("lead_id", flat=True)
+        .first()
+    )
+    return next((lead for lead in open_leads if lead.pk == held), None)
 
 
 def _heard_at(lead: Lead) -> tuple[datetime, int]:
@@ -531,7 +554,12 @@ def _set_service_line(lead: Lead, service_line: ServiceLine) -> None:
 def _inbound_message(
     lead: Lead, contact: Contact, points: list[Point], capture: Capture, event: InboundEvent | None, previous: str
 ) -> Message:
-    sender = next((p for p in points if p.kind != ContactPointKind.EMAIL), None)
+    # Written from a handle (a DM, a marketplace thread): the handle is the
+    # sender, even when the capture also knows the person's phone.
+    handles = {(kind, value) for kind, value in capture.handles}
+    sender = next((p for p in points if (p.kind, p.value) in handles), None) or next(
+        (p for p in points if p.kind != ContactPointKind.EMAIL), None
+    )
     point = (
         ContactPoint.objects.filter(business=lead.business, kind=sender.kind, value=sender.value).first()
         if sender
@@ -556,8 +584,10 @@ def _inbound_message(
         to=str(capture.touch.get("to", ""))[:254],
         provider_sid=capture.message_sid or None,
         # A DM keeps Meta's time of it (never ahead of ours): the 24-hour
-        # window to answer it runs from then, however late we process it.
-        created_at=min(capture.occurred_at, timezone.now()) if capture.channel == "dm" else timezone.now(),
+        # window to answer it runs from then, however late we process it. A
+        # marketplace message keeps its time too: one held for its lead stays
+        # where it was written in the thread.
+        created_at=min(capture.occurred_at, timezone.now()) if capture.channel in TIMED_CHANNELS else timezone.now(),
     )
     receipt_write(
         business=lead.business,

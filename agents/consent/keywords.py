@@ -23,7 +23,8 @@ and complaints (Twilio's keyword rules).
 
 Instagram DMs are read the same way, for their own channel: STOP or START
 by DM revokes or restores Instagram DMs in the ledger, and nothing is sent
-back (confirmations and HELP are an SMS carrier rule; a DM owes none).
+back (confirmations and HELP are an SMS carrier rule; a DM owes none). So
+are messages in a marketplace thread (Thumbtack, Yelp), for that thread.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ OPT_OUT = {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", 
 OPT_IN = {"START", "YES", "UNSTOP"}
 HELP = {"HELP", "INFO"}
 ACTOR = "agent:consent_check"
+# Handles written from inside an app: no SMS carrier rule, no confirmation owed.
+DM_KINDS = (ContactPointKind.INSTAGRAM, ContactPointKind.THUMBTACK, ContactPointKind.YELP)
 
 REVOCATION = re.compile(
     r"\b(?:(?:stop|quit|cease)\s+(?:texting|messaging|contacting|calling|sending|emailing|bothering)|"
@@ -177,7 +180,7 @@ def keyword_text_record(*, message: Message, lead: Lead, opt_out_type: str = "")
     point = message.contact_point
     contact = lead.contact
     evidence = {"text": message.body[:500], "message": message.public_id, "opt_out_type": opt_out_type}
-    by_dm = point is not None and point.kind == ContactPointKind.INSTAGRAM
+    by_dm = point is not None and point.kind in DM_KINDS
     if reading.kind in ("opt_out", "opt_in") and point is not None:
         _record_once(
             point,

@@ -13,6 +13,10 @@ only within 24 hours of the person's last DM to it (`outside_window` after
 that, and before any DM at all). No form or manual grant opens that window,
 and Meta would refuse the send anyway; a revocation (their STOP by DM, or
 their plain words confirmed by a person) still blocks inside it.
+
+A marketplace thread (Thumbtack, Yelp) is the customer's own request to the
+business on that marketplace: an answer there needs no grant, and only their
+revocation (STOP in the thread, plain words a person confirmed) blocks it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ CONVERSATION_WINDOW = timedelta(hours=24)
 # Meta's standard messaging window: replies only within this of the person's
 # last message to the business (the HUMAN_AGENT tag's 7 days is not used).
 MESSAGING_WINDOW = timedelta(hours=24)
+# Marketplace threads: the channel is the contact point's kind.
+THREAD_KINDS = (ContactPointKind.THUMBTACK, ContactPointKind.YELP)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,8 @@ def consent_decide(point: ContactPoint, channel: str, *, automated: bool, now: d
         return ConsentDecision(False, "revoked", state.last_event.basis)
     if channel == "instagram":
         return _messaging_window(point, now)
+    if channel in THREAD_KINDS:
+        return ConsentDecision(True, "", "marketplace_thread")
     if state is not None and state.status == ConsentStatus.GRANTED:
         max_age = timedelta(days=point.contact.business.consent_max_age_days)
         if automated and now - state.last_event.at > max_age:
@@ -61,8 +69,10 @@ def consent_decide(point: ContactPoint, channel: str, *, automated: bool, now: d
 def consent_channel(point: ContactPoint) -> str:
     """The ledger channel a person's own words on this point speak for (a
     keyword, a revocation a person confirmed): texts for a phone, DMs for an
-    Instagram handle."""
-    return "instagram" if point.kind == ContactPointKind.INSTAGRAM else "sms"
+    Instagram handle, the thread's own channel for a marketplace handle."""
+    if point.kind in (ContactPointKind.INSTAGRAM, *THREAD_KINDS):
+        return str(point.kind)
+    return "sms"
 
 
 def messaging_window_closes(point: ContactPoint) -> datetime | None:

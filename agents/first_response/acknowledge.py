@@ -11,6 +11,12 @@ while the call still rings through to the business, so a person either
 answers it, or the missed-call detector's call back and its one bounded
 text-back (agents.capture.missed_call) are the response. An acknowledgement
 as well would be a second text about one call.
+
+A marketplace lead (Thumbtack, Yelp) whose person may not be texted (no
+phone, or no consent to text it) is acknowledged inside the marketplace's
+thread instead: the same template, gate and idempotency key, on the
+marketplace's channel (agents.outbound.marketplace). The customer asked
+several businesses at once there, and the first to answer usually wins.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.ai.drafter import drafter_for
+from agents.consent.policy import consent_decide
 from agents.notify import member_notify
-from agents.outbound.gate import message_send
+from agents.outbound.gate import message_send, recipient_point
+from agents.outbound.marketplace import lead_marketplace_channel
 from agents.playbook.assistant import draft_acknowledgement
 from crm.localtime import when, zone_or_none
 from crm.models import Appointment, Lead, Message, Stage
@@ -80,7 +88,7 @@ def lead_first_response(
     else:
         message = message_send(
             lead=lead,
-            channel="sms",
+            channel=_acknowledgement_channel(lead, now),
             body=draft.body,
             actor="agent:sms_assistant",
             idempotency_key=f"ack:{lead.public_id}",
@@ -111,6 +119,18 @@ def lead_first_response(
     text = f"New lead {lead.public_id}: {name} — first contact due by {by}. Acknowledgement: {outcome}."
     member_notify(owner, "New lead", text)
     return outcome
+
+
+def _acknowledgement_channel(lead: Lead, now: datetime) -> str:
+    """SMS, unless the lead came in a marketplace thread and the person may
+    not be texted: then that thread."""
+    marketplace = lead_marketplace_channel(lead)
+    if not marketplace:
+        return "sms"
+    phone = recipient_point(lead.contact, "sms")
+    if phone is not None and consent_decide(phone, "sms", automated=True, now=now).allowed:
+        return "sms"
+    return marketplace
 
 
 def _arrived_by_call(lead: Lead) -> bool:

@@ -30,6 +30,10 @@ allowed window" → `failed` with block reason `outside_window`; a rate limit
 → `queued` again after the same backoff; other refusals → `failed`; a
 timeout, a dropped connection or a 5xx → `unknown` (the sweep never sends a
 DM again: agents.outbound.reconcile).
+
+A marketplace reply (Thumbtack, Yelp) goes into its thread through the
+marketplace's API (agents.outbound.marketplace), with the token of the
+source the thread came in through, under the same claim and outcomes.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from twilio.twiml.voice_response import VoiceResponse
 from agents.meta_graph import message_sid
 from agents.outbound.instagram import dm_post, instagram_source_for
 from agents.outbound.line_type import CANNOT_TEXT, line_words, number_line
+from agents.outbound.marketplace import MARKETPLACE_CHANNELS, marketplace_post
 from agents.outbound.twilio_accounts import TwilioAccount, business_account, twilio_client
 from agents.queue import task_enqueue
 from crm.models import Call, ExceptionItem, Message, NumberLookup
@@ -100,6 +105,8 @@ def message_dispatch(message_id: int, *, http_client: HttpClient | None = None) 
         return _email(message)
     if message.channel == "instagram":
         return _instagram(message)
+    if message.channel in MARKETPLACE_CHANNELS:
+        return _marketplace(message)
     try:
         client = twilio_client(message_account(message), http_client)
         if message.channel == "sms" and message.business.line_type_lookup:
@@ -257,6 +264,19 @@ def _instagram(message: Message) -> str:
             reason=f"outside_window: {outcome.detail}",
             block_reason="outside_window",
         )
+    status = Message.Status.UNKNOWN if outcome.status == "unknown" else Message.Status.FAILED
+    return _finish(message, status, error=outcome.error, reason=outcome.detail)
+
+
+def _marketplace(message: Message) -> str:
+    outcome = marketplace_post(message)
+    if outcome.status == "sent":
+        sid = f"{message.channel}:{outcome.message_id}" if outcome.message_id else None
+        if sid:
+            message_sid_save(message, sid)
+        return _finish(message, Message.Status.SENT, sid=sid)
+    if outcome.status == "throttled":
+        return _retry_later(message, outcome.detail, code=outcome.error)
     status = Message.Status.UNKNOWN if outcome.status == "unknown" else Message.Status.FAILED
     return _finish(message, status, error=outcome.error, reason=outcome.detail)
 

@@ -40,6 +40,7 @@ from django.utils import timezone
 from agents.consent.policy import consent_decide
 from agents.outbound.instagram import instagram_account_for
 from agents.outbound.local_hours import next_allowed, window_for
+from agents.outbound.marketplace import MARKETPLACE_CHANNELS, thread_for, thread_source_key
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
 from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
 from crm.services.contact_numbers import number_refusal
@@ -47,7 +48,15 @@ from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_schedule
 
-POINT_KIND = {"sms": "phone", "voice": "phone", "email": "email", "instagram": "instagram"}
+POINT_KIND = {
+    "sms": "phone",
+    "voice": "phone",
+    "email": "email",
+    "instagram": "instagram",
+    # A marketplace thread: the person's handle there (agents.outbound.marketplace).
+    "thumbtack": "thumbtack",
+    "yelp": "yelp",
+}
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
 CAP_WINDOW = timedelta(hours=24)
@@ -80,18 +89,21 @@ def recipient_point(contact: Contact, channel: str) -> ContactPoint | None:
     return min(points, key=lambda p: (p.created_at, p.pk), default=None)
 
 
-def sender_for(contact: Contact, channel: str, *, point: ContactPoint | None = None) -> str:
+def sender_for(contact: Contact, channel: str, *, point: ContactPoint | None = None, to: str = "") -> str:
     """One sending number per person: a Messaging Service keeps the sender
     sticky itself; otherwise the first number this person got a text from is
     pinned on the contact. Only the business's own: a Messaging Service or
     number named on its Twilio sources (the server's Messaging Service is the
     fallback), and a pinned number that is not (any more) one of them is
     replaced, never used. A DM goes from the Instagram account the person
-    wrote to (`point`: their handle)."""
+    wrote to (`point`: their handle); a marketplace reply from the source its
+    thread (`to`) came in through."""
     if channel == "email":
         return str(settings.DEFAULT_FROM_EMAIL)
     if channel == "instagram":
         return instagram_account_for(contact.business_id, point)
+    if channel in MARKETPLACE_CHANNELS:
+        return thread_source_key(contact.business_id, channel, to)
     every = twilio_sources(contact.business_id)
     if channel == "sms" and (service := messaging_service_for(contact.business_id, sources=every)):
         return service  # calls need a number: they take the pinned one below
@@ -237,7 +249,8 @@ def message_send(
         body=body,
         subject=subject,
         template_key=template_key,
-        to=point.value if point else "",
+        # A marketplace reply goes into the thread, not to the person's handle.
+        to=(thread_for(lead, channel) if channel in MARKETPLACE_CHANNELS else point.value) if point else "",
         idempotency_key=idempotency_key,
         actor=actor,
         automated=automated,
@@ -297,7 +310,7 @@ def _gate(
         verdict = Verdict(Message.Status.PENDING_APPROVAL, "")
     if verdict.status == Message.Status.QUEUED:
         assert message.contact is not None
-        message.from_number = sender_for(message.contact, message.channel, point=message.contact_point)
+        message.from_number = sender_for(message.contact, message.channel, point=message.contact_point, to=message.to)
         if settings.SEND_MODE != "live":
             verdict = Verdict(Message.Status.DRY_RUN)
     before = message.status

@@ -21,6 +21,10 @@ out, a deploy), and an enqueue can be lost after commit. By age:
   waiting for its echo (agents.outbound.instagram settles it `sent` when the
   echo arrives); past the cap it is given up for a person to look at the
   Instagram thread;
+- `unknown` marketplace reply (Thumbtack, Yelp): with the marketplace's id
+  saved it went out; otherwise the thread is read for our text posted since
+  the claim (agents.outbound.marketplace): there → `sent`; not there →
+  `queued` again; the thread unreadable → one reconcile attempt spent;
 - `queued` for longer than MESSAGE_QUEUED_STALE_SECONDS with no dispatch task
   waiting → enqueued again (a duplicate would be harmless: the claim lets one
   worker through).
@@ -55,6 +59,7 @@ from agents.outbound.dispatch import (
     message_account,
     message_give_up,
 )
+from agents.outbound.marketplace import MARKETPLACE_CHANNELS, ThreadLookupError, marketplace_find
 from agents.outbound.twilio_accounts import TwilioAccount, twilio_client
 from crm.models import Message
 from crm.services.receipts import receipt_write
@@ -187,6 +192,9 @@ def _settle(
     if message.channel == "instagram":
         _settle_instagram(message, run)
         return
+    if message.channel in MARKETPLACE_CHANNELS:
+        _settle_thread(message, run, now=now)
+        return
     account = message_account(message)
     if account not in clients:
         clients[account] = twilio_client(account, http_client)
@@ -238,6 +246,39 @@ def _settle_instagram(message: Message, run: Sweep) -> None:
         pk=message.pk, status=Message.Status.UNKNOWN, reconcile_attempts__lt=Message.MAX_RECONCILE_ATTEMPTS - 1
     ).update(reconcile_attempts=F("reconcile_attempts") + 1)
     run.unreachable += 1
+
+
+def _settle_thread(message: Message, run: Sweep, *, now: datetime) -> None:
+    if message.provider_sid:
+        found: str | None = message.provider_sid
+    else:
+        try:
+            found = marketplace_find(message)
+        except ThreadLookupError as exc:
+            log.warning("reconcile %s: %s", message.public_id, exc)
+            _unreachable(message, run, str(exc)[:200])
+            return
+        if found is None:
+            _not_found(message, run, now=now)
+            return
+        found = f"{message.channel}:{found}" if found else None
+    with transaction.atomic():
+        changes: dict[str, Any] = {"status": Message.Status.SENT, "sent_at": timezone.now()}
+        if found and not message.provider_sid:
+            changes["provider_sid"] = found
+        if not Message.objects.filter(pk=message.pk, status=Message.Status.UNKNOWN).update(**changes):
+            return
+        receipt_write(
+            business=message.business,
+            lead=message.lead,
+            subject=message.public_id,
+            actor=ACTOR,
+            action="message.reconciled_sent",
+            reason=f"the {message.channel} thread holds it: it went out",
+            before={"status": Message.Status.UNKNOWN},
+            after={"status": Message.Status.SENT, "sid": found},
+        )
+    run.found += 1
 
 
 def _window(message: Message) -> tuple[datetime, datetime | None]:

@@ -38,8 +38,9 @@ from crm.selectors import message_templates
 
 # The channels a setter may answer on, in the order offered; each needs a
 # valid contact point of the gate's kind for it (an Instagram DM: the
-# person's handle, and the gate then holds it to Meta's 24-hour window).
-REPLY_CHANNELS = ("sms", "instagram", "email")
+# person's handle, and the gate then holds it to Meta's 24-hour window; a
+# marketplace thread: the person's handle there).
+REPLY_CHANNELS = ("sms", "instagram", "email", "thumbtack", "yelp")
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,14 @@ RUNNING = (Enrollment.Status.ACTIVE, Enrollment.Status.WAITING)
 # Reminders run while the lead is booked and talking to us; every other path
 # stops on a reply.
 REPLY_DOES_NOT_STOP = ("appointment",)
-CHANNELS_BY_KIND = {"phone": ("sms", "voice"), "email": ("email",), "instagram": ("instagram",)}
+CHANNELS_BY_KIND = {
+    "phone": ("sms", "voice"),
+    "email": ("email",),
+    "instagram": ("instagram",),
+    # A marketplace thread: answered there unless the person revoked it.
+    "thumbtack": ("thumbtack",),
+    "yelp": ("yelp",),
+}
 
 
 @dataclass(frozen=True)
@@ -454,13 +461,17 @@ def _checks(now: datetime) -> dict[str, Any]:
         )
         .filter(~state("instagram", ConsentStatus.REVOKED))
     )
+    # consent_decide: a marketplace thread is answered there unless revoked.
+    thread = Exists(valid_points.filter(kind="thumbtack").filter(~state("thumbtack", ConsentStatus.REVOKED))) | Exists(
+        valid_points.filter(kind="yelp").filter(~state("yelp", ConsentStatus.REVOKED))
+    )
     return {
         "source": Exists(
             LeadTouch.objects.filter(lead_id=OuterRef("pk")).filter(
                 Q(source__isnull=False) | Q(inbound_event__isnull=False)
             )
         ),
-        "may_contact": granted | conversation | dm_window,
+        "may_contact": granted | conversation | dm_window | thread,
         "next_action_owner": Q(stage__in=CLOSED_STAGES)
         | (Q(owner__isnull=False) & ~Q(next_action="") & Q(next_action_due_at__isnull=False)),
         "stop_rule": ~Exists(should_stop),

@@ -173,6 +173,10 @@ class LeadTouch(models.Model):
     # Meta Lead Ads: the lead's id at Meta (its leadgen_id), what Meta's
     # Conversions API for CRM matches the lead's later stages on.
     meta_lead_id = models.CharField(max_length=32, blank=True)
+    # The marketplace thread the touch came in on (a Thumbtack negotiation, a
+    # Yelp lead): where a reply to the person goes, and which lead a later
+    # message in that thread belongs to.
+    thread_id = models.CharField(max_length=100, blank=True)
     utm = models.JSONField(default=dict, blank=True)
     landing_page = models.URLField(max_length=1000, blank=True)
     answers = models.JSONField(default=dict, blank=True)
@@ -189,6 +193,12 @@ class LeadTouch(models.Model):
             # A lead's first (or latest) touch, read per lead by the reports:
             # the top of this index, no sort.
             models.Index(fields=["lead", "received_at", "id"], name="crm_leadtouch_first_idx"),
+            # A marketplace message finds its thread's lead.
+            models.Index(
+                fields=["business", "provider", "thread_id"],
+                condition=~models.Q(thread_id=""),
+                name="crm_leadtouch_thread_idx",
+            ),
         ]
 
     def __str__(self) -> str:

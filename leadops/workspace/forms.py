@@ -18,6 +18,8 @@ INBOX_CHANNELS = [
     ("", "Any channel"),
     ("sms", "SMS"),
     ("instagram", "Instagram DM"),
+    ("thumbtack", "Thumbtack"),
+    ("yelp", "Yelp"),
     ("email", "Email"),
     ("voice", "Voice"),
 ]
@@ -82,7 +84,7 @@ class ReplyForm(forms.Form):
         kwargs["initial"].setdefault("form_key", uuid.uuid4().hex)
         super().__init__(*args, **kwargs)
         offered = channels if channels is not None else list(REPLY_CHANNELS)
-        labels = {"sms": "SMS", "instagram": "Instagram DM", "email": "Email"}
+        labels = {"sms": "SMS", "instagram": "Instagram DM", "thumbtack": "Thumbtack", "yelp": "Yelp", "email": "Email"}
         self.fields["channel"].choices = [(c, labels.get(c, c)) for c in offered]  # type: ignore[attr-defined]
 
 

@@ -24,6 +24,8 @@ CHANNELS = {
     "sms": "SMS",
     "dm": "Instagram DM",
     "instagram": "Instagram DM",
+    "thumbtack": "Thumbtack",
+    "yelp": "Yelp",
     "email": "Email",
     "voice": "Voice",
     "call": "Call",
