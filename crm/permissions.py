@@ -51,7 +51,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     **_records(
         "business teammember serviceline servicearea source sequence messagetemplate availability "
         "inboundevent timer rejecteddelivery exceptionitem webhooksubscription webhookdelivery "
-        "conversionaccount conversionupload",
+        "conversionaccount conversionupload syncconnection",
         LEADERS,
     ),
     # -- changing records (always through services; the admin's forms call them)
@@ -92,6 +92,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "webhook.replay": LEADERS,
     "webhook.resume": LEADERS,  # pause and resume a subscription
     "conversion.replay": LEADERS,
+    # Connecting the business's own systems (Jobber…): its owners.
+    "sync.connect": OWNERS,
     "settings.edit": OWNERS,
     "money.view": LEADERS,
     "report.view": SALES,  # a setter's reports count their own leads only

@@ -144,6 +144,18 @@ def estimate_send(estimate: Estimate, *, actor: str, user: Any = None, now: date
     return _mark_sent(estimate, actor=actor, now=now, before=Estimate.Status.DRAFT)
 
 
+@transaction.atomic
+def estimate_sent_elsewhere(estimate: Estimate, *, actor: str, sent_at: datetime) -> Estimate:
+    """A draft the contractor's own system (Jobber) has already sent to the
+    customer: marked sent as it is, at `sent_at`. No high-value approval:
+    that gate stands before what we send, and a person sent this one there.
+    Idempotent for an estimate no longer a draft (returned as it is)."""
+    estimate = _locked(estimate)
+    if estimate.status != Estimate.Status.DRAFT:
+        return estimate
+    return _mark_sent(estimate, actor=actor, now=sent_at, before=Estimate.Status.DRAFT)
+
+
 def _announce(estimate: Estimate, event_type: str, **data: Any) -> None:
     event_emit(
         business=estimate.business_id,

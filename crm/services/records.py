@@ -42,6 +42,7 @@ from crm.phones import email_normalize, phone_to_e164
 from crm.selectors import rows_in_hand
 from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
+from crm.services.sync import sync_changes_booked
 
 
 @transaction.atomic
@@ -295,6 +296,8 @@ def appointment_record(*, lead: Lead, starts_at: datetime, ends_at: datetime, ac
             "provider": appointment.provider or None,
         },
     )
+    # The contractor's own systems (Jobber…) hear of it by a row of this transaction.
+    sync_changes_booked(appointment)
     return appointment
 
 

@@ -60,7 +60,11 @@ def test_the_scheduler_hands_each_job_to_the_cluster_with_its_own_timeout_below_
 
     queues = {q.task["group"]: q.key for q in OrmQ.objects.all()}
     assert queues == {job.name: job.cluster or settings.Q_CLUSTER["name"] for job in JOBS}
-    assert {job.name for job in JOBS if job.cluster} == {"leadops.webhooks_sweep", "leadops.conversions_sweep"}
+    assert {job.name for job in JOBS if job.cluster} == {
+        "leadops.webhooks_sweep",
+        "leadops.conversions_sweep",
+        "leadops.sync_sweep",
+    }
     tasks = {q.task["group"]: q.task for q in OrmQ.objects.all()}
     for job in JOBS:
         assert tasks[job.name]["func"] == job.func

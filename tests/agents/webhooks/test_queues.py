@@ -87,12 +87,12 @@ def test_deliveries_are_queued_for_the_webhooks_cluster_and_leads_for_the_defaul
         work(WEBHOOKS_QUEUE)
     assert {r.type for r in receiver.accepted()} >= {"lead.created", "lead.owner_changed", "lead.stage_changed"}
 
-    # The outbound sweeps (webhooks, conversion uploads) are scheduled on that
-    # cluster too; every other job on the default one.
+    # The outbound sweeps (webhooks, conversion uploads, sync) are scheduled
+    # on that cluster too; every other job on the default one.
     schedules_ensure()
     clusters = dict(Schedule.objects.values_list("name", "cluster"))
-    outbound = ("leadops.webhooks_sweep", "leadops.conversions_sweep")
-    assert [clusters.pop(name) for name in outbound] == [WEBHOOKS_QUEUE, WEBHOOKS_QUEUE]
+    outbound = ("leadops.webhooks_sweep", "leadops.conversions_sweep", "leadops.sync_sweep")
+    assert [clusters.pop(name) for name in outbound] == [WEBHOOKS_QUEUE] * 3
     assert set(clusters.values()) == {None} and len(clusters) == len(JOBS) - len(outbound)
 
 

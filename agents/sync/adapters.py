@@ -1,0 +1,9 @@
+"""The installed sync adapters: one instance per provider. Another provider
+(Housecall Pro, a calendar) is its adapter module and one line here."""
+
+from __future__ import annotations
+
+from agents.sync.base import SyncAdapter
+from agents.sync.jobber import JobberAdapter
+
+INSTALLED: tuple[SyncAdapter, ...] = (JobberAdapter(),)

@@ -1,0 +1,133 @@
+"""The systems of record in the back office: the sync status page per
+business, and connecting a provider's account (OAuth, authorization code).
+
+- `/admin/sync/` (owners and managers): each connection of the businesses
+  the user leads — its status, last success, last error, records waiting
+  and failed — and, for an owner, a "Connect" button per provider (again
+  after its tokens were refused or the app removed).
+- `POST /admin/sync/<provider>/connect/` (owners): keeps a random state
+  with the business in the session and sends the person to the provider's
+  consent page.
+- `GET /admin/sync/<provider>/callback/`: the provider sends the person
+  back with a code and the state; the state must be the session's, the
+  code is exchanged for tokens (kept encrypted), the account read, and the
+  connection saved (crm.services.sync.connection_connect).
+
+Thin views: each calls the adapter or one service and renders.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import requests
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.sync.base import ADAPTERS, Session, SyncAdapter, SyncError, Throttled
+from crm.models import Business, SyncConnection
+from crm.permissions import business_ids_where, can, can_anywhere
+from crm.services.sync import connection_connect, connection_statuses
+
+SESSION_KEY = "sync_oauth"
+
+
+def _adapter(provider: str) -> SyncAdapter:
+    adapter = ADAPTERS.get(provider)
+    if adapter is None:
+        raise Http404(f"no sync adapter {provider!r}")
+    return adapter
+
+
+def _callback_url(request: HttpRequest, provider: str) -> str:
+    return request.build_absolute_uri(reverse("sync-callback", args=[provider]))
+
+
+@staff_member_required
+@require_GET
+def sync_status_page(request: HttpRequest) -> HttpResponse:
+    if not can_anywhere(request.user, "syncconnection.view"):
+        raise PermissionDenied("the sync status is for the owners and managers of a business")
+    seen = business_ids_where(request.user, "syncconnection.view")
+    connectable = business_ids_where(request.user, "sync.connect")
+    businesses = Business.objects.order_by("name")
+    if seen is not None:
+        businesses = businesses.filter(pk__in=seen)
+    statuses = connection_statuses(seen)
+    connected = {(s.connection.business_id, s.connection.provider): s.connection for s in statuses}
+    offers = [
+        {"business": b, "adapter": a, "connection": connected.get((b.pk, a.provider))}
+        for b in businesses
+        if connectable is None or b.pk in connectable
+        for a in ADAPTERS.values()
+    ]
+    return render(
+        request,
+        "leadops/sync.html",
+        {"title": "Sync with your systems", "statuses": statuses, "offers": offers},
+    )
+
+
+@staff_member_required
+@require_POST
+def sync_connect(request: HttpRequest, provider: str) -> HttpResponse:
+    adapter = _adapter(provider)
+    business = Business.objects.filter(slug=request.POST.get("business", "")).first()
+    if business is None or not can(request.user, "sync.connect", business.pk):
+        raise PermissionDenied("only an owner of the business connects its accounts")
+    state = secrets.token_urlsafe(24)
+    request.session[SESSION_KEY] = {"state": state, "business": business.pk, "provider": provider}
+    return HttpResponseRedirect(adapter.authorize_url(redirect_uri=_callback_url(request, provider), state=state))
+
+
+@staff_member_required
+@require_GET
+def sync_callback(request: HttpRequest, provider: str) -> HttpResponse:
+    adapter = _adapter(provider)
+    pending = request.session.pop(SESSION_KEY, None) or {}
+    back = HttpResponseRedirect(reverse("sync-status"))
+    state = request.GET.get("state", "")
+    if (
+        not state
+        or not secrets.compare_digest(str(pending.get("state", "")), state)
+        or pending.get("provider") != provider
+    ):
+        messages.error(request, f"{adapter.name} sent you back without the connection this session started: try again.")
+        return back
+    business = Business.objects.filter(pk=int(pending.get("business") or 0)).first()
+    if business is None or not can(request.user, "sync.connect", business.pk):
+        raise PermissionDenied("only an owner of the business connects its accounts")
+    if request.GET.get("error") or not request.GET.get("code"):
+        messages.error(request, f"{adapter.name} did not connect: {request.GET.get('error') or 'no code came back'}.")
+        return back
+    try:
+        tokens = adapter.tokens_exchange(code=request.GET["code"], redirect_uri=_callback_url(request, provider))
+        placeholder = SyncConnection(business=business, provider=provider)
+        account = adapter.account(Session(placeholder, tokens.access_token, requests.Session()))
+    except Throttled as exc:
+        messages.error(request, f"{adapter.name} is busy ({exc}): connect again in {int(exc.wait.total_seconds())} s.")
+        return back
+    except SyncError as exc:
+        messages.error(request, f"{adapter.name} did not connect: {exc}")
+        return back
+    taken = SyncConnection.objects.filter(provider=provider, account_id=account.id).exclude(business=business).first()
+    if taken is not None:
+        messages.error(request, f"That {adapter.name} account is connected to {taken.business} already.")
+        return back
+    connection_connect(
+        business,
+        provider=provider,
+        account_id=account.id,
+        account_name=account.name,
+        access_token=tokens.access_token,
+        refresh_token=tokens.refresh_token,
+        expires_at=tokens.expires_at,
+        actor=request.user.get_username(),
+    )
+    messages.success(request, f"{business} is connected to {adapter.name} ({account.name or account.id}).")
+    return back
