@@ -1,9 +1,12 @@
 """Training the reader (`python manage.py train_intents`): deterministic, offline.
 
-The same corpus and seed give the same artefact, byte for byte (a test
-retrains and compares hashes): scikit-learn's solvers used here are
-deterministic, the vocabulary is sorted, training runs on one BLAS thread,
-and the pickle holds nothing that varies from process to process.
+The same corpus and seed give the same artefact on one machine, byte for
+byte, and the same reader on any machine: every reading of every corpus
+text the same (a test retrains and compares them). scikit-learn's solvers
+used here are deterministic, the vocabulary is sorted, training runs on one
+BLAS thread, and the pickle holds nothing that varies from process to
+process; only a CPU with other vector instructions rounds the last bit of a
+sum differently, which changes bytes of the pickle and no reading.
 
 The revocation threshold is chosen without the frozen test file: from the
 revocation probabilities of every labelled revocation the models did not
@@ -88,7 +91,7 @@ def train(
     from threadpoolctl import threadpool_limits
 
     # One BLAS thread: a multithreaded sum may round differently from one
-    # process to the next, and the artefact must come out byte for byte.
+    # process to the next, and the artefact must come out the same.
     with threadpool_limits(limits=1):
         return _train(train_examples, validation_examples, certain)
 

@@ -43,7 +43,7 @@ def test_the_corpus_is_large_bilingual_paired_and_split_once() -> None:
     assert not [e for e in test if (e.text.strip().lower(), e.previous.lower()) in seen]
 
 
-def test_the_artefact_reproduces_from_the_corpus_byte_for_byte(tmp_path: Path) -> None:
+def test_the_artefact_reproduces_from_the_corpus(tmp_path: Path) -> None:
     shipped = json.loads(PROVENANCE.read_text(encoding="utf-8"))
     assert shipped["corpus_sha256"] == corpus_digest(TRAIN, VALIDATION), "the corpus changed: run train_intents"
 
@@ -59,11 +59,21 @@ def test_the_artefact_reproduces_from_the_corpus_byte_for_byte(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr[-2000:]
     record = json.loads((tmp_path / PROVENANCE.name).read_text(encoding="utf-8"))
-
-    assert record["artefact_sha256"] == shipped["artefact_sha256"] == file_digest(tmp_path / ARTEFACT.name)
+    assert record["artefact_sha256"] == file_digest(tmp_path / ARTEFACT.name)  # its provenance names it
     assert record["revocation_threshold"] == shipped["revocation_threshold"]
     assert record["validation"] == shipped["validation"]
     assert shipped["artefact_bytes"] < 20 * 1024 * 1024
+
+    # The same reader, read for read: what it says of every text it was
+    # trained, tuned and measured on. Not the same pickle bytes: a CPU with
+    # other vector instructions rounds the last bit of a sum differently
+    # (the shipped artefact and one retrained on another machine differ by
+    # a few hundred bytes and agree on every reading).
+    retrained = reader_load(tmp_path / ARTEFACT.name, tmp_path / PROVENANCE.name)
+    pairs = [(e.text, e.previous) for path in (TRAIN, VALIDATION, TEST) for e in examples_read(path)]
+    ours, theirs = reader_load().read_many(pairs), retrained.read_many(pairs)
+    assert [(r.intent, r.confidence, r.revokes) for r in ours] == [(r.intent, r.confidence, r.revokes) for r in theirs]
+    assert max(abs(a.revocation - b.revocation) for a, b in zip(ours, theirs, strict=True)) < 1e-9
 
 
 def test_an_artefact_that_is_not_the_one_its_provenance_names_is_refused(tmp_path: Path) -> None:
