@@ -72,6 +72,9 @@ class ConsentSerializer(serializers.Serializer):
     # Revoked when the person said stop by DM; never granted by a form (Meta's
     # 24-hour window, not a grant, lets a DM go out).
     instagram = ConsentValueField()
+    # The same for a marketplace thread: the person's STOP written there.
+    thumbtack = ConsentValueField()
+    yelp = ConsentValueField()
 
 
 class ConsentEventSerializer(serializers.ModelSerializer):

@@ -34,6 +34,9 @@ from crm.services.lead_sync import lead_assign, lead_flag_exception, lead_set_ho
 from crm.services.records import task_create
 from tests.factories import BusinessFactory, UserFactory, lead_create, member_create
 
+# A marketplace thread's consent: only the person's own STOP there.
+MARKETPLACES = {"thumbtack": "unknown", "yelp": "unknown"}
+
 pytestmark = pytest.mark.django_db
 
 LEAD_FIELDS = {
@@ -162,7 +165,13 @@ def test_lead_detail_has_exactly_the_contract_fields(business: Business, setter:
     assert contact["name"] == "Pat Doe"
     assert contact["phones"] == ["+12125550147"]
     assert contact["emails"] == ["pat@example.com"]
-    assert contact["consent"] == {"sms": "unknown", "voice": "unknown", "email": "unknown", "instagram": "unknown"}
+    assert contact["consent"] == {
+        "sms": "unknown",
+        "voice": "unknown",
+        "email": "unknown",
+        "instagram": "unknown",
+        **MARKETPLACES,
+    }
     [touch] = body["touches"]
     assert set(touch) == TOUCH_FIELDS
     assert touch["channel"] == "form" and touch["provider"] == "manual" and touch["utm"] == {}
@@ -199,6 +208,7 @@ def test_consent_per_channel_is_revoked_if_any_point_revoked_else_granted_if_any
         "voice": "granted",
         "email": "granted",
         "instagram": "unknown",
+        **MARKETPLACES,
     }
     assert body["contact"]["phones"] == ["+12125550147", "+12125550148"]
 
@@ -432,7 +442,13 @@ def test_contact_detail_is_the_contact_plus_its_consent_ledger_in_order(business
     body = get(client_for(setter), f"/api/v1/contacts/{lead.contact.public_id}/")
 
     assert set(body) == CONTACT_FIELDS | {"consent_events"}
-    assert body["consent"] == {"sms": "revoked", "voice": "unknown", "email": "unknown", "instagram": "unknown"}
+    assert body["consent"] == {
+        "sms": "revoked",
+        "voice": "unknown",
+        "email": "unknown",
+        "instagram": "unknown",
+        **MARKETPLACES,
+    }
     assert [e["id"] for e in body["consent_events"]] == [granted.public_id, revoked.public_id]
     first = body["consent_events"][0]
     assert set(first) == {"id", "channel", "action", "basis", "evidence", "actor", "at"}
@@ -650,7 +666,7 @@ def test_the_schema_validates_without_warnings_and_documents_the_read_api(tmp_pa
     components = schema["components"]["schemas"]
     assert set(components["Lead"]["properties"]) == LEAD_FIELDS
     assert set(components["Contact"]["properties"]) == CONTACT_FIELDS
-    assert set(components["Consent"]["properties"]) == {"sms", "voice", "email", "instagram"}
+    assert set(components["Consent"]["properties"]) == {"sms", "voice", "email", "instagram", "thumbtack", "yelp"}
     # The contract's values first, as they were; values added since after them.
     reasons = components["BlockReasonEnum"]["enum"]
     assert reasons[:7] == ["hold", "stopped", "no_consent", "revoked", "quiet_hours", "daily_cap", "other_path_active"]
