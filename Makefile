@@ -32,7 +32,9 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	META_GRAPH_URL=$${META_GRAPH_URL:-http://127.0.0.1:8765} \
 	TWILIO_AUTH_TOKEN=$${TWILIO_AUTH_TOKEN:-demo-twilio-auth-token} \
 	STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_demo_stripe_webhook_secret} \
-	CALENDLY_SIGNING_KEY=$${CALENDLY_SIGNING_KEY:-demo-calendly-signing-key}
+	CALENDLY_SIGNING_KEY=$${CALENDLY_SIGNING_KEY:-demo-calendly-signing-key} \
+	THUMBTACK_API_URL=$${THUMBTACK_API_URL:-http://127.0.0.1:8768} \
+	YELP_API_URL=$${YELP_API_URL:-http://127.0.0.1:8768}
 
 # The web server and the task clusters together (the default one, and the
 # one that delivers outbound webhooks on its own queue); Ctrl-C stops them all.

@@ -43,9 +43,10 @@ class AgentsConfig(AppConfig):
         from agents.followup import inbound_messages
 
         inbound_messages.register()  # what follows a text or DM a person sent
-        from agents.reporting import alerts, call_scoring, call_transcription, daily_brief
+        from agents.reporting import alerts, call_scoring, call_transcription, callrail_calls, daily_brief
 
         call_scoring.register()  # processing of Twilio's recording callbacks
+        callrail_calls.register()  # processing of CallRail's calls, their transcripts scored
         call_transcription.register()  # a recording's speech to text (own job)
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         daily_brief.register()  # so are the daily briefs
@@ -64,6 +65,9 @@ class AgentsConfig(AppConfig):
         from agents.conversions import delivery as conversions
 
         conversions.register()  # a sequencer run that made uploads wakes their sender
+        from agents.sync import engine as sync
+
+        sync.register()  # the systems of record's adapters, their webhooks and the pushes they take
         from agents.schedules import schedules_ensure_on_migrate
 
         # agents has no models, so it gets no post_migrate of its own: hook the

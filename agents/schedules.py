@@ -55,6 +55,12 @@ JOBS: list[Job] = [
     # Slack alerts: the scan, then the posts (the only Slack calls of the periodic work).
     Job("leadops.alerts", "agents.tasks.alerts", 1, 55, timedelta(minutes=5)),
     Job("leadops.pipeline_qa", "agents.tasks.pipeline_qa", 15, 80, timedelta(minutes=45)),
+    # Google Local Services leads, which come by polling, not by webhook, and
+    # the feedback Google is told about them (agents.capture.providers.google_lsa).
+    Job("leadops.google_lsa", "agents.tasks.google_lsa", 1, 55, timedelta(minutes=5)),
+    # Yelp: threads a person read marked read at Yelp, and once a day per
+    # source the lead ids listed for what a webhook missed (agents.capture.providers.yelp_sync).
+    Job("leadops.yelp_sync", "agents.tasks.yelp_sync", 5, 80, timedelta(minutes=30)),
     # Hourly: each business's brief goes out on the first run at or after its
     # local `brief_hour`, once per member and day (agents.reporting.daily_brief).
     Job("leadops.daily_brief", "agents.tasks.daily_brief", 60, 80, timedelta(hours=3)),
@@ -79,6 +85,16 @@ JOBS: list[Job] = [
     Job(
         "leadops.conversions_sweep",
         "agents.tasks.conversions_sweep",
+        1,
+        55,
+        timedelta(minutes=5),
+        cluster=settings.WEBHOOKS_CLUSTER,
+    ),
+    # The systems of record (Jobber…), on the same outbound cluster
+    # (agents.sync.engine): lost claims, the reconcile loop, then what is due.
+    Job(
+        "leadops.sync_sweep",
+        "agents.tasks.sync_sweep",
         1,
         55,
         timedelta(minutes=5),

@@ -147,6 +147,40 @@ def conversions_pump() -> dict[str, int]:
     return _conversions_pump()
 
 
+@_job("leadops.sync_sweep")
+def sync_sweep() -> dict[str, int]:
+    """On the outbound cluster: lost claims, each connection's streams
+    reconciled when due, then the pushes and pulls due (agents.sync.engine)."""
+    from agents.sync.engine import sync_sweep as _sync_sweep
+
+    return _sync_sweep()
+
+
+def sync_pump() -> dict[str, int]:
+    """On the outbound cluster: the pushes and pulls due."""
+    from agents.sync.engine import sync_pump as _sync_pump
+
+    return _sync_pump()
+
+
+@_job("leadops.google_lsa")
+def google_lsa() -> dict[str, int]:
+    """Google Local Services leads (no webhook): each active source polled,
+    then the leads' feedback to Google (agents.capture.providers.google_lsa)."""
+    from agents.capture.providers.google_lsa.run import lsa_run
+
+    return lsa_run()
+
+
+@_job("leadops.yelp_sync")
+def yelp_sync() -> dict[str, int]:
+    """Yelp threads a person read, marked read at Yelp; each source's daily
+    resync of its lead ids (agents.capture.providers.yelp_sync)."""
+    from agents.capture.providers.yelp_sync import yelp_sync as _yelp_sync
+
+    return _yelp_sync()
+
+
 @_job("leadops.daily_brief")
 def daily_brief() -> dict[str, int]:
     from agents.reporting.daily_brief import TIMER_KIND, briefs_schedule

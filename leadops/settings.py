@@ -251,6 +251,17 @@ YELP_API_URL = env.str("YELP_API_URL", default="https://partner-api.yelp.com").r
 # Twilio Lookup v2 (line type before a first text): empty is Twilio's own.
 TWILIO_LOOKUP_URL = env.str("TWILIO_LOOKUP_URL", default="").rstrip("/")
 
+# --- Systems of record (agents.sync) ---------------------------------------------
+# Jobber: the app's OAuth credentials (its client secret also signs the
+# webhooks), the API's base (GraphQL and the token endpoint), the consent
+# page's base (Jobber's own host unless a stand-in says otherwise) and the
+# GraphQL schema version every request names.
+JOBBER_API_URL = env.str("JOBBER_API_URL", default="https://api.getjobber.com").rstrip("/")
+JOBBER_AUTH_URL = env.str("JOBBER_AUTH_URL", default=JOBBER_API_URL).rstrip("/")
+JOBBER_CLIENT_ID = env.str("JOBBER_CLIENT_ID", default="")
+JOBBER_CLIENT_SECRET = env.str("JOBBER_CLIENT_SECRET", default="")
+JOBBER_GRAPHQL_VERSION = env.str("JOBBER_GRAPHQL_VERSION", default="2025-04-16")
+
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of
 # the provider, never blindly resent. One `queued` longer than this with no

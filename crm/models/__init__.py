@@ -53,6 +53,7 @@ from crm.models.periodic_runs import PeriodicRun
 from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptCheckpoint, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
+from crm.models.sync import SyncChange, SyncConnection, SyncLink
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 from crm.models.webhooks import (
     ALL_EVENTS,
@@ -100,7 +101,6 @@ __all__ = [
     "Invoice",
     "Job",
     "KeptApartPair",
-    "NumberLookup",
     "Lead",
     "LeadException",
     "LeadTouch",
@@ -110,6 +110,7 @@ __all__ = [
     "ModelCall",
     "ModelCallQuota",
     "Note",
+    "NumberLookup",
     "OutboxEvent",
     "Payment",
     "PeriodicRun",
@@ -127,6 +128,9 @@ __all__ = [
     "ServiceLine",
     "Source",
     "Stage",
+    "SyncChange",
+    "SyncConnection",
+    "SyncLink",
     "Task",
     "TeamMember",
     "Timer",

@@ -28,6 +28,8 @@ class Provider(models.TextChoices):
     YELP = "yelp", "Yelp"
     ANGI = "angi", "Angi"
     CALLRAIL = "callrail", "CallRail"
+    # Systems of record a contractor runs, kept in step (crm.models.sync).
+    JOBBER = "jobber", "Jobber"
 
 
 # The settings that name a provider's account, line, page or form. An

@@ -30,11 +30,10 @@ import random
 import string
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +50,7 @@ from agents.capture.providers.typeform import typeform_signature
 from agents.capture.providers.website import DEFAULT_CONSENT_TEXT, HOSTED_RATE_LIMIT
 from agents.outbound.twilio_accounts import business_account
 from devtools.simulator.base import (  # noqa: F401 - re-exported: the simulator's vocabulary, for its callers
+    AREA_CODES,
     BAD_SIGNATURE,
     CALL_STATUS,
     DUPLICATE,
@@ -66,13 +66,23 @@ from devtools.simulator.base import (  # noqa: F401 - re-exported: the simulator
     STORES_NONE,
     STORES_SAME,
     UNREADABLE,
+    Builder,
+    Ids,
     Job,
+    Person,
+    Plan,
     Post,
     PostNotReady,
+    SimContext,
+    SourceInfo,
+    compact,
     counts_text,
+    iso,
 )
 from devtools.simulator.bookings import booking_jobs, signing_key
+from devtools.simulator.calls import AngiBuilder, CallRailBuilder
 from devtools.simulator.estimates import WAIT_SECONDS, estimate_jobs, summary
+from devtools.simulator.marketplaces import ThumbtackBuilder, YelpBuilder
 from devtools.simulator.payments import payment_jobs
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -81,34 +91,6 @@ DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
 
 # --- what the simulator knows about the business -----------------------------
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    key: str
-    provider: str
-    secret: str
-    config: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-
-@dataclass
-class SimContext:
-    business_slug: str
-    business_name: str
-    region: str
-    sources: dict[str, list[SourceInfo]]  # by provider, active ones, sorted by key
-    meta_app_secret: str = ""
-    twilio_auth_token: str = ""
-    twilio_account_sid: str = ""
-    # Stripe payments and refunds are posted only when the server can verify them.
-    stripe_webhook_secret: str = ""
-    # Twilio signs the URL it was configured with: PUBLIC_BASE_URL + path.
-    public_base_url: str = "http://127.0.0.1:8000"
-    # The business's own numbers (its lines, its team): never a simulated person.
-    reserved_phones: frozenset[str] = frozenset()
-    # A team member's API token: estimates (which have no webhook) are written
-    # through the API as a person's tool would, only when one is given.
-    api_token: str = ""
 
 
 class SimulationError(Exception):
@@ -160,38 +142,6 @@ def context_load(
 
 # Real area codes (city, state and a ZIP there, for Twilio's geo parameters);
 # the first six are the Chicago area, where the demo business works.
-AREA_CODES: tuple[tuple[str, str, str, str], ...] = (
-    ("312", "CHICAGO", "IL", "60601"),
-    ("773", "CHICAGO", "IL", "60614"),
-    ("872", "CHICAGO", "IL", "60640"),
-    ("630", "NAPERVILLE", "IL", "60540"),
-    ("708", "OAK LAWN", "IL", "60453"),
-    ("847", "EVANSTON", "IL", "60201"),
-    ("212", "NEW YORK", "NY", "10001"),
-    ("415", "SAN FRANCISCO", "CA", "94105"),
-    ("617", "BOSTON", "MA", "02108"),
-    ("202", "WASHINGTON", "DC", "20001"),
-    ("303", "DENVER", "CO", "80202"),
-    ("305", "MIAMI", "FL", "33131"),
-    ("404", "ATLANTA", "GA", "30303"),
-    ("512", "AUSTIN", "TX", "78701"),
-    ("602", "PHOENIX", "AZ", "85004"),
-    ("206", "SEATTLE", "WA", "98101"),
-    ("213", "LOS ANGELES", "CA", "90012"),
-    ("313", "DETROIT", "MI", "48226"),
-    ("414", "MILWAUKEE", "WI", "53202"),
-    ("612", "MINNEAPOLIS", "MN", "55401"),
-    ("615", "NASHVILLE", "TN", "37203"),
-    ("713", "HOUSTON", "TX", "77002"),
-    ("214", "DALLAS", "TX", "75201"),
-    ("215", "PHILADELPHIA", "PA", "19107"),
-    ("216", "CLEVELAND", "OH", "44113"),
-    ("503", "PORTLAND", "OR", "97204"),
-    ("504", "NEW ORLEANS", "LA", "70112"),
-    ("801", "SALT LAKE CITY", "UT", "84111"),
-    ("919", "RALEIGH", "NC", "27601"),
-    ("317", "INDIANAPOLIS", "IN", "46204"),
-)
 LOCAL_AREA_CODES = 6
 FIRST_NAMES = (
     "Rosa",
@@ -320,25 +270,6 @@ DM_FOLLOW_UPS = ("Also, are you free this week?", "Thanks! Mornings are best ðŸ™
 GOOGLE_TEST_PERSON = ("FirstName", "LastName", "+16505550123", "test@example.com", "94043")
 
 
-@dataclass(frozen=True)
-class Person:
-    number: int  # 1-based, for labels
-    first_name: str
-    last_name: str
-    phone: str  # E.164; "" for someone known only by an Instagram id
-    email: str  # lower case; channels vary its case
-    postal_code: str
-    service: str
-    request: str
-    area: tuple[str, str, str, str] = AREA_CODES[0]
-    igsid: str = ""
-    is_google_test: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.first_name} {self.last_name}"
-
-
 def phone_styles(e164: str) -> list[str]:
     """How people type the same US number: "(212) 555-0147", "212.555.0147"â€¦"""
     digits = e164.removeprefix("+1")
@@ -393,102 +324,6 @@ def people_make(rng: random.Random, count: int, reserved: Iterable[str] = ()) ->
 
 
 # --- deliveries ---------------------------------------------------------------
-
-
-@dataclass
-class Plan:
-    seed: int
-    people: list[Person]
-    jobs: list[Job]
-    builders: list[str]
-    skipped: dict[str, str]
-    graph_leads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    graph_tokens: set[str] = field(default_factory=set)
-    # Each person's channels (builder names) in order, by person number.
-    channels: dict[int, list[str]] = field(default_factory=dict)
-
-    @property
-    def posts(self) -> list[Post]:
-        return [post for job in self.jobs for post in job.posts]
-
-
-class _Ids:
-    """Provider-shaped ids, from the plan's random generator."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    def digits(self, n: int) -> str:
-        return str(self.rng.randint(1, 9)) + "".join(self.rng.choice(string.digits) for _ in range(n - 1))
-
-    def token(self, n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
-        return "".join(self.rng.choice(alphabet) for _ in range(n))
-
-    def sid(self, prefix: str) -> str:
-        return prefix + f"{self.rng.getrandbits(128):032x}"
-
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _compact(data: Any) -> bytes:
-    # Providers send compact JSON with non-ASCII escaped (\u00e9), which is
-    # what Meta signs; json.dumps does the same by default.
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-class Builder(ABC):
-    """One provider: which source it needs and how its deliveries look."""
-
-    name = ""
-    source_provider = ""
-    event_provider = ""
-    needs_setting = ""  # a setting without which the server refuses everything
-    carries_phone = True  # may be one of a person's several channels
-
-    def __init__(self, ctx: SimContext, rng: random.Random, plan: Plan) -> None:
-        self.ctx, self.rng, self.plan, self.ids = ctx, rng, plan, _Ids(rng)
-
-    def unavailable(self) -> str:
-        """Why this builder cannot run against the business ("" when it can)."""
-        if not self.ctx.sources.get(self.source_provider):
-            return f"no active {self.source_provider} source"
-        if self.needs_setting and not getattr(self.ctx, self.needs_setting.lower()):
-            return f"{self.needs_setting} is not set (the server refuses every delivery without it)"
-        return ""
-
-    def source(self) -> SourceInfo:
-        return self.rng.choice(self.ctx.sources[self.source_provider])
-
-    def post(self, intent: str, path: str, body: bytes, headers: dict[str, str], **kw: Any) -> Post:
-        return Post(self.name, intent, path, body, headers, event_provider=self.event_provider, **kw)
-
-    @abstractmethod
-    def lead(self, person: Person, at: datetime, phase: int, nth: int) -> list[Job]:
-        """A person reaching the business here (`nth` 0: their first channel)."""
-
-    def reply(self, person: Person, at: datetime, phase: int) -> list[Job]:
-        return []
-
-    @abstractmethod
-    def malformed(self, at: datetime, phase: int) -> Job:
-        """A correctly signed body the server cannot read (meant to fail)."""
-
-    @abstractmethod
-    def bad_signature(self, stranger: Person, at: datetime, phase: int) -> Job:
-        """A delivery the server must refuse (meant to fail)."""
-
-    def extra_noise(self, stranger: Person, at: datetime) -> list[Job]:
-        return []
-
-    def duplicate(self, job: Job) -> Job | None:
-        """The same bytes again, one phase later (a provider's retry)."""
-        originals = [p for p in job.posts if p.intent in (LEAD, REPLY, CALL_STATUS) and p.form is None]
-        if not originals:
-            return None
-        original = originals[-1]
-        return Job(job.phase + 1, [replace(original, intent=DUPLICATE, stores=STORES_SAME, label=original.label)])
 
 
 def _form_fields(b: Builder, person: Person, nth: int) -> dict[str, Any]:
@@ -620,12 +455,12 @@ class GoogleAdsBuilder(Builder):
             "gcl_id": ("TeSter-123-gclid-" if is_test else "") + self.ids.token(40),
             "adgroup_id": int(self.ids.digits(11)),
             "creative_id": int(self.ids.digits(12)),
-            "lead_submit_time": _iso(at),
+            "lead_submit_time": iso(at),
         }
 
     def _post(self, intent: str, source: SourceInfo, payload: dict, **kw: Any) -> Post:
         headers = {"Content-Type": "application/json", "User-Agent": "Google-Ads-Lead-Forms-Webhook"}
-        return self.post(intent, f"/hooks/google-ads/{source.key}/", _compact(payload), headers, **kw)
+        return self.post(intent, f"/hooks/google-ads/{source.key}/", compact(payload), headers, **kw)
 
     def lead(self, person: Person, at: datetime, phase: int, nth: int) -> list[Job]:
         source = self.source()
@@ -677,8 +512,8 @@ class TypeformBuilder(Builder):
             "form_response": {
                 "form_id": "aBcD1234",
                 "token": token,
-                "landed_at": _iso(at - timedelta(minutes=2)),
-                "submitted_at": _iso(at),
+                "landed_at": iso(at - timedelta(minutes=2)),
+                "submitted_at": iso(at),
                 "hidden": {"utm_source": "facebook", "utm_medium": "paid_social", "utm_campaign": "fall_tuneup"},
                 "definition": {
                     "id": "aBcD1234",
@@ -703,7 +538,7 @@ class TypeformBuilder(Builder):
         return self.post(intent, f"/hooks/typeform/{source.key}/", body, headers, **kw)
 
     def lead(self, person: Person, at: datetime, phase: int, nth: int) -> list[Job]:
-        body = _compact(self._payload(person, at, nth))
+        body = compact(self._payload(person, at, nth))
         return [Job(phase, [self._post(LEAD, body, "", person=person.number)])]
 
     def malformed(self, at: datetime, phase: int) -> Job:
@@ -711,7 +546,7 @@ class TypeformBuilder(Builder):
         return Job(phase, [self._post(MALFORMED, body, "", expect=UNREADABLE, stores=STORES_FAILED)])
 
     def bad_signature(self, stranger: Person, at: datetime, phase: int) -> Job:
-        body = _compact(self._payload(stranger, at, 0))
+        body = compact(self._payload(stranger, at, 0))
         return Job(phase, [self._post(BAD_SIGNATURE, body, "not-the-secret", expect=REFUSED, stores=STORES_NONE)])
 
 
@@ -738,9 +573,7 @@ class MetaBuilder(Builder):
             value.update(ad_id=ad_id, adgroup_id=ad_id)
         value["created_time"] = int(at.timestamp())
         change = {"value": value, "field": "leadgen"}
-        return _compact(
-            {"object": "page", "entry": [{"id": page_id, "time": int(at.timestamp()), "changes": [change]}]}
-        )
+        return compact({"object": "page", "entry": [{"id": page_id, "time": int(at.timestamp()), "changes": [change]}]})
 
     def lead(self, person: Person, at: datetime, phase: int, nth: int) -> list[Job]:
         source = self.source()
@@ -808,7 +641,7 @@ class InstagramBuilder(Builder):
         ms = int(at.timestamp() * 1000)
         message = {"mid": "aWdfZAG1faXRlbToxOklHTWVzc2FnZA" + self.ids.token(60), "text": text}
         messaging = {"sender": {"id": igsid}, "recipient": {"id": account}, "timestamp": ms - 250, "message": message}
-        return _compact({"object": "instagram", "entry": [{"time": ms, "id": account, "messaging": [messaging]}]})
+        return compact({"object": "instagram", "entry": [{"time": ms, "id": account, "messaging": [messaging]}]})
 
     def _post(self, intent: str, body: bytes, secret: str, **kw: Any) -> Post:
         return self.post(intent, "/hooks/meta/", body, _meta_headers(body, secret), **kw)
@@ -825,7 +658,7 @@ class InstagramBuilder(Builder):
         # A DM without its message id: readable JSON, but not a message anyone can store.
         account = str(self.source().config.get("account_id", ""))
         messaging = {"sender": {"id": self.ids.digits(16)}, "recipient": {"id": account}, "message": {"text": "hi"}}
-        body = _compact({"object": "instagram", "entry": [{"id": account, "messaging": [messaging]}]})
+        body = compact({"object": "instagram", "entry": [{"id": account, "messaging": [messaging]}]})
         post = self._post(MALFORMED, body, self.ctx.meta_app_secret, expect=UNREADABLE, stores=STORES_FAILED)
         return Job(phase, [post])
 
@@ -957,10 +790,26 @@ BUILDERS: tuple[type[Builder], ...] = (
     MetaBuilder,
     InstagramBuilder,
     TwilioBuilder,
+    ThumbtackBuilder,
+    YelpBuilder,
+    AngiBuilder,
+    CallRailBuilder,
 )
 BUILDER_NAMES = tuple(b.name for b in BUILDERS)
 # How often each channel brings a new person, relative to the others.
-WEIGHTS = {"google_ads": 3, "website": 3, "hosted_form": 1, "typeform": 2, "meta": 3, "instagram": 1, "twilio": 2}
+WEIGHTS = {
+    "google_ads": 3,
+    "website": 3,
+    "hosted_form": 1,
+    "typeform": 2,
+    "meta": 3,
+    "instagram": 1,
+    "twilio": 2,
+    "thumbtack": 2,
+    "yelp": 1,
+    "angi": 1,
+    "callrail": 2,
+}
 # The hosted form lets one address post 10 times per 10 minutes: the duplicate,
 # the malformed post and the bot's leave room for this many people.
 HOSTED_PEOPLE_MAX = HOSTED_RATE_LIMIT[0] - 3
@@ -1006,7 +855,7 @@ def plan_build(
     everyone = people_make(rng, leads + 8, ctx.reserved_phones)  # 8 strangers for the badly signed posts
     people, strangers = everyone[:leads], everyone[leads:]
     primaries = _primaries(rng, people, builders)
-    ids = _Ids(rng)
+    ids = Ids(rng)
     for i, name in enumerate(primaries):
         if name == "instagram":
             people[i] = replace(people[i], phone="", email="", igsid=ids.digits(16))

@@ -31,6 +31,8 @@ from crm.models import Appointment, Business, Estimate, InboundEvent, Lead, Rece
 from crm.services.receipts import receipts_verify
 from crm.services.timers import timers_run_due
 from devtools.simulator.core import GraphServer, context_load, plan_build, plan_run, summary_lines, unexpected
+from devtools.simulator.marketplace_api import MarketplaceServer, marketplaces_running
+from devtools.simulator.marketplaces import yelp_publish
 from tests.helpers.simulator import DEMO, HOSTED_FORM_FILE
 
 META_SECRET = "stress-meta-app-secret"
@@ -39,7 +41,9 @@ CALENDLY_KEY = "stress-calendly-signing-key"
 
 
 @pytest.fixture
-def acme(transactional_db: None, live_server, settings, tmp_path: Path) -> Iterator[tuple[Business, GraphServer, str]]:
+def acme(
+    transactional_db: None, live_server, settings, tmp_path: Path
+) -> Iterator[tuple[Business, GraphServer, str, MarketplaceServer]]:
     call_command("load_business", str(DEMO), stdout=StringIO())
     extra = tmp_path / "hosted.yaml"
     extra.write_text(HOSTED_FORM_FILE)
@@ -50,9 +54,10 @@ def acme(transactional_db: None, live_server, settings, tmp_path: Path) -> Itera
     settings.TWILIO_AUTH_TOKEN = TWILIO_TOKEN
     settings.CALENDLY_SIGNING_KEY = CALENDLY_KEY
     settings.META_GRAPH_ATTEMPTS = 1
-    with GraphServer() as graph:
+    # Meta's Graph and the marketplaces' APIs (Yelp's leads are read back from it).
+    with GraphServer() as graph, marketplaces_running(settings) as marketplaces:
         settings.META_GRAPH_URL = graph.url
-        yield Business.objects.get(slug="acme-hvac"), graph, live_server.url
+        yield Business.objects.get(slug="acme-hvac"), graph, live_server.url, marketplaces
 
 
 class Workers:
@@ -111,11 +116,12 @@ class Workers:
 
 
 def test_every_receipt_writing_path_at_once_seals_one_whole_chain_without_deadlock(acme) -> None:
-    business, graph, url = acme
+    business, graph, url, marketplaces = acme
     owner = Token.objects.create(user=business.team.get(role="owner").user)
     ctx = context_load("acme-hvac", api_token=owner.key)
     plan = plan_build(ctx, leads=24, seed=113, api_wait=60)
     graph.publish(plan.graph_leads, plan.graph_tokens)
+    yelp_publish(marketplaces, plan)
 
     with Workers(business, count=3) as workers:
         results = plan_run(plan, url, concurrency=8)

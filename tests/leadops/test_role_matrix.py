@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -114,6 +115,12 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/my/next-actions/": ("none", "200 200 200 200 200 302", "200 200 200 200 200 302"),
     "admin/my/tasks/<str:public_id>/complete/": ("task", "404 404 200 404 404 302", "404 404 200 404 404 302"),
     "admin/revenue/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    # Sync with the business's own systems: leaders see the status; only an owner
+    # connects one (without a business named, nobody may); the callback without
+    # the session's state goes back to the status page, connecting nothing.
+    "admin/sync/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
+    "admin/sync/<slug:provider>/connect/": ("adapter:jobber", "405 405 405 405 405 302", "403 403 403 403 403 302"),
+    "admin/sync/<slug:provider>/callback/": ("adapter:jobber", "302 302 302 302 302 302", "405 405 405 405 405 302"),
     "admin/reports/brief/": ("brief", "200 200 200 200 200 302", "200 200 200 200 200 302"),
     "admin/reports/exceptions/": ("exceptions", "200 200 200 403 200 302", "200 200 200 403 200 302"),
     "admin/reports/funnel/": ("funnel", "200 200 200 403 200 302", "200 200 200 403 200 302"),
@@ -660,6 +667,17 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     ),
     "hooks/twilio/follow-up/<str:message_id>/dial/": ("message", "405 405 405 405 405 405", "403 403 403 403 403 403"),
     "hooks/twilio/voice/recording/": ("none", "405 405 405 405 405 405", "403 403 403 403 403 403"),
+    "hooks/jobber/": ("none", "405 405 405 405 405 405", "401 401 401 401 401 401"),
+    # The key stands in for the path's secret too: a wrong secret is answered as an unknown key.
+    "hooks/angi/<slug:source_key>/<str:path_secret>/": (
+        "source:angi",
+        "405 405 405 405 405 405",
+        "404 404 404 404 404 404",
+    ),
+    "hooks/callrail/<slug:source_key>/": ("source:callrail", "405 405 405 405 405 405", "401 401 401 401 401 401"),
+    "hooks/thumbtack/<slug:source_key>/": ("source:thumbtack", "405 405 405 405 405 405", "401 401 401 401 401 401"),
+    # Yelp's verification GET without its challenge; a notification naming no business of ours.
+    "hooks/yelp/": ("none", "400 400 400 400 400 400", "403 403 403 403 403 403"),
     "api/v1/leads/<str:id>/trace/": ("lead", "200 200 200 404 404 401", "405 405 405 405 405 401"),
     "api/v1/appointments/<str:id>/held/": ("appointment", "405 405 405 405 405 401", "409 409 409 403 404 401"),
     "api/v1/^estimates/$": ("estimate", "200 200 200 200 200 401", "400 400 400 400 400 401"),
@@ -884,6 +902,11 @@ def world() -> Samples:
         "source:google_ads": m.Source.objects.filter(business=business, provider="google_ads").first(),
         "source:typeform": m.Source.objects.filter(business=business, provider="typeform").first(),
         "source:calendly": m.Source.objects.filter(business=business, provider="calendly").first(),
+        "source:angi": m.Source.objects.filter(business=business, provider="angi").first(),
+        "source:callrail": m.Source.objects.filter(business=business, provider="callrail").first(),
+        "source:thumbtack": m.Source.objects.filter(business=business, provider="thumbtack").first(),
+        # A sync adapter's routes name the provider.
+        "adapter:jobber": SimpleNamespace(public_id="jobber"),
         # Someone else's authenticator app (the operator's admin manages them; a role never does).
         "totpdevice": TOTPDevice.objects.create(
             user=member_create(business, m.Role.MANAGER, username="max").user, name="authenticator", confirmed=True
@@ -942,6 +965,9 @@ OTHER_SAMPLES = {
     "hooks/google-ads/": "source:google_ads",
     "hooks/typeform/": "source:typeform",
     "hooks/calendly/": "source:calendly",
+    "hooks/angi/": "source:angi",
+    "hooks/callrail/": "source:callrail",
+    "hooks/thumbtack/": "source:thumbtack",
     "hooks/twilio/follow-up/": "message",
     "api/v1/leads/<str:id>/": "lead",
     "api/v1/appointments/<str:id>/": "appointment",

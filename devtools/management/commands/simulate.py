@@ -24,13 +24,19 @@ from devtools.simulator.core import (
     unexpected,
 )
 from devtools.simulator.estimates import WAIT_SECONDS
+from devtools.simulator.marketplace_api import MarketplaceServer
+from devtools.simulator.marketplaces import yelp_publish, yelp_published
+
+MARKETPLACE_DEFAULT_PORT = 8768
 
 HELP = f"""Post realistic, correctly signed webhooks for every configured source of a
 business to a running server over HTTP: Google Ads leads (some is_test), website
 forms (JSON and form-encoded, phones typed every way), hosted-form submissions
 (GET for the CSRF cookie, token and nonce, then POST), Typeform responses, Meta
-lead ads, Instagram DMs, Twilio missed calls and inbound SMS, and SMS replies from
-earlier leads. Some people use two or three channels minutes apart; some
+lead ads, Instagram DMs, Twilio missed calls and inbound SMS, Thumbtack
+negotiations and messages, Yelp lead notifications (the leads served by a
+Yelp API stand-in), Angi lead pushes, CallRail calls and texts, and SMS replies
+from earlier leads. Some people use two or three channels minutes apart; some
 deliveries are repeated byte for byte; a few are malformed but signed, a few
 badly signed: those are counted as meant to fail. Exits non-zero when any
 status is unexpected.
@@ -86,6 +92,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-graph", action="store_true", help="do not serve Meta leads (they will fail)")
         parser.add_argument(
             "--graph-wait", type=float, default=30.0, help="seconds to wait for Meta lead reads (default %(default)s)"
+        )
+        parser.add_argument(
+            "--marketplace-port",
+            type=int,
+            default=MARKETPLACE_DEFAULT_PORT,
+            help="the Yelp and Thumbtack API stand-in's port (default %(default)s; the server's YELP_API_URL)",
         )
         parser.add_argument("--concurrency", type=int, default=4, help="sender threads (default %(default)s)")
         parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT[1], help="read timeout, seconds")
@@ -145,6 +157,13 @@ class Command(BaseCommand):
                         "fail to fetch and stay failed, replayable once META_GRAPH_URL points at a Graph that has them"
                     )
                 )
+        marketplace = None
+        yelp_leads = yelp_published(plan)["leads"]
+        if yelp_leads:
+            marketplace = MarketplaceServer(options["marketplace_port"])
+            yelp_publish(marketplace, plan)
+            marketplace.start()
+            out(f"  Yelp API stand-in on {marketplace.url}: the server must run with YELP_API_URL={marketplace.url}")
         try:
             started = time.monotonic()
             results = plan_run(
@@ -157,9 +176,13 @@ class Command(BaseCommand):
                 self._graph_report(graph, plan.graph_leads, options["graph_wait"])
             elif plan.graph_leads:
                 out(self.style.WARNING(f"Meta: {len(plan.graph_leads)} leads announced, none served (--no-graph)"))
+            if marketplace is not None:
+                self._yelp_report(marketplace, list(yelp_leads), options["graph_wait"])
         finally:
             if graph is not None:
                 graph.close()
+            if marketplace is not None:
+                marketplace.close()
         if "estimates" not in plan.builders and not ctx.api_token:
             out("Estimates: not simulated (no API token: pass --token or set SIMULATE_API_TOKEN)")
         wrong = unexpected(results)
@@ -174,6 +197,25 @@ class Command(BaseCommand):
         if configured.hostname in LOOPBACK_HOSTS and configured.port:
             return configured.port
         return GRAPH_DEFAULT_PORT
+
+    def _yelp_report(self, server: MarketplaceServer, leads: list[str], wait: float) -> None:
+        def read() -> set[str]:
+            with server.lock:
+                return {lead for lead in leads for r in server.seen if r["path"] == f"/v3/leads/{lead}"}
+
+        deadline = time.monotonic() + wait
+        while len(read()) < len(leads) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        line = f"Yelp: {len(read())} of {len(leads)} announced leads read from {server.url}"
+        if len(read()) == len(leads):
+            self.stdout.write(line)
+            return
+        self.stdout.write(
+            self.style.WARNING(
+                f"{line}. The rest were not read within {wait:.0f} s: is the task cluster running, with "
+                f"YELP_API_URL={server.url}? Unread notifications fail and stay replayable."
+            )
+        )
 
     def _graph_report(self, graph: GraphServer, leads: dict[str, Any], wait: float) -> None:
         fetched = graph.wait_fetched(leads, timeout=wait)
