@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import socket
 import threading
+from io import StringIO
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from agents.capture.providers.google_lsa.run import lsa_run
@@ -81,3 +83,58 @@ def test_lsa_simulate_serves_until_the_servers_poller_has_read_every_lead(busine
         google_services_reset()
 
     assert report == ["google_lsa: 4 leads planted over 1 account(s), 4 read by the server's poller"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_simulate_command_serves_local_services_leads_to_the_servers_poller(
+    business: Business, settings: Any
+) -> None:
+    Source.objects.create(business=business, key="lsa", provider="google_lsa", config={"customer_id": CUSTOMER})
+    _credentials(settings)
+    with socket.socket() as probe, socket.socket() as second:
+        # Two neighbouring free ports: the stand-in's and its token endpoint's.
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        second.bind(("127.0.0.1", port + 1))
+    settings.GOOGLE_ADS_ENDPOINT = f"127.0.0.1:{port}"
+    settings.GOOGLE_OAUTH_TOKEN_URL = f"http://127.0.0.1:{port + 1}/token"
+    google_services_reset()
+    out = StringIO()
+
+    def simulate() -> None:
+        try:
+            call_command(
+                "simulate",
+                "--only",
+                "google_lsa",
+                "--leads",
+                "20",
+                "--seed",
+                "3",
+                "--lsa-port",
+                str(port),
+                "--lsa-wait",
+                "60",
+                stdout=out,
+            )
+        finally:
+            connection.close()  # the thread's own
+
+    simulating = threading.Thread(target=simulate)
+    simulating.start()
+    try:
+        poll_until(lambda: (lsa_run(), not simulating.is_alive())[1], timeout=60, interval=0.2)
+    finally:
+        simulating.join(timeout=70)
+        google_services_reset()
+
+    assert "google_lsa: 2 leads planted over 1 account(s), 2 read by the server's poller" in out.getvalue()
+    run_queued_events()
+    assert LeadTouch.objects.filter(provider="google_lsa").count() == 2
+
+
+@pytest.mark.django_db
+def test_the_simulate_command_says_when_there_is_no_local_services_source(business: Business) -> None:
+    out = StringIO()
+    call_command("simulate", "--only", "google_lsa", stdout=out)
+    assert "skipped google_lsa: no active google_lsa source" in out.getvalue()

@@ -24,6 +24,7 @@ from devtools.simulator.core import (
     unexpected,
 )
 from devtools.simulator.estimates import WAIT_SECONDS
+from devtools.simulator.lsa import LSA_PORT, lsa_simulate
 from devtools.simulator.marketplace_api import MarketplaceServer
 from devtools.simulator.marketplaces import yelp_publish, yelp_published
 
@@ -85,8 +86,22 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="the same seed posts the same people and ids (default: random)")
         parser.add_argument(
             "--only",
-            help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)},calendly,stripe,estimates "
+            help=f"comma-separated providers, from: {','.join(BUILDER_NAMES)},google_lsa,calendly,stripe,estimates "
             "(default: every configured one)",
+        )
+        parser.add_argument(
+            "--lsa-port",
+            type=int,
+            default=LSA_PORT,
+            help="the Google Ads API stand-in's port for Local Services leads; its OAuth token endpoint is the next "
+            "one (default %(default)s)",
+        )
+        parser.add_argument(
+            "--lsa-wait",
+            type=float,
+            default=150.0,
+            help="seconds to serve Local Services leads until the server's poller (every minute) read them "
+            "(default %(default)s)",
         )
         parser.add_argument("--graph-port", type=int, help="the Meta Graph stand-in's port (0: any free port)")
         parser.add_argument("--no-graph", action="store_true", help="do not serve Meta leads (they will fail)")
@@ -126,6 +141,10 @@ class Command(BaseCommand):
         if options["leads"] < 0:
             raise CommandError("--leads must be 0 or more")
         only = [n.strip() for n in options["only"].split(",") if n.strip()] if options["only"] else None
+        # Local Services leads are not posted: Google is polled for them, so
+        # they are served from a stand-in after the posts (`_lsa`).
+        lsa = only is None or "google_lsa" in only
+        only = [name for name in only if name != "google_lsa"] if only is not None else None
         seed = options["seed"] if options["seed"] is not None else random.SystemRandom().randrange(1, 1_000_000)
         try:
             ctx = context_load(
@@ -136,6 +155,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
 
         out = self.stdout.write
+        if only == [] and lsa:  # Local Services alone
+            self._lsa(ctx.business_slug, options, seed, asked=True)
+            return
         out(f"Simulating {len(plan.people)} people for {ctx.business_slug} against {url} (--seed {seed})")
         for name, reason in plan.skipped.items():
             out(self.style.WARNING(f"  skipped {name}: {reason}"))
@@ -183,6 +205,8 @@ class Command(BaseCommand):
                 graph.close()
             if marketplace is not None:
                 marketplace.close()
+        if lsa:
+            self._lsa(ctx.business_slug, options, seed, asked=only is not None)
         if "estimates" not in plan.builders and not ctx.api_token:
             out("Estimates: not simulated (no API token: pass --token or set SIMULATE_API_TOKEN)")
         wrong = unexpected(results)
@@ -197,6 +221,27 @@ class Command(BaseCommand):
         if configured.hostname in LOOPBACK_HOSTS and configured.port:
             return configured.port
         return GRAPH_DEFAULT_PORT
+
+    def _lsa(self, slug: str, options: dict[str, Any], seed: int, *, asked: bool) -> None:
+        """Serve Local Services leads (a tenth of --leads, at least one) until
+        the server's poller read them, when the business has a google_lsa source."""
+        from crm.models import Provider, Source
+
+        if not Source.objects.filter(business__slug=slug, provider=Provider.GOOGLE_LSA, is_active=True).exists():
+            if asked:
+                self.stdout.write(self.style.WARNING("  skipped google_lsa: no active google_lsa source"))
+            return
+        port = options["lsa_port"]
+        self.stdout.write(
+            f"Google Local Services: serving leads on 127.0.0.1:{port} until the server's poller reads them "
+            f"(it must run with GOOGLE_ADS_ENDPOINT=127.0.0.1:{port}, "
+            f"GOOGLE_OAUTH_TOKEN_URL=http://127.0.0.1:{port + 1}/token)"
+        )
+        leads = max(1, options["leads"] // 10)
+        for line in lsa_simulate(
+            slug, leads=leads, seed=seed, port=port, token_port=port + 1, timeout=options["lsa_wait"]
+        ):
+            self.stdout.write(line)
 
     def _yelp_report(self, server: MarketplaceServer, leads: list[str], wait: float) -> None:
         def read() -> set[str]:
