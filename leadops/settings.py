@@ -262,6 +262,22 @@ JOBBER_CLIENT_ID = env.str("JOBBER_CLIENT_ID", default="")
 JOBBER_CLIENT_SECRET = env.str("JOBBER_CLIENT_SECRET", default="")
 JOBBER_GRAPHQL_VERSION = env.str("JOBBER_GRAPHQL_VERSION", default="2025-04-16")
 
+# Calendars, one per team member (agents/sync/google_calendar.py,
+# agents/sync/microsoft_calendar.py): each app's OAuth credentials and the
+# bases of its consent page, token endpoint and API (stand-ins in tests).
+GOOGLE_CALENDAR_API_URL = env.str("GOOGLE_CALENDAR_API_URL", default="https://www.googleapis.com/calendar/v3").rstrip(
+    "/"
+)
+GOOGLE_OAUTH_URL = env.str("GOOGLE_OAUTH_URL", default="https://accounts.google.com/o/oauth2/v2/auth")
+GOOGLE_TOKEN_URL = env.str("GOOGLE_TOKEN_URL", default="https://oauth2.googleapis.com/token")
+GOOGLE_CALENDAR_CLIENT_ID = env.str("GOOGLE_CALENDAR_CLIENT_ID", default="")
+GOOGLE_CALENDAR_CLIENT_SECRET = env.str("GOOGLE_CALENDAR_CLIENT_SECRET", default="")
+MS_GRAPH_URL = env.str("MS_GRAPH_URL", default="https://graph.microsoft.com/v1.0").rstrip("/")
+# "common": work, school and personal Microsoft accounts alike.
+MS_LOGIN_URL = env.str("MS_LOGIN_URL", default="https://login.microsoftonline.com/common/oauth2/v2.0").rstrip("/")
+MS_CLIENT_ID = env.str("MS_CLIENT_ID", default="")
+MS_CLIENT_SECRET = env.str("MS_CLIENT_SECRET", default="")
+
 # --- Message sweeps (agents.outbound.sweep) ------------------------------------
 # A message `sending` longer than this lost its worker mid-send: it is asked of
 # the provider, never blindly resent. One `queued` longer than this with no

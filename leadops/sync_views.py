@@ -5,7 +5,8 @@ business, and connecting a provider's account (OAuth, authorization code).
   the user leads — its status, last success, last error, records waiting
   and failed — and, for an owner, a "Connect" button per provider (again
   after its tokens were refused or the app removed).
-- `POST /admin/sync/<provider>/connect/` (owners): keeps a random state
+- `POST /admin/sync/<provider>/connect/` (owners; for a calendar, the
+  member whose calendar it is): keeps a random state
   with the business in the session and sends the person to the provider's
   consent page.
 - `GET /admin/sync/<provider>/callback/`: the provider sends the person
@@ -30,7 +31,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.sync.base import ADAPTERS, Session, SyncAdapter, SyncError, Throttled
-from crm.models import Business, SyncConnection
+from crm.models import Business, SyncConnection, TeamMember
 from crm.permissions import business_ids_where, can, can_anywhere
 from crm.services.sync import connection_connect, connection_statuses
 
@@ -42,6 +43,20 @@ def _adapter(provider: str) -> SyncAdapter:
     if adapter is None:
         raise Http404(f"no sync adapter {provider!r}")
     return adapter
+
+
+def _connector(request: HttpRequest, adapter: SyncAdapter, business: Business) -> TeamMember | None:
+    """Who may connect: an owner connects the business's account; a
+    calendar is one person's, connected by that member themself (their
+    membership is the connection's member). PermissionDenied otherwise."""
+    if adapter.per_member:
+        member = TeamMember.objects.filter(business=business, user_id=request.user.pk or 0, is_active=True).first()
+        if member is None:
+            raise PermissionDenied("a calendar is connected by the team member whose calendar it is")
+        return member
+    if not can(request.user, "sync.connect", business.pk):
+        raise PermissionDenied("only an owner of the business connects its accounts")
+    return None
 
 
 def _callback_url(request: HttpRequest, provider: str) -> str:
@@ -78,8 +93,9 @@ def sync_status_page(request: HttpRequest) -> HttpResponse:
 def sync_connect(request: HttpRequest, provider: str) -> HttpResponse:
     adapter = _adapter(provider)
     business = Business.objects.filter(slug=request.POST.get("business", "")).first()
-    if business is None or not can(request.user, "sync.connect", business.pk):
-        raise PermissionDenied("only an owner of the business connects its accounts")
+    if business is None:
+        raise PermissionDenied("no such business")
+    _connector(request, adapter, business)
     state = secrets.token_urlsafe(24)
     request.session[SESSION_KEY] = {"state": state, "business": business.pk, "provider": provider}
     return HttpResponseRedirect(adapter.authorize_url(redirect_uri=_callback_url(request, provider), state=state))
@@ -100,8 +116,9 @@ def sync_callback(request: HttpRequest, provider: str) -> HttpResponse:
         messages.error(request, f"{adapter.name} sent you back without the connection this session started: try again.")
         return back
     business = Business.objects.filter(pk=int(pending.get("business") or 0)).first()
-    if business is None or not can(request.user, "sync.connect", business.pk):
-        raise PermissionDenied("only an owner of the business connects its accounts")
+    if business is None:
+        raise PermissionDenied("no such business")
+    member = _connector(request, adapter, business)
     if request.GET.get("error") or not request.GET.get("code"):
         messages.error(request, f"{adapter.name} did not connect: {request.GET.get('error') or 'no code came back'}.")
         return back
@@ -115,7 +132,11 @@ def sync_callback(request: HttpRequest, provider: str) -> HttpResponse:
     except SyncError as exc:
         messages.error(request, f"{adapter.name} did not connect: {exc}")
         return back
-    taken = SyncConnection.objects.filter(provider=provider, account_id=account.id).exclude(business=business).first()
+    taken = (
+        SyncConnection.objects.filter(provider=provider, account_id=account.id)
+        .exclude(business=business, member=member)
+        .first()
+    )
     if taken is not None:
         messages.error(request, f"That {adapter.name} account is connected to {taken.business} already.")
         return back
@@ -128,6 +149,7 @@ def sync_callback(request: HttpRequest, provider: str) -> HttpResponse:
         refresh_token=tokens.refresh_token,
         expires_at=tokens.expires_at,
         actor=request.user.get_username(),
+        member=member,
     )
     messages.success(request, f"{business} is connected to {adapter.name} ({account.name or account.id}).")
     return back

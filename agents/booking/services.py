@@ -59,6 +59,7 @@ from crm.services.next_action import next_action_set
 from crm.services.outbox import event_emit
 from crm.services.receipts import receipt_write
 from crm.services.records import appointment_record, task_ensure
+from crm.services.sync import calendar_busy, sync_changes_canceled
 from crm.services.timers import timer_handler_register, timer_schedule
 
 ACTOR = "agent:calendar_booking"
@@ -146,7 +147,7 @@ def _technician(
         if wanted is not None:
             raise NotASlot(f"{rule.public_id} names no technicians: {wanted} cannot be picked")
         return None
-    free = members_free(rule, starts)
+    free = members_free(rule, starts, ends=ends, busy=calendar_busy([m.pk for m in members]))
     if wanted is not None:
         if wanted not in free:
             raise NotASlot(f"{wanted} does not work this slot or is away then")
@@ -470,6 +471,8 @@ def appointment_cancel(
         before={"status": appt.status},
         after={"status": "canceled"},
     )
+    # The calendars it went into hear of it by a row of this transaction.
+    sync_changes_canceled(appt)
     still_booked = lead.appointments.filter(status__in=HOLDING).exists()
     if lead.stage == Stage.BOOKED and not still_booked:
         lead_sync.lead_transition(lead, Stage.QUALIFIED, actor=actor, reason=f"{appt.public_id} canceled: {reason}")

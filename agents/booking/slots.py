@@ -13,6 +13,7 @@ can never land between or outside the approved slots.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -22,6 +23,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from crm.models import DAYS, Appointment, Availability, Lead, TeamMember
+from crm.services.sync import calendar_busy
 
 # Appointments that hold a place in their slot.
 HOLDING = (Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED)
@@ -112,10 +114,23 @@ def rule_serves(rule: Availability, lead: Lead) -> bool:
     return not lines or lead.service_line_id in lines
 
 
-def members_free(rule: Availability, at: datetime) -> tuple[TeamMember, ...]:
-    """The rule's members who can take a visit at `at`."""
+def members_free(
+    rule: Availability,
+    at: datetime,
+    *,
+    ends: datetime | None = None,
+    busy: Mapping[int, list[tuple[datetime, datetime]]] | None = None,
+) -> tuple[TeamMember, ...]:
+    """The rule's members who can take a visit at `at` (until `ends`): active,
+    not out of office, and not busy then in a calendar they connected
+    (`busy`, crm.services.sync.calendar_busy)."""
+    until = ends or at
     return tuple(
-        m for m in rule.members.all() if m.is_active and (m.out_of_office_until is None or m.out_of_office_until <= at)
+        m
+        for m in rule.members.all()
+        if m.is_active
+        and (m.out_of_office_until is None or m.out_of_office_until <= at)
+        and not any(start < until and end > at for start, end in (busy or {}).get(m.pk, ()))
     )
 
 
@@ -155,9 +170,10 @@ def slots_offer(
     """The approved slots this lead may be booked into, soonest first.
 
     A fixed number of queries however many rules and days: the rules with
-    their members and lines, and one count of the appointments holding places.
-    Slots already started, full (unless `include_full`), or without a free
-    member are left out.
+    their members and lines, one count of the appointments holding places,
+    and the members' calendar busy blocks. Slots already started, full
+    (unless `include_full`), or without a free member (a member busy in their
+    calendar is not free) are left out.
     """
     now = now or timezone.now()
     zone = ZoneInfo(lead.business.timezone)
@@ -183,13 +199,14 @@ def slots_offer(
     )
     for row in counts:
         taken[(row["availability_id"], row["starts_at"])] = row["n"]
+    busy = calendar_busy([m.pk for rule in rules for m in rule.members.all()])
     offered = []
     for rule in rules:
         has_members = bool(rule.members.all())
         for starts, ends in _starts(rule, zone, first, last):
             if starts <= now:
                 continue
-            free = members_free(rule, starts)
+            free = members_free(rule, starts, ends=ends.astimezone(ZoneInfo("UTC")), busy=busy)
             if has_members and not free:
                 continue
             slot = Slot(rule, starts, ends.astimezone(ZoneInfo("UTC")), taken[(rule.pk, starts)], free)

@@ -348,6 +348,8 @@ class VisitMapper(Mapper):
             "provider": connection.provider,
             "external_id": _visit_external_id(remote),
             "notes": str(fields.get("title") or ""),
+            # A moved visit stays with its technician; one from a person's calendar is theirs.
+            "assigned_to": old.assigned_to if old is not None else connection.member,
         }
         if lead.stage in (*BEFORE_BOOKING_STAGES, Stage.BOOKED):
             try:

@@ -95,6 +95,8 @@ class Remote:
     version: str
     fields: dict[str, Any]
     refs: dict[str, str] = field(default_factory=dict)
+    # Deleted there (a calendar's changes list its deleted events too).
+    gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,9 @@ class Page:
     items: list[Remote]
     cursor: str = ""  # where the next page starts
     more: bool = False
+    # The stream's next `since` when the provider names it (a calendar's
+    # sync token) rather than the newest version read.
+    since: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,18 @@ class PushBooking:
     ends_at: datetime
     location: str = ""
     notes: str = ""
+    link: str = ""  # the lead's thread in LeadOps
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A calendar's push channel: Google's watch channel, Microsoft's
+    subscription. `token` comes back with every notification."""
+
+    id: str
+    token: str
+    resource_id: str
+    expires_at: datetime
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,8 @@ class SyncAdapter(ABC):
     # the header that carries the signature.
     topics: ClassVar[tuple[str, ...]] = ()
     signature_header: ClassVar[str] = ""
+    # A calendar: one team member's, connected by them (SyncConnection.member).
+    per_member: ClassVar[bool] = False
 
     # -- OAuth
     @abstractmethod
@@ -211,6 +230,27 @@ class SyncAdapter(ABC):
     def push(self, session: Session, item: PushPerson | PushBooking) -> Pushed:
         """Find or create the person or booking there; its id. Find first:
         a retry after an answer we lost must not make a second one."""
+
+    # -- a booking moved or canceled here (calendars)
+    def move(self, session: Session, external_id: str, item: PushBooking) -> Pushed:
+        """Their booking `external_id` set to the new time of ours."""
+        raise Refused(f"{self.name} takes no moved bookings")
+
+    def remove(self, session: Session, external_id: str) -> None:
+        """Their booking deleted; one already gone is not an error."""
+        raise Refused(f"{self.name} takes no canceled bookings")
+
+    # -- a person's calendar (per_member adapters)
+    hook_path: ClassVar[str] = ""  # where its notifications come (`hooks/…/`)
+
+    def busy(self, session: Session, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+        """The busy blocks of the calendar between `start` and `end`, in UTC."""
+        raise Refused(f"{self.name} has no busy times")
+
+    def watch(self, session: Session, *, address: str, current: Channel | None) -> Channel:
+        """A push channel to `address` for the calendar's events, made or
+        renewed (`current`: the one that is about to expire)."""
+        raise Refused(f"{self.name} has no push channels")
 
 
 # provider -> its adapter, filled at startup (agents.sync.engine.register).

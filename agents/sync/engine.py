@@ -32,6 +32,14 @@ owns the rest.
   status `reauthorize` and an exception item for the business's manager,
   never a silent fallback; its changes wait and go once it is connected
   again.
+- **Calendars.** A Google or Microsoft calendar is one team member's
+  connection (`SyncConnection.member`): the visits assigned to them are
+  pushed as events (made once, moved with a reschedule, deleted with a
+  cancellation); its busy blocks are read at most every BUSY_EVERY and on
+  each notification, and take the member off the slots; its push channel
+  is renewed before it expires. A notification is a pull without a record:
+  the stream is read from its cursor (a moved or deleted event moves or
+  cancels our visit through the visit mapper) and the busy times again.
 - **The provider's budget.** `Throttled` sets the connection's
   `throttled_until`: its changes and its reconcile wait until then. Nothing
   sleeps in a request or a worker.
@@ -59,7 +67,9 @@ from agents.sync.adapters import INSTALLED
 from agents.sync.apply import Missing, apply_gone, apply_remote, ours_of, version_newer
 from agents.sync.base import (
     ADAPTERS,
+    VISIT,
     AuthRefused,
+    Channel,
     PullAsk,
     PushBooking,
     Pushed,
@@ -71,18 +81,23 @@ from agents.sync.base import (
     Throttled,
     TokenExpired,
 )
+from agents.sync.calendar_hooks import calendar_hooks_register
 from agents.sync.webhooks import notices_register
 from crm.models import Appointment, SyncChange, SyncConnection, SyncLink
 from crm.services.inbound_handlers import RetryLater
 from crm.services.receipts import receipt_write
 from crm.services.sync import (
+    CANCEL,
     FAILED_EXCEPTION,
     SYNC_PUSHES,
     SYNC_WAKE,
+    calendar_busy_failed,
+    calendar_busy_store,
     connection_needs_person,
     digest,
     exception_open,
     exceptions_resolve,
+    link_of,
     sync_pull_enqueue,
 )
 from crm.work_queue import Backoff, claims_take_back, pump
@@ -112,6 +127,12 @@ RECONCILE_EVERY = timedelta(minutes=15)
 RECONCILE_PAGES = 10
 # A new connection's streams start this long before it was made.
 RECONCILE_BACKFILL = timedelta(days=1)
+# A calendar's busy times are read again at most this often without a
+# notification, over the days slots are offered (and one more).
+BUSY_EVERY = timedelta(minutes=5)
+BUSY_AHEAD = timedelta(days=15)
+# A calendar's push channel is renewed this long before it expires.
+CHANNEL_RENEW_AHEAD = timedelta(hours=12)
 
 
 def adapter_register(adapter: SyncAdapter) -> None:
@@ -130,6 +151,7 @@ def pump_enqueue() -> None:
 def register() -> None:
     for adapter in INSTALLED:
         adapter_register(adapter)
+    calendar_hooks_register()
     SYNC_WAKE.register("sync", pump_enqueue)
 
 
@@ -244,6 +266,9 @@ def change_work(change_id: int, number: int, *, now: datetime) -> str:
     try:
         if change.direction == SyncChange.Direction.PUSH:
             outcome = with_session(conn, lambda session: _push(session, change))
+        elif not change.external_id:
+            # A calendar's notification names no event: what changed is read from the stream's cursor.
+            outcome = calendar_changes(conn, now=now)
         else:
             outcome = with_session(conn, lambda session: _pull(session, change.kind, change.external_id, 0))
     except Throttled as exc:
@@ -368,6 +393,8 @@ def _push(session: Session, change: SyncChange) -> str:
     if appointment is None:
         return f"skipped: {change.record} is not an appointment of this business"
     adapter = ADAPTERS[session.connection.provider]
+    if adapter.booking_kind == VISIT:
+        return _push_visit(session, adapter, change, appointment)
     lead, contact = appointment.lead, appointment.lead.contact
     client_id = ""
     if adapter.person_kind is not None:
@@ -393,6 +420,59 @@ def _push(session: Session, change: SyncChange) -> str:
     )
     request_id = _ensure(session, adapter.booking_kind, lead.public_id, lead, booking, {})
     return f"{adapter.booking_kind} {request_id} for {lead.public_id}" + (f", client {client_id}" if client_id else "")
+
+
+def _push_visit(session: Session, adapter: SyncAdapter, change: SyncChange, appointment: Appointment) -> str:
+    """A visit of ours as an event in a person's calendar: made once (the
+    link is the appointment's), moved when ours was rescheduled from one it
+    made (the link follows the new appointment), deleted when ours was
+    canceled."""
+    conn, lead = session.connection, appointment.lead
+    if change.kind == CANCEL:
+        link = link_of(conn, VISIT, record=appointment.public_id)
+        if link is None or not link.external_id:
+            return f"skipped: {appointment.public_id} made no event in {conn.provider}"
+        adapter.remove(session, link.external_id)
+        _pushed_receipt(conn, lead, appointment.public_id, f"event {link.external_id} deleted", link.external_id)
+        return f"event {link.external_id} deleted"
+    service = lead.service_line.name if lead.service_line else "Service visit"
+    name = " ".join(part for part in (lead.contact.first_name, lead.contact.last_name) if part)
+    booking = PushBooking(
+        record=appointment.public_id,
+        client_id="",
+        title=f"{service}: {name}" if name else service,
+        starts_at=appointment.starts_at,
+        ends_at=appointment.ends_at,
+        location=appointment.location or ", ".join(p for p in (lead.contact.address, lead.contact.postal_code) if p),
+        notes=appointment.notes,
+        link=f"{settings.PUBLIC_BASE_URL}/app/leads/{lead.public_id}/",
+    )
+    old = appointment.rescheduled_from
+    moved = link_of(conn, VISIT, record=old.public_id) if old is not None else None
+    if moved is not None and moved.external_id:
+        pushed = adapter.move(session, moved.external_id, booking)
+        SyncLink.objects.filter(pk=moved.pk).update(
+            record=appointment.public_id,
+            remote_version=pushed.version,
+            local_digest=digest(ours_of(VISIT, appointment)),
+            synced_at=timezone.now(),
+        )
+        _pushed_receipt(conn, lead, appointment.public_id, f"event {moved.external_id} moved", moved.external_id)
+        return f"event {moved.external_id} moved to {appointment.public_id}"
+    event_id = _ensure(session, VISIT, appointment.public_id, lead, booking, ours_of(VISIT, appointment))
+    return f"event {event_id} for {appointment.public_id}"
+
+
+def _pushed_receipt(conn: SyncConnection, lead: Any, record: str, reason: str, external_id: str) -> None:
+    receipt_write(
+        business=conn.business,
+        lead=lead,
+        subject=record,
+        actor=f"{ACTOR}:{conn.provider}",
+        action="sync.pushed",
+        reason=reason,
+        after={"provider": conn.provider, "kind": VISIT, "external_id": external_id},
+    )
 
 
 def _ensure(
@@ -474,7 +554,7 @@ def _pull(session: Session, kind: str, external_id: str, depth: int) -> str:
     is not here yet is read first."""
     adapter = ADAPTERS[session.connection.provider]
     page = adapter.pull(session, PullAsk(kind, external_id=external_id))
-    if not page.items:
+    if not page.items or page.items[0].gone:
         return apply_gone(session.connection, kind, external_id)
     remote = page.items[0]
     for _ in range(MISSING_DEPTH):
@@ -487,15 +567,17 @@ def _pull(session: Session, kind: str, external_id: str, depth: int) -> str:
     raise RetryLater(f"{kind} {external_id}: its parents are still not all here")
 
 
-def reconcile(conn: SyncConnection, *, now: datetime, pages: int = RECONCILE_PAGES) -> int:
+def reconcile(
+    conn: SyncConnection, *, now: datetime, pages: int = RECONCILE_PAGES, every: timedelta = RECONCILE_EVERY
+) -> int:
     """Read each stream of the connection from its cursor, at most `pages`
     pages, applying what changed; returns how many records were read. A
     record that cannot be applied yet (a parent missing) becomes a pull of
-    its own, which reads its parents first."""
+    its own, which reads its parents first. Read at most once per `every`."""
     adapter = ADAPTERS[conn.provider]
     claimed = (
         SyncConnection.objects.filter(pk=conn.pk, status=SyncConnection.Status.ACTIVE)
-        .filter(Q(reconciled_at__isnull=True) | Q(reconciled_at__lte=now - RECONCILE_EVERY))
+        .filter(Q(reconciled_at__isnull=True) | Q(reconciled_at__lte=now - every))
         .filter(Q(throttled_until__isnull=True) | Q(throttled_until__lte=now))
         .update(reconciled_at=now)
     )
@@ -517,7 +599,10 @@ def reconcile(conn: SyncConnection, *, now: datetime, pages: int = RECONCILE_PAG
                 for remote in page.items:
                     count += 1
                     try:
-                        apply_remote(conn, remote)
+                        if remote.gone:
+                            apply_gone(conn, kind, remote.external_id)
+                        else:
+                            apply_remote(conn, remote)
                     except (Missing, RetryLater, IntegrityError):
                         # A parent first, or a worker on it now: a pull of its own does it.
                         sync_pull_enqueue(conn, kind=kind, external_id=remote.external_id)
@@ -528,7 +613,10 @@ def reconcile(conn: SyncConnection, *, now: datetime, pages: int = RECONCILE_PAG
                         sync_pull_enqueue(conn, kind=kind, external_id=remote.external_id)
                     if version_newer(remote.version, newest):
                         newest = remote.version
-                cursor = {"since": since, "after": page.cursor} if page.more else {"since": newest, "after": ""}
+                if page.more:
+                    cursor = {"since": since, "after": page.cursor}
+                else:
+                    cursor = {"since": page.since or newest, "after": ""}
                 _cursor_move(conn, kind, cursor)
                 if not page.more:
                     break
@@ -556,6 +644,83 @@ def _cursor_move(conn: SyncConnection, kind: str, cursor: dict[str, str]) -> Non
         conn.cursors = locked.cursors
 
 
+# --- calendars ----------------------------------------------------------------------------------
+
+
+def calendar_changes(conn: SyncConnection, *, now: datetime) -> str:
+    """A calendar said something changed: its events read from the
+    stream's cursor (a moved or deleted event moves or cancels our visit),
+    and its busy times read again."""
+    read = reconcile(conn, now=now, every=timedelta(0))
+    refreshed = calendar_busy_refresh(conn, now=now, force=True)
+    conn.refresh_from_db(fields=["last_error"])
+    if not refreshed:
+        raise SyncError(f"busy times not read: {conn.last_error}")
+    return f"{read} events read; busy times read"
+
+
+def calendar_busy_refresh(conn: SyncConnection, *, now: datetime, force: bool = False) -> bool:
+    """A person's calendar busy blocks, read again when older than
+    BUSY_EVERY (or `force`). A failure is never silent: the connection
+    says it, the manager and the person get an item, and a refused grant
+    stops the connection for a person (session_open)."""
+    if not force and conn.busy_checked_at is not None and conn.busy_checked_at > now - BUSY_EVERY:
+        return False
+    adapter = ADAPTERS[conn.provider]
+    try:
+        blocks = with_session(conn, lambda session: adapter.busy(session, now, now + BUSY_AHEAD))
+    except RetryLater as exc:
+        if conn.status == SyncConnection.Status.ACTIVE:
+            return False  # another worker is refreshing the tokens: the next run reads
+        calendar_busy_failed(conn, why=str(exc), now=now)
+        return False
+    except SyncError as exc:
+        calendar_busy_failed(conn, why=str(exc) or type(exc).__name__, now=now)
+        return False
+    # Our own visits' events are busy there too, but each already holds its
+    # place in its slot here (a rule's capacity counts it): not counted twice.
+    ours = set(
+        Appointment.objects.filter(
+            business_id=conn.business_id,
+            assigned_to_id=conn.member_id,
+            status__in=(Appointment.Status.SCHEDULED, Appointment.Status.CONFIRMED),
+        ).values_list("starts_at", "ends_at")
+    )
+    blocks = [block for block in blocks if block not in ours]
+    calendar_busy_store(conn, blocks, now=now, actor=f"{ACTOR}:{conn.provider}")
+    return True
+
+
+def calendar_watch(conn: SyncConnection, *, now: datetime) -> bool:
+    """The calendar's push channel, made or renewed before it expires
+    (Google's last at most a week, Microsoft's three days). A failure is
+    said on the connection; the 5-minute busy refresh goes on meanwhile."""
+    if conn.channel_id and conn.channel_expires_at and conn.channel_expires_at > now + CHANNEL_RENEW_AHEAD:
+        return False
+    adapter = ADAPTERS[conn.provider]
+    current = (
+        Channel(conn.channel_id, conn.channel_token, conn.channel_resource_id, conn.channel_expires_at)
+        if conn.channel_id and conn.channel_expires_at
+        else None
+    )
+    address = f"{settings.PUBLIC_BASE_URL}/{adapter.hook_path}"
+    try:
+        channel = with_session(conn, lambda session: adapter.watch(session, address=address, current=current))
+    except (SyncError, RetryLater) as exc:
+        SyncConnection.objects.filter(pk=conn.pk).update(last_error=f"watch: {exc}"[:500], last_error_at=now)
+        return False
+    SyncConnection.objects.filter(pk=conn.pk).update(
+        channel_id=channel.id,
+        channel_token=channel.token,
+        channel_resource_id=channel.resource_id,
+        channel_expires_at=channel.expires_at,
+        updated_at=timezone.now(),
+    )
+    conn.channel_id, conn.channel_token = channel.id, channel.token
+    conn.channel_resource_id, conn.channel_expires_at = channel.resource_id, channel.expires_at
+    return True
+
+
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -574,8 +739,11 @@ def sync_sweep(*, now: datetime | None = None, seconds: float = PUMP_SECONDS) ->
     connection's streams reconciled when due, then the changes due."""
     at = now or timezone.now()
     counts = {"lost": _lost_claims(at), "reconciled": 0}
-    for conn in SyncConnection.objects.select_related("business").filter(status=SyncConnection.Status.ACTIVE):
+    for conn in SyncConnection.objects.select_related("business", "member").filter(status=SyncConnection.Status.ACTIVE):
         if conn.provider in ADAPTERS:
             counts["reconciled"] += reconcile(conn, now=at)
+            if ADAPTERS[conn.provider].per_member:
+                calendar_watch(conn, now=at)
+                calendar_busy_refresh(conn, now=at)
     counts.update(sync_pump(now=now, seconds=seconds))
     return counts

@@ -139,5 +139,7 @@ def hook(adapter: SyncAdapter) -> Callable[[HttpRequest], HttpResponse]:
 
 
 urlpatterns: list[URLPattern] = [
-    path(f"hooks/{adapter.provider}/", hook(adapter), name=f"hook-{adapter.provider}") for adapter in INSTALLED
+    path(f"hooks/{adapter.provider}/", hook(adapter), name=f"hook-{adapter.provider}")
+    for adapter in INSTALLED
+    if not adapter.per_member  # calendars' notifications: agents/sync/calendar_hooks.py
 ]

@@ -30,6 +30,9 @@ class Provider(models.TextChoices):
     CALLRAIL = "callrail", "CallRail"
     # Systems of record a contractor runs, kept in step (crm.models.sync).
     JOBBER = "jobber", "Jobber"
+    # A team member's calendar: its changes notify us (crm.models.sync).
+    GOOGLE_CALENDAR = "google_calendar", "Google Calendar"
+    MICROSOFT_365 = "microsoft365", "Microsoft 365 calendar"
 
 
 # The settings that name a provider's account, line, page or form. An

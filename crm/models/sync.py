@@ -20,6 +20,7 @@ from crm.fields import EncryptedTextField
 from crm.ids import PublicIdField
 from crm.models.base import Business
 from crm.models.leads import Lead
+from crm.models.team import TeamMember
 
 
 class SyncConnection(models.Model):
@@ -34,6 +35,11 @@ class SyncConnection(models.Model):
     public_id = PublicIdField(prefix="sync")
     business = models.ForeignKey(Business, on_delete=models.PROTECT, related_name="sync_connections")
     provider = models.CharField(max_length=16)
+    # A calendar is one person's: its busy times take that member off the
+    # slots, and the visits assigned to them go into it. Empty: the business's.
+    member = models.ForeignKey(
+        TeamMember, on_delete=models.PROTECT, null=True, blank=True, related_name="calendar_connections"
+    )
     # Their account's id: webhooks name it, and it finds the business.
     account_id = models.CharField(max_length=200, blank=True)
     account_name = models.CharField(max_length=200, blank=True)
@@ -55,13 +61,36 @@ class SyncConnection(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     connected_by = models.CharField(max_length=150, blank=True)
+    # A calendar's busy blocks ([[start, end], …] as ISO texts, UTC) over
+    # the days slots are offered, as read at `busy_checked_at`.
+    busy = models.JSONField(default=list, blank=True)
+    busy_checked_at = models.DateTimeField(null=True, blank=True)
+    # A calendar's push channel (Google's watch channel, Microsoft's
+    # subscription): its id names the connection in a notification, and its
+    # token (Google's channel token, Microsoft's clientState) proves it is ours.
+    channel_id = models.CharField(max_length=200, blank=True)
+    channel_token = EncryptedTextField(blank=True)
+    channel_resource_id = models.CharField(max_length=200, blank=True)
+    channel_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["business", "provider"]
         constraints = [
-            models.UniqueConstraint(fields=["business", "provider"], name="crm_syncconnection_one_per_provider"),
+            models.UniqueConstraint(
+                fields=["business", "provider"],
+                condition=models.Q(member__isnull=True),
+                name="crm_syncconnection_one_per_provider",
+            ),
+            models.UniqueConstraint(
+                fields=["member", "provider"],
+                condition=models.Q(member__isnull=False),
+                name="crm_syncconnection_one_calendar_per_member",
+            ),
+            models.UniqueConstraint(
+                fields=["channel_id"], condition=~models.Q(channel_id=""), name="crm_syncconnection_one_per_channel"
+            ),
             # An account's webhooks find one business.
             models.UniqueConstraint(
                 fields=["provider", "account_id"],

@@ -36,6 +36,7 @@ from crm.models import (
     SyncChange,
     SyncConnection,
     SyncLink,
+    TeamMember,
 )
 from crm.registry import Registry
 from crm.selectors import business_manager
@@ -52,6 +53,11 @@ BOOKING = "booking"
 RECONNECT_EXCEPTION = "sync_reconnect"
 # ... and when a change failed for good.
 FAILED_EXCEPTION = "sync_failed"
+# ... and when a calendar's busy times could not be read: the slots offered
+# may then hold times the person is busy.
+BUSY_EXCEPTION = "calendar_busy_stale"
+# Our visit canceled: the event it made in a calendar is deleted.
+CANCEL = "cancel"
 
 
 def digest(values: dict[str, Any]) -> str:
@@ -86,13 +92,30 @@ def sync_changes_booked(appointment: Appointment) -> int:
     one push per connection of the business that takes bookings, in the
     caller's transaction; returns how many. A visit a provider sent us
     (`appointment.provider`) is not pushed back to it."""
-    connections = SyncConnection.objects.filter(business_id=appointment.business_id).exclude(
-        status=SyncConnection.Status.DISCONNECTED
+    return _changes_pushed(appointment, BOOKING)
+
+
+def sync_changes_canceled(appointment: Appointment) -> int:
+    """A visit of ours canceled: one push per calendar connection that took
+    it (its event is deleted there), in the caller's transaction."""
+    return _changes_pushed(appointment, CANCEL)
+
+
+def _changes_pushed(appointment: Appointment, kind: str) -> int:
+    # A calendar is one member's: it takes the visits assigned to them.
+    connections = (
+        SyncConnection.objects.filter(business_id=appointment.business_id)
+        .filter(Q(member__isnull=True) | Q(member_id=appointment.assigned_to_id))
+        .exclude(status=SyncConnection.Status.DISCONNECTED)
     )
     made = 0
     now = timezone.now()
     for connection in connections:
-        if connection.provider == appointment.provider or BOOKING not in (SYNC_PUSHES.get(connection.provider) or ()):
+        if kind not in (SYNC_PUSHES.get(connection.provider) or ()):
+            continue
+        # A booking is not sent back where it came from; a cancellation is
+        # (a visit moved in a calendar and canceled here still has its event there).
+        if kind == BOOKING and connection.provider == appointment.provider:
             continue
         try:
             with transaction.atomic():
@@ -100,15 +123,15 @@ def sync_changes_booked(appointment: Appointment) -> int:
                     business_id=appointment.business_id,
                     connection=connection,
                     direction=SyncChange.Direction.PUSH,
-                    kind=BOOKING,
+                    kind=kind,
                     record=appointment.public_id,
                     lead_id=appointment.lead_id,
-                    key=f"{BOOKING}:{appointment.public_id}",
+                    key=f"{kind}:{appointment.public_id}",
                     next_attempt_at=now,
                     created_at=now,
                 )
         except IntegrityError:
-            continue  # the same booking recorded again: its push exists
+            continue  # the same change recorded again: its push exists
         made += 1
     if made:
         sync_wake()
@@ -165,12 +188,13 @@ def connection_connect(
     refresh_token: str,
     expires_at: datetime | None,
     actor: str,
+    member: TeamMember | None = None,
 ) -> SyncConnection:
-    """A person connected the business's account (again): the tokens kept,
-    the connection active, its reconnect item resolved. A receipt, without
-    any token in it."""
+    """A person connected the business's account (again), or `member`
+    their calendar: the tokens kept, the connection active, its reconnect
+    item resolved. A receipt, without any token in it."""
     connection, created = SyncConnection.objects.select_for_update().get_or_create(
-        business=business, provider=provider, defaults={"account_id": account_id}
+        business=business, provider=provider, member=member, defaults={"account_id": account_id}
     )
     before = {"status": None if created else connection.status, "account": connection.account_id or None}
     connection.account_id, connection.account_name = account_id, account_name[:200]
@@ -186,7 +210,12 @@ def connection_connect(
         actor=actor,
         action="sync.connected",
         before=before,
-        after={"status": "active", "provider": provider, "account": account_id},
+        after={
+            "status": "active",
+            "provider": provider,
+            "account": account_id,
+            "member": member.public_id if member else None,
+        },
     )
     return connection
 
@@ -247,6 +276,58 @@ def exceptions_resolve(connection: SyncConnection, *, kind: str, actor: str, sub
     ).update(status=ExceptionItem.Status.RESOLVED, resolved_at=timezone.now(), resolved_by=actor[:150])
 
 
+# --- calendars' busy times ------------------------------------------------------------------
+
+
+def calendar_busy_store(
+    connection: SyncConnection, blocks: list[tuple[datetime, datetime]], *, now: datetime, actor: str
+) -> None:
+    """A calendar's busy blocks as just read: kept for the slots, and the
+    item that said they could not be read resolved."""
+    busy = [[start.isoformat(), end.isoformat()] for start, end in sorted(blocks)]
+    SyncConnection.objects.filter(pk=connection.pk).update(busy=busy, busy_checked_at=now, updated_at=now)
+    connection.busy, connection.busy_checked_at = busy, now
+    exceptions_resolve(connection, kind=BUSY_EXCEPTION, actor=actor)
+    exceptions_resolve(
+        connection, kind=BUSY_EXCEPTION, actor=actor, subject=f"{connection.public_id}:{connection.member_id}"
+    )
+
+
+def calendar_busy_failed(connection: SyncConnection, *, why: str, now: datetime) -> None:
+    """A calendar's busy times could not be read: said on the connection
+    and to the manager (the slots go on with the blocks read last)."""
+    SyncConnection.objects.filter(pk=connection.pk).update(last_error=why[:500], last_error_at=now)
+    who = connection.member or connection.business
+    detail = (
+        f"{connection.provider} busy times of {who} could not be read: {why}. Slots may be offered while they are busy."
+    )
+    exception_open(connection, kind=BUSY_EXCEPTION, detail=detail)
+    if connection.member_id is not None:
+        # The person whose calendar it is sees it too: they are the one who can fix it.
+        try:
+            with transaction.atomic():
+                ExceptionItem.objects.create(
+                    business_id=connection.business_id,
+                    owner_id=connection.member_id,
+                    kind=BUSY_EXCEPTION,
+                    subject=f"{connection.public_id}:{connection.member_id}",
+                    detail=detail[:500],
+                    detected_at=now,
+                )
+        except IntegrityError:
+            pass  # already open for them
+
+
+def calendar_busy(member_ids: list[int]) -> dict[int, list[tuple[datetime, datetime]]]:
+    """The busy blocks of these members' connected calendars (one query)."""
+    found: dict[int, list[tuple[datetime, datetime]]] = {}
+    rows = SyncConnection.objects.filter(member_id__in=member_ids).exclude(status=SyncConnection.Status.DISCONNECTED)
+    for member_id, busy in rows.values_list("member_id", "busy"):
+        for start, end in busy or ():
+            found.setdefault(member_id, []).append((datetime.fromisoformat(start), datetime.fromisoformat(end)))
+    return found
+
+
 # --- what the provider's version writes of ours ------------------------------------------------
 
 
@@ -299,7 +380,7 @@ class ConnectionStatus:
 def connection_statuses(business_ids: frozenset[int] | None) -> list[ConnectionStatus]:
     """Each connection of these businesses (None: every business) with its
     records waiting and failed: one query."""
-    rows = SyncConnection.objects.select_related("business").annotate(
+    rows = SyncConnection.objects.select_related("business", "member").annotate(
         waiting=Count("changes", filter=Q(changes__status__in=["pending", "working"])),
         failed=Count("changes", filter=Q(changes__status="failed")),
     )

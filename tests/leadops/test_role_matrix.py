@@ -674,6 +674,9 @@ MATRIX: dict[str, tuple[str, str, str]] = {
         "405 405 405 405 405 405",
         "404 404 404 404 404 404",
     ),
+    # A calendar notification without its channel's token; a Graph notification that is none.
+    "hooks/google-calendar/": ("none", "405 405 405 405 405 405", "401 401 401 401 401 401"),
+    "hooks/microsoft-calendar/": ("none", "405 405 405 405 405 405", "400 400 400 400 400 400"),
     "hooks/callrail/<slug:source_key>/": ("source:callrail", "405 405 405 405 405 405", "401 401 401 401 401 401"),
     "hooks/thumbtack/<slug:source_key>/": ("source:thumbtack", "405 405 405 405 405 405", "401 401 401 401 401 401"),
     # Yelp's verification GET without its challenge; a notification naming no business of ours.

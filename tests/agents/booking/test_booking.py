@@ -106,14 +106,15 @@ def test_a_technician_out_of_office_takes_their_slots_with_them(lead, rule, tech
 def test_slots_cost_a_fixed_number_of_queries_however_many_rules_and_days(
     lead, rule, shop, tech, django_assert_num_queries
 ):
-    # The business, the rules, their members, the members' users, their lines, the counts.
+    # The business, the rules, their members, the members' users, their lines, the counts,
+    # the members' calendar busy blocks.
     fresh = Lead.objects.get(pk=lead.pk)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         assert len(slots_offer(fresh, now=NOW, days_ahead=14)) == 22
     second = Availability.objects.create(business=shop, days=["sat"], slots=["10:00-12:00"], capacity=2)
     second.members.add(tech, member_create(shop, Role.TECHNICIAN, username="ted"))
     fresh = Lead.objects.get(pk=lead.pk)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         # 21 weekdays with two windows each, and 4 Saturdays with one, in four weeks.
         assert len(slots_offer(fresh, now=NOW, days_ahead=28)) == 21 * 2 + 4
 
