@@ -248,17 +248,22 @@ def lead_transition(lead: Lead, to_stage: str, *, actor: str, reason: str) -> Le
     """Move a lead to `to_stage` if the transition table allows it.
 
     Raises ForbiddenTransition (nothing written) otherwise. Closing a lead
-    stamps `closed_at`; reopening clears it.
+    is `lead_close`'s work whoever asks (a job completed, an estimate
+    accepted or declined): the next action cleared, its tasks canceled and
+    automation stopped, never a closed lead still telling someone what to do
+    next. Reopening clears `closed_at`.
     """
     current = _locked(lead)
     if to_stage not in Stage.values:
         raise LeadSyncError(f"unknown stage {to_stage!r}")
     if not transition_allowed(current.stage, to_stage):
         raise ForbiddenTransition(current, to_stage)
-    changes: dict[str, Any] = {"stage": to_stage}
     if to_stage in CLOSED_STAGES:
-        changes["closed_at"] = timezone.now()
-    elif current.stage in CLOSED_STAGES:
+        return lead_close(
+            current, to_stage, actor=actor, reason=reason, lost_reason=reason if to_stage == Stage.LOST else ""
+        )
+    changes: dict[str, Any] = {"stage": to_stage}
+    if current.stage in CLOSED_STAGES:
         _refuse_second_open_lead(current)
         changes["closed_at"] = None
     saved = _save(current, changes, actor=actor, action="lead.stage_changed", reason=reason)

@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_datetime
 
 from crm.models import CLOSED_STAGES, Business, Lead, Receipt, Stage, TeamMember
 from crm.services.lead_sync import (
+    LEAD_CLOSED,
     TRANSITIONS,
     ForbiddenTransition,
     LeadSyncError,
@@ -96,7 +97,9 @@ def test_an_allowed_transition_moves_the_lead_and_writes_one_receipt(
     # Closing stamps closed_at and reopening clears it; the receipt records that too.
     closing, reopening = to_stage in CLOSED_STAGES, from_stage in CLOSED_STAGES and to_stage not in CLOSED_STAGES
     if closing or reopening:
-        assert set(receipt.before) == set(receipt.after) == {"stage", "closed_at"}
+        # A lead lost through a transition keeps the reason it was given as its lost reason.
+        lost = {"lost_reason"} if to_stage == Stage.LOST else set()
+        assert set(receipt.before) == set(receipt.after) == {"stage", "closed_at"} | lost
         assert (receipt.before["closed_at"] is None, receipt.after["closed_at"] is None) == (closing, reopening)
     else:
         assert (receipt.before, receipt.after) == ({"stage": from_stage}, {"stage": to_stage})
@@ -126,6 +129,27 @@ def test_an_unknown_stage_is_refused_and_writes_nothing(business: Business) -> N
 
     assert Lead.objects.get(pk=lead.pk).stage == Stage.NEW
     assert Receipt.objects.count() == before
+
+
+@pytest.mark.parametrize("stage", CLOSED_STAGES)
+def test_a_lead_closed_by_a_transition_keeps_no_next_action_and_stops_its_automation(
+    business: Business, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job completed or an estimate accepted closes a lead through
+    lead_transition: the lead must end as lead_close leaves it, not won
+    and still saying "Send the estimate"."""
+    before_close = {Stage.WON: Stage.ESTIMATE_SENT, Stage.LOST: Stage.ESTIMATE_SENT}.get(stage, Stage.CONTACTED)
+    lead = lead_at(business, before_close)
+    lead_set_next_action(lead, "Send the estimate", timezone.now(), actor="sam", reason="visit held")
+    closed: list[tuple[str, str]] = []
+    monkeypatch.setitem(LEAD_CLOSED._items, "test", lambda lead, stage, actor: closed.append((lead.public_id, stage)))
+
+    lead_transition(lead, stage, actor="agent:jobs", reason="job completed")
+
+    lead.refresh_from_db()
+    assert (lead.stage, lead.next_action, lead.next_action_due_at) == (stage, "", None)
+    assert not lead.tasks.filter(kind="next_action", status="open").exists()
+    assert closed == [(lead.public_id, stage)]
 
 
 def test_reopening_a_lost_lead_clears_its_closed_time(business: Business) -> None:

@@ -507,8 +507,12 @@ def hold_released_step(lead: Lead, data: dict[str, Any]) -> str:
     return f"resumed as {resumed.public_id}" if resumed else "nothing to resume"
 
 
+# A closing stage's own reason, as the step's exit check names it.
+_CLOSED_REASONS: dict[str, str] = {Stage.WON: "won", Stage.DISQUALIFIED: "disqualified"}
+
+
 def _lead_closed(lead: Lead, stage: str, actor: str) -> None:
-    enrollments_stop(lead=lead, reason="won" if stage == Stage.WON else "stage_left", actor=actor)
+    enrollments_stop(lead=lead, reason=_CLOSED_REASONS.get(stage, "stage_left"), actor=actor)
 
 
 # Why a path ended when its person was merged into another who had a better one.
