@@ -55,6 +55,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import requests
 from django.conf import settings
@@ -409,10 +410,12 @@ def _push(session: Session, change: SyncChange) -> str:
         )
         client_id = _ensure(session, adapter.person_kind, contact.public_id, None, person, ours_of("client", contact))
     service = lead.service_line.name if lead.service_line else "Service request"
+    # The visit's time as the shop reads it, in its own zone.
+    local = appointment.starts_at.astimezone(ZoneInfo(lead.business.timezone))
     booking = PushBooking(
         record=lead.public_id,
         client_id=client_id,
-        title=f"{service}: visit {appointment.starts_at:%Y-%m-%d %H:%M} UTC (LeadOps {lead.public_id})",
+        title=f"{service}: visit {local:%a %d %b %Y %H:%M %Z} (LeadOps {lead.public_id})",
         starts_at=appointment.starts_at,
         ends_at=appointment.ends_at,
         location=appointment.location,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import transaction
@@ -53,6 +54,8 @@ def test_a_booking_makes_the_jobber_client_and_a_request_naming_the_lead(connect
     assert client["phones"] == [{"number": "+12125550147"}]
     (request,) = jobber.records["request"].values()
     assert request["client"]["id"] == client["id"] and lead.public_id in request["title"]
+    # The visit's time as the shop reads it (its zone), not UTC.
+    assert f"{TUE_9.astimezone(ZoneInfo(lead.business.timezone)):%a %d %b %Y} 09:00" in request["title"]
     links = dict(SyncLink.objects.values_list("kind", "external_id"))
     assert links == {"client": client["id"], "request": request["id"]}
     assert SyncLink.objects.get(kind="request").lead == lead
