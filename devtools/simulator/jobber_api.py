@@ -1,6 +1,7 @@
 """A real HTTP server standing in for Jobber: its OAuth endpoints and its
-GraphQL API, in Jobber's shapes, for the sync tests. Our adapter reaches it
-through JOBBER_API_URL and JOBBER_AUTH_URL; nothing of ours is replaced.
+GraphQL API, in Jobber's shapes, for the sync tests (tests/helpers/jobber.py)
+and the demo (devtools/standins.py). Our adapter reaches it through
+JOBBER_API_URL and JOBBER_AUTH_URL; nothing of ours is replaced.
 
 - `GET /api/oauth/authorize` answers as a person who consents: a redirect to
   `redirect_uri` with `code` and `state` (`consent = False`: `error=access_denied`).
@@ -33,17 +34,17 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from django.utils import timezone
+
 from agents.sync.jobber import jobber_signature
 
 CLIENT_ID = "jobber-app-client-id"
-CLIENT_SECRET = "jobber-app-client-secret-0123456789"
+CLIENT_SECRET = "jobber-app-client-secret-0123456789"  # noqa: S105 - the stand-in app's own, public
 ACCOUNT_ID = "Z2lkOi8vSm9iYmVyL0FjY291bnQvMTIzNDU="
 APP_ID = "a1b2c3d4-app"
 MAXIMUM = 10_000
@@ -103,7 +104,7 @@ def webhook_headers(body: bytes, *, secret: str = CLIENT_SECRET) -> dict[str, st
 
 
 class JobberServer:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.consent = True
         self.codes: dict[str, str] = {}  # code -> redirect_uri
@@ -117,7 +118,7 @@ class JobberServer:
         self.available = float(MAXIMUM)
         self.throttles: list[tuple[float, float]] = []  # (currently available, requested cost)
         self.create_delay = 0.0
-        self.clock = datetime.now(UTC)
+        self.clock = timezone.now()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -176,12 +177,29 @@ class JobberServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
     # -- OAuth ------------------------------------------------------------------------------
+
+    def accept(self, access: str, refresh: str) -> None:
+        """A token pair issued earlier (the demo's, kept in its connection)
+        taken as live: the access token until its JWT's `exp`."""
+        payload = access.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        with self.lock:
+            self.access[access] = float(claims["exp"])
+            self.refresh.add(refresh)
 
     def grant(self) -> dict[str, str]:
         """A fresh token pair, as an authorization-code exchange gives."""
@@ -367,20 +385,3 @@ class JobberServer:
     def fields_asked(self, field: str) -> list[dict[str, Any]]:
         with self.lock:
             return [s["variables"] for s in self.seen if s["field"] == field]
-
-
-@contextmanager
-def jobber_running(settings: Any) -> Iterator[JobberServer]:
-    """A started server, with the Jobber settings pointing at it."""
-    server = JobberServer()
-    server.thread.start()
-    settings.JOBBER_API_URL = server.url
-    settings.JOBBER_AUTH_URL = server.url
-    settings.JOBBER_CLIENT_ID = CLIENT_ID
-    settings.JOBBER_CLIENT_SECRET = CLIENT_SECRET
-    try:
-        yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        server.thread.join(5)
