@@ -34,14 +34,20 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_demo_stripe_webhook_secret} \
 	CALENDLY_SIGNING_KEY=$${CALENDLY_SIGNING_KEY:-demo-calendly-signing-key} \
 	THUMBTACK_API_URL=$${THUMBTACK_API_URL:-http://127.0.0.1:8768} \
-	YELP_API_URL=$${YELP_API_URL:-http://127.0.0.1:8768}
+	YELP_API_URL=$${YELP_API_URL:-http://127.0.0.1:8768} \
+	JOBBER_API_URL=$${JOBBER_API_URL:-http://127.0.0.1:8769} \
+	JOBBER_AUTH_URL=$${JOBBER_AUTH_URL:-http://127.0.0.1:8769} \
+	JOBBER_CLIENT_ID=$${JOBBER_CLIENT_ID:-jobber-app-client-id} \
+	JOBBER_CLIENT_SECRET=$${JOBBER_CLIENT_SECRET:-jobber-app-client-secret-0123456789}
 
 # The web server and the task clusters together (the default one, and the
-# one that delivers outbound webhooks on its own queue); Ctrl-C stops them all.
+# one that delivers outbound webhooks on its own queue), with the demo's
+# stand-ins for the shop's Jobber and calendar; Ctrl-C stops them all.
 run: demo
 	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task clusters)"
 	@trap 'kill 0' INT TERM EXIT; \
 	export $(DEMO_ENV); \
+	$(PY) manage.py standins & \
 	$(PY) manage.py qcluster & \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
 	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & \

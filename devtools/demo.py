@@ -67,6 +67,7 @@ from crm.services.records import (
     touch_add,
 )
 from crm.services.webhooks import webhook_subscription_save
+from devtools.demo_sync import demo_sync_ensure
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
 DEMO_SLUG = "acme-hvac"
@@ -117,6 +118,8 @@ def demo_load(path: Path = DEMO_FILE) -> DemoResult:
         if not Lead.objects.filter(business=business).exists():
             created = _records_create(business)
         total = Lead.objects.filter(business=business).count()
+    # After the records' commit: the sync reads Jobber's records into them.
+    demo_sync_ensure(load.business)
     return DemoResult(load=load, logins=logins, leads_created=created, leads_total=total)
 
 
@@ -421,6 +424,26 @@ PEOPLE = [
                 by="tom",
                 title="Visit",
             ),
+        ),
+    ),
+    _Person(
+        # Her visit, quote, job, invoice and payment live in the shop's Jobber:
+        # they come back through the sync (devtools/demo_sync.py).
+        "Rosa",
+        "Delgado",
+        "+13125550140",
+        "60640",
+        "plumbing",
+        "gads-main",
+        "Sump pump stopped running.",
+        "sara",
+        Stage.APPOINTMENT_HELD,
+        arrived=(-5, "08:20"),
+        story=(
+            _l((-5, "08:21"), "ack"),
+            _l((-5, "08:40"), "in", "Basement is damp and the sump pump doesn't kick on anymore. Can someone look?"),
+            _l((-5, "09:05"), "out", "Hi Rosa, Sara from Acme. Tom can come tomorrow at 10. Does that work?"),
+            _l((-5, "09:12"), "in", "Yes, 10 works. Thank you!"),
         ),
     ),
     _Person(

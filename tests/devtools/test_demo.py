@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from io import StringIO
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 from agents.conversions.delivery import conversions_pump
 from agents.webhooks.delivery import webhooks_pump
 from crm import inbox
+from crm.attribution import revenue_report
 from crm.inbox import InboxQuery, inbox_page
 from crm.models import (
     CLOSED_STAGES,
@@ -30,6 +32,9 @@ from crm.models import (
     Receipt,
     Refund,
     Stage,
+    SyncChange,
+    SyncConnection,
+    SyncLink,
     Task,
     TeamMember,
     WebhookDelivery,
@@ -228,3 +233,36 @@ def test_on_the_demo_the_leak_heads_the_inbox_and_the_lost_leads_thanks_waits_on
     kevin = Lead.objects.get(business__slug=DEMO_SLUG, contact__first_name="Kevin")
     assert kevin.stage == Stage.LOST and kevin.conversation.awaiting_since is None
     assert kevin.pk not in [row.pk for row in page.rows]
+
+
+def test_the_demo_shop_is_connected_to_jobber_and_its_paid_job_came_back_through_the_sync() -> None:
+    """Rosa Delgado's quote, job, invoice and payment live in the shop's
+    Jobber (a local stand-in): load_demo connects it and reads them through
+    the adapter and the engine, and her payment counts for her campaign."""
+    load_demo()
+
+    connection = SyncConnection.objects.get(business__slug=DEMO_SLUG, provider="jobber")
+    assert connection.status == SyncConnection.Status.ACTIVE and connection.last_success_at is not None
+    assert not SyncChange.objects.filter(connection=connection).exclude(status=SyncChange.Status.DONE).exists()
+    lead = demo_leads().get(contact__first_name="Rosa", contact__last_name="Delgado")
+    estimate, job, invoice, payment = lead.estimates.get(), lead.jobs.get(), lead.invoices.get(), lead.payments.get()
+    assert (estimate.status, estimate.amount) == (Estimate.Status.ACCEPTED, Decimal("1450.00"))
+    assert (job.status, job.estimate) == (Job.Status.COMPLETED, estimate)
+    assert (invoice.job, invoice.status, invoice.amount) == (job, Invoice.Status.PAID, estimate.amount)
+    assert (payment.invoice, payment.provider, payment.match_status) == (invoice, "jobber", "matched")
+    linked = dict(SyncLink.objects.filter(connection=connection).values_list("kind", "record"))
+    assert linked == {
+        "client": lead.contact.public_id,
+        "estimate": estimate.public_id,
+        "job": job.public_id,
+        "invoice": invoice.public_id,
+        "payment": payment.public_id,
+    }
+    campaign = lead.touches.order_by("received_at").first().campaign_id
+    assert campaign
+    report = revenue_report([lead.business_id], currency="USD", by="campaign")
+    assert next(row for row in report.rows if row.key == campaign).collected >= Decimal("1450.00")
+
+    load_demo()  # a second run connects nothing again and reads nothing twice
+    assert SyncConnection.objects.filter(business__slug=DEMO_SLUG).count() == 1
+    assert lead.payments.count() == 1
