@@ -345,13 +345,19 @@ def revenue_report(
     return report
 
 
-def revenue_csv_rows(report: RevenueReport) -> list[list[str]]:
-    """The report as CSV rows: a header, one row per key and the totals."""
+def revenue_table(report: RevenueReport) -> list[list[Any]]:
+    """The report as a table: a header, one row per key and the totals,
+    counts as ints and money as Decimals (the XLSX export types them)."""
     names = ["key", *COUNTS[:5], "estimates_amount", *COUNTS[5:7], "invoiced", "collected", "refunded", "net"]
     # Added later: after the currency, so the earlier columns keep their places.
     more = ["repeat_leads", "collected_by_click", "refunded_by_click", "net_by_click"]
-    lines = [[*names, "currency", *more]]
+    lines: list[list[Any]] = [[*names, "currency", *more]]
     for row in [*report.rows, report.totals]:
         values = row.as_dict()
-        lines.append([str(values[name]) for name in names] + [report.currency] + [str(values[name]) for name in more])
+        lines.append([values[name] for name in names] + [report.currency] + [values[name] for name in more])
     return lines
+
+
+def revenue_csv_rows(report: RevenueReport) -> list[list[str]]:
+    """The report as CSV rows: the table's values as text."""
+    return [[str(value) for value in line] for line in revenue_table(report)]

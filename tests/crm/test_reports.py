@@ -10,6 +10,7 @@ import io
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import openpyxl
 import pytest
 from django.db import connection
 from django.db.models import Sum
@@ -22,6 +23,7 @@ from agents.capture.base import PaymentHints
 from agents.revenue.jobs import invoice_issue, job_complete
 from agents.revenue.payments import payment_manual_record, payment_receive, refund_add
 from crm.attribution import NO_VALUE, UNATTRIBUTED, revenue_report
+from crm.exports import XLSX_TYPE
 from crm.models import Appointment, Business, Lead, Payment, Refund, Role, Source, Stage
 from crm.services import lead_sync
 from crm.services.records import appointment_record, contact_create, estimate_record, job_record, lead_open, touch_add
@@ -289,6 +291,30 @@ def test_the_page_shows_the_report_and_exports_it_as_csv(business, sources, mana
     assert lines[0][14:] == ["repeat_leads", "collected_by_click", "refunded_by_click", "net_by_click"]
     total = lines[-1]
     assert total[0] == "total" and total[12:14] == ["396.00", "USD"]
+
+
+def test_the_revenue_downloads_as_xlsx_with_typed_numbers_money_and_a_frozen_header(business, sources, manager):
+    _bulk(business, sources, 4)
+    client = Client()
+    client.force_login(manager.user)
+    page = client.get("/admin/revenue/", {"by": "source"}).content.decode()
+    assert 'id="revenue-xlsx"' in page and "format=xlsx" in page
+
+    export = client.get("/admin/revenue/", {"by": "source", "format": "xlsx"})
+
+    assert export["Content-Type"] == XLSX_TYPE
+    assert export["Content-Disposition"].endswith('-source-first.xlsx"')
+    sheet = openpyxl.load_workbook(io.BytesIO(export.content)).active
+    assert sheet.freeze_panes == "A2" and sheet["A1"].font.bold
+    rows = list(sheet.iter_rows(values_only=True))
+    as_csv = client.get("/admin/revenue/", {"by": "source", "format": "csv"}).content.decode()
+    csv_lines = list(csv.reader(io.StringIO(as_csv)))
+    assert list(rows[0]) == csv_lines[0]  # the same columns, in the same order
+    total = rows[-1]
+    assert total[0] == "total" and total[12:14] == (396, "USD")
+    assert isinstance(total[1], int)  # a count is a number, not text
+    net = sheet.cell(row=len(rows), column=13)
+    assert (net.data_type, net.number_format) == ("n", '"$"#,##0.00;-"$"#,##0.00')
 
 
 def test_the_page_asks_a_setter_to_leave_and_requires_staff_login(business):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+import openpyxl
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -15,6 +16,7 @@ from rest_framework.authtoken.models import Token
 
 from agents.reporting.pipeline_qa import pipeline_qa_run
 from approvals.services import approval_request_open
+from crm.exports import XLSX_TYPE
 from crm.models import InboundEvent, Lead, Message, RejectedDelivery, Role, Source
 from crm.services import lead_sync
 from tests.factories import member_create
@@ -151,6 +153,28 @@ def test_the_exception_report_filters_and_exports_csv(world, manager):
     }
     no_owner = next(r for r in rows if r[1] == "no_owner")
     assert no_owner[2] == world["unowned"].public_id and no_owner[4] == "mia"
+
+
+def test_the_exception_report_exports_xlsx_with_the_csv_rows_and_real_dates(world, manager):
+    client = client_for(manager)
+    assert 'id="xlsx-export"' in client.get(reverse("report-exceptions")).content.decode()
+    as_csv = client.get(reverse("report-exceptions"), {"format": "csv"}).getvalue().decode()
+    csv_rows = list(csv.reader(io.StringIO(as_csv)))
+
+    response = client.get(reverse("report-exceptions"), {"format": "xlsx"})
+
+    assert response["Content-Type"] == XLSX_TYPE
+    sheet = openpyxl.load_workbook(io.BytesIO(response.content)).active
+    rows = list(sheet.iter_rows(values_only=True))
+    assert list(rows[0]) == csv_rows[0] and sheet.freeze_panes == "A2"
+    assert len(rows) == len(csv_rows)
+    no_owner = next(r for r in rows if r[1] == "no_owner")
+    assert no_owner[2] == world["unowned"].public_id and no_owner[4] == "mia"
+    assert isinstance(no_owner[6], datetime) and no_owner[7] == 1  # a date and a number, not text
+
+
+def test_a_setter_cannot_export_the_exception_report_as_xlsx_either(world, setter):
+    assert client_for(setter).get(reverse("report-exceptions"), {"format": "xlsx"}).status_code == 403
 
 
 def test_a_setter_sees_exceptions_only_on_their_own_leads(world, setter):

