@@ -377,6 +377,9 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
         by=filters.by,
         tz=filters.tz,
     )
+    export = request.GET.get("format")
+    if export in ("csv", "xlsx"):
+        return _funnel_export(request, funnel, export)
     total = funnel.total
     conversions = dict(total.conversions)
     bars = [
@@ -404,8 +407,38 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
             "recovery": percent(funnel.rates.recovery_rate),
         },
         table=[_funnel_cells(row) for row in [*funnel.by_key, total]],
+        exports={kind: _with_format(request, kind) for kind in ("csv", "xlsx")},
     )
     return render(request, "leadops/reports/funnel.html", context)
+
+
+def _with_format(request: HttpRequest, kind: str) -> str:
+    query = request.GET.copy()
+    query["format"] = kind
+    return query.urlencode()
+
+
+def _funnel_table(funnel: Any) -> list[list[Any]]:
+    """The funnel's table: one row per key (and period, when grouped by one)
+    and the total, each stage's count and the close rate (a fraction)."""
+    lines: list[list[Any]] = [["key", "period", *(key for key, _ in STAGES), "close_rate"]]
+    for row in [*funnel.by_key, funnel.total]:
+        rate = row.close_rate
+        lines.append([row.key, row.period or "", *(row.counts[key] for key, _ in STAGES), "" if rate is None else rate])
+    return lines
+
+
+def _funnel_export(request: HttpRequest, funnel: Any, kind: str) -> HttpResponse:
+    if not can_anywhere(request.user, "csv.export"):
+        raise PermissionDenied("you may not export")
+    header, *rows = _funnel_table(funnel)
+    if kind == "xlsx":
+        response = HttpResponse(xlsx_bytes("Funnel", header, rows), content_type=XLSX_TYPE)
+    else:
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        SafeCsvWriter(response).writerows([header, *(_csv_times(row) for row in rows)])
+    response["Content-Disposition"] = f'attachment; filename="funnel-by-{funnel.by}.{kind}"'
+    return response
 
 
 # ------------------------------------------------------------------- trace

@@ -197,6 +197,22 @@ def test_the_funnel_page_draws_its_chart_in_bounded_queries(world, manager, djan
     assert speed == {"site": (2, 360.0)}
 
 
+def test_the_funnel_downloads_as_csv_and_xlsx_with_the_pages_counts(world, manager):
+    client = client_for(manager)
+    page = client.get(reverse("report-funnel"))
+    assert 'id="funnel-csv"' in page.content.decode() and 'id="funnel-xlsx"' in page.content.decode()
+    total = page.context["funnel"].total.counts
+
+    as_csv = list(csv.reader(io.StringIO(client.get(reverse("report-funnel"), {"format": "csv"}).content.decode())))
+    xlsx = client.get(reverse("report-funnel"), {"format": "xlsx"})
+    rows = list(openpyxl.load_workbook(io.BytesIO(xlsx.content)).active.iter_rows(values_only=True))
+
+    assert as_csv[0] == list(rows[0]) and as_csv[0][:3] == ["key", "period", "leads"]
+    stages = as_csv[0][2:-1]
+    assert as_csv[-1][0] == rows[-1][0] == page.context["funnel"].total.key
+    assert [int(n) for n in as_csv[-1][2:-1]] == list(rows[-1][2:-1]) == [total[key] for key in stages]
+
+
 def test_a_setter_funnel_counts_only_their_leads(world, setter):
     response = client_for(setter).get(reverse("report-funnel"), {"by": "owner"})
     assert [r.key for r in response.context["funnel"].by_key] == ["sam"]
