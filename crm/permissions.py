@@ -98,6 +98,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "money.view": LEADERS,
     "report.view": SALES,  # a setter's reports count their own leads only
     "csv.export": LEADERS,
+    "registration.view": LEADERS,  # the 10DLC evidence pack (consent evidence of contacts)
     "contact.forget": OWNERS,
 }
 

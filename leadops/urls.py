@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
-from leadops import booking_views, copilot_redirect, reports, revenue, sync_views, two_factor, views, work
+from leadops import booking_views, compliance, copilot_redirect, reports, revenue, sync_views, two_factor, views, work
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.trace_api import LeadTraceView
 
@@ -49,6 +49,7 @@ urlpatterns = [
     path("admin/reports/funnel/", reports.funnel_page, name="report-funnel"),
     path("admin/reports/leaks/", reports.leaks_page, name="report-leaks"),
     path("admin/leads/<str:public_id>/trace/", reports.trace_page, name="lead-trace"),
+    path("admin/compliance/evidence/", compliance.evidence_page, name="evidence-pack"),
     path("admin/sync/", sync_views.sync_status_page, name="sync-status"),
     path("admin/sync/<slug:provider>/connect/", sync_views.sync_connect, name="sync-connect"),
     path("admin/sync/<slug:provider>/callback/", sync_views.sync_callback, name="sync-callback"),

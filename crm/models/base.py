@@ -30,6 +30,10 @@ class Business(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     region = models.CharField(max_length=2, default="US", help_text="Default phone region (ISO 3166)")
     currency = models.CharField(max_length=3, default=CURRENCY_DEFAULT)
+    # What a carrier's sender registration (10DLC brand and campaign) asks of
+    # the business: legal_name, website, privacy_policy_url (the business
+    # file's `business:` section; agents/reporting/evidence_pack.py).
+    registration = models.JSONField(default=dict, blank=True)
     first_response_minutes = models.PositiveIntegerField(default=5)
     quiet_hours_start = models.TimeField(default=time(8, 0))
     quiet_hours_end = models.TimeField(default=time(21, 0))

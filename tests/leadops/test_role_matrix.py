@@ -115,6 +115,8 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/my/next-actions/": ("none", "200 200 200 200 200 302", "200 200 200 200 200 302"),
     "admin/my/tasks/<str:public_id>/complete/": ("task", "404 404 200 404 404 302", "404 404 200 404 404 302"),
     "admin/revenue/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
+    # The 10DLC evidence pack holds consent evidence: leaders only, each of their own business.
+    "admin/compliance/evidence/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     # Sync with the business's own systems: leaders see the status; only an owner
     # connects one (without a business named, nobody may); the callback without
     # the session's state goes back to the status page, connecting nothing.

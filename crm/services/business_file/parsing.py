@@ -213,7 +213,7 @@ def _parse_business(doc: Map, path: str) -> BusinessSpec:
         doc.line_of("business"),
         "business",
         required=("slug", "name", "timezone"),
-        optional=("region", "currency"),
+        optional=("region", "currency", "legal_name", "website", "privacy_policy_url"),
     )
     region = m.text("region", "US").upper()
     if region not in phonenumbers.SUPPORTED_REGIONS:
@@ -226,6 +226,7 @@ def _parse_business(doc: Map, path: str) -> BusinessSpec:
         "timezone": m.zone("timezone"),
         "region": region,
         "currency": currency,
+        "registration": _registration(m),
         **_parse_policy(doc, region),
         **_parse_notifications(doc),
         **_parse_ai(doc),
@@ -233,6 +234,18 @@ def _parse_business(doc: Map, path: str) -> BusinessSpec:
         **_parse_calls(doc),
     }
     return BusinessSpec(path=path, slug=m.slug("slug"), line=m.line, fields=fields)
+
+
+def _registration(m: Map) -> dict[str, str]:
+    """What a carrier's sender registration names: the legal name and two
+    public https addresses (the website, the privacy policy)."""
+    found = {"legal_name": m.text("legal_name").strip()}
+    for key in ("website", "privacy_policy_url"):
+        url = m.text(key).strip()
+        if url and not re.fullmatch(r"https://[^\s/$.?#][^\s]*", url):
+            raise m.error(key, f"{key} must be a public https:// address, not {url!r}")
+        found[key] = url
+    return {key: value for key, value in found.items() if value}
 
 
 def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
