@@ -34,7 +34,7 @@ REGISTRATION = {
 @pytest.fixture
 def shop() -> Business:
     """A business whose pack is clean: each test breaks one thing."""
-    business = BusinessFactory(name="Acme", registration=dict(REGISTRATION))
+    business = BusinessFactory.create(name="Acme", registration=dict(REGISTRATION))
     Source.objects.create(business=business, key="quote", provider="hosted_form", config={"consent_text": CONSENT})
     MessageTemplate.objects.create(
         business=business,
@@ -134,7 +134,7 @@ def test_an_unapproved_template_is_no_sample(shop: Business) -> None:
 
 
 def test_no_consent_on_record_is_risky() -> None:
-    business = BusinessFactory(name="Acme", registration=dict(REGISTRATION))
+    business = BusinessFactory.create(name="Acme", registration=dict(REGISTRATION))
     Source.objects.create(business=business, key="quote", provider="hosted_form", config={"consent_text": CONSENT})
     MessageTemplate.objects.create(business=business, key="ack_sms", channel="sms", approved=True, body="Acme: STOP")
     assert findings(business) == {(RISKY, "consent", "no SMS consent on record to show as opt-in evidence")}
