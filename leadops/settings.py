@@ -261,6 +261,9 @@ JOBBER_AUTH_URL = env.str("JOBBER_AUTH_URL", default=JOBBER_API_URL).rstrip("/")
 JOBBER_CLIENT_ID = env.str("JOBBER_CLIENT_ID", default="")
 JOBBER_CLIENT_SECRET = env.str("JOBBER_CLIENT_SECRET", default="")
 JOBBER_GRAPHQL_VERSION = env.str("JOBBER_GRAPHQL_VERSION", default="2025-04-16")
+# Housecall Pro: its REST API's base. Each company's API key and webhook
+# signing secret are pasted by its owner and kept on its connection.
+HOUSECALLPRO_API_URL = env.str("HOUSECALLPRO_API_URL", default="https://api.housecallpro.com").rstrip("/")
 
 # Calendars, one per team member (agents/sync/google_calendar.py,
 # agents/sync/microsoft_calendar.py): each app's OAuth credentials and the

@@ -13,6 +13,10 @@ business, and connecting a provider's account (OAuth, authorization code).
   back with a code and the state; the state must be the session's, the
   code is exchanged for tokens (kept encrypted), the account read, and the
   connection saved (crm.services.sync.connection_connect).
+- `POST /admin/sync/<provider>/key/` (owners; adapters that connect with an
+  API key, such as Housecall Pro): the pasted key is tried by reading the
+  account with it, and only a key the provider accepts is saved (encrypted,
+  never expiring), with the webhook signing secret pasted beside it.
 
 Thin views: each calls the adapter or one service and renders.
 """
@@ -25,12 +29,13 @@ import requests
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.sync.base import ADAPTERS, Session, SyncAdapter, SyncError, Throttled
+from agents.sync.base import ADAPTERS, Session, SyncAdapter, SyncError, Throttled, TokenExpired
 from crm.models import Business, SyncConnection, TeamMember
 from crm.permissions import business_ids_where, can, can_anywhere
 from crm.services.sync import connection_connect, connection_statuses
@@ -96,6 +101,9 @@ def sync_connect(request: HttpRequest, provider: str) -> HttpResponse:
     if business is None:
         raise PermissionDenied("no such business")
     _connector(request, adapter, business)
+    if adapter.connects_with != "oauth":
+        messages.error(request, f"{adapter.name} connects with an API key: paste it in its form.")
+        return HttpResponseRedirect(reverse("sync-status"))
     state = secrets.token_urlsafe(24)
     request.session[SESSION_KEY] = {"state": state, "business": business.pk, "provider": provider}
     return HttpResponseRedirect(adapter.authorize_url(redirect_uri=_callback_url(request, provider), state=state))
@@ -151,5 +159,59 @@ def sync_callback(request: HttpRequest, provider: str) -> HttpResponse:
         actor=request.user.get_username(),
         member=member,
     )
+    messages.success(request, f"{business} is connected to {adapter.name} ({account.name or account.id}).")
+    return back
+
+
+@staff_member_required
+@require_POST
+def sync_key(request: HttpRequest, provider: str) -> HttpResponse:
+    adapter = _adapter(provider)
+    if adapter.connects_with != "api_key":
+        raise Http404(f"{adapter.name} connects through its consent page, not a pasted key")
+    business = Business.objects.filter(slug=request.POST.get("business", "")).first()
+    if business is None:
+        raise PermissionDenied("no such business")
+    member = _connector(request, adapter, business)
+    back = HttpResponseRedirect(reverse("sync-status"))
+    key, secret = request.POST.get("api_key", "").strip(), request.POST.get("webhook_secret", "").strip()
+    if not key or not secret:
+        messages.error(request, f"{adapter.name} needs both its API key and its webhook signing secret.")
+        return back
+    try:
+        # The key is tried before anything is saved: one it refuses connects nothing.
+        with requests.Session() as http:
+            account = adapter.account(Session(SyncConnection(business=business, provider=provider), key, http))
+    except Throttled as exc:
+        messages.error(request, f"{adapter.name} is busy ({exc}): try again in {int(exc.wait.total_seconds())} s.")
+        return back
+    except TokenExpired:
+        messages.error(request, f"{adapter.name} refused that API key: copy it again from {adapter.name}, whole.")
+        return back
+    except SyncError as exc:
+        messages.error(request, f"{adapter.name} did not connect: {exc}")
+        return back
+    taken = (
+        SyncConnection.objects.filter(provider=provider, account_id=account.id)
+        .exclude(business=business, member=member)
+        .first()
+    )
+    if taken is not None:
+        messages.error(request, f"That {adapter.name} account is connected to {taken.business} already.")
+        return back
+    with transaction.atomic():
+        connection = connection_connect(
+            business,
+            provider=provider,
+            account_id=account.id,
+            account_name=account.name,
+            access_token=key,
+            refresh_token="",
+            expires_at=None,  # a key does not expire: the engine never refreshes it
+            actor=request.user.get_username(),
+            member=member,
+        )
+        connection.webhook_secret = secret
+        connection.save(update_fields=["webhook_secret", "updated_at"])
     messages.success(request, f"{business} is connected to {adapter.name} ({account.name or account.id}).")
     return back

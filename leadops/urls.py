@@ -53,6 +53,7 @@ urlpatterns = [
     path("admin/sync/", sync_views.sync_status_page, name="sync-status"),
     path("admin/sync/<slug:provider>/connect/", sync_views.sync_connect, name="sync-connect"),
     path("admin/sync/<slug:provider>/callback/", sync_views.sync_callback, name="sync-callback"),
+    path("admin/sync/<slug:provider>/key/", sync_views.sync_key, name="sync-key"),
     path("admin/", admin.site.urls),
     path("", include("agents.urls")),
     # Before the crm API: the trace is agents code, which crm may not import.

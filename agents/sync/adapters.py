@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from agents.sync.base import SyncAdapter
 from agents.sync.google_calendar import GoogleCalendarAdapter
+from agents.sync.housecall_pro import HousecallProAdapter
 from agents.sync.jobber import JobberAdapter
 from agents.sync.microsoft_calendar import MicrosoftCalendarAdapter
 
-INSTALLED: tuple[SyncAdapter, ...] = (JobberAdapter(), GoogleCalendarAdapter(), MicrosoftCalendarAdapter())
+INSTALLED: tuple[SyncAdapter, ...] = (
+    JobberAdapter(),
+    HousecallProAdapter(),
+    GoogleCalendarAdapter(),
+    MicrosoftCalendarAdapter(),
+)

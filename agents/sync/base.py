@@ -198,16 +198,20 @@ class SyncAdapter(ABC):
     signature_header: ClassVar[str] = ""
     # A calendar: one team member's, connected by them (SyncConnection.member).
     per_member: ClassVar[bool] = False
+    # How an owner connects it: "oauth" (consent, a code, refreshed tokens)
+    # or "api_key" (a key pasted in the back office: it never expires, so
+    # one refused is a person's to replace, never a refresh).
+    connects_with: ClassVar[str] = "oauth"
 
-    # -- OAuth
-    @abstractmethod
-    def authorize_url(self, *, redirect_uri: str, state: str) -> str: ...
+    # -- OAuth (an API-key adapter has none: asked, it refuses)
+    def authorize_url(self, *, redirect_uri: str, state: str) -> str:
+        raise Refused(f"{self.name} connects with an API key, not OAuth")
 
-    @abstractmethod
-    def tokens_exchange(self, *, code: str, redirect_uri: str) -> Tokens: ...
+    def tokens_exchange(self, *, code: str, redirect_uri: str) -> Tokens:
+        raise Refused(f"{self.name} connects with an API key, not OAuth")
 
-    @abstractmethod
-    def tokens_refresh(self, refresh_token: str) -> Tokens: ...
+    def tokens_refresh(self, refresh_token: str) -> Tokens:
+        raise AuthRefused(f"{self.name}'s API key cannot be refreshed: a person pastes a new one")
 
     @abstractmethod
     def account(self, session: Session) -> Account: ...

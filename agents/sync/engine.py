@@ -171,9 +171,17 @@ def session_open(conn: SyncConnection, *, refused: str = "") -> Session:
     now = timezone.now()
     if conn.status != SyncConnection.Status.ACTIVE:
         raise RetryLater(f"the connection is {conn.status}: it waits for a person to connect it again")
+    adapter = ADAPTERS[conn.provider]
+    if adapter.connects_with == "api_key":
+        # A pasted key never expires and has no refresh: refused, it is gone
+        # for good, and a person pastes a new one.
+        if not conn.access_token or conn.access_token == refused:
+            why = f"{adapter.name} refused the API key: paste a new one"
+            connection_needs_person(conn, status=SyncConnection.Status.REAUTHORIZE, why=why, actor=ACTOR)
+            raise AuthRefused(why)
+        return Session(conn, conn.access_token, requests.Session())
     if _fresh(conn, now) and conn.access_token != refused:
         return Session(conn, conn.access_token, requests.Session())
-    adapter = ADAPTERS[conn.provider]
     claimed = (
         SyncConnection.objects.filter(pk=conn.pk, status=SyncConnection.Status.ACTIVE)
         .filter(Q(refresh_claimed_at__isnull=True) | Q(refresh_claimed_at__lt=now - STALE_REFRESH))
@@ -218,6 +226,7 @@ def with_session(conn: SyncConnection, work: Callable[[Session], T]) -> T:
         return work(session)
     except TokenExpired:
         session.http.close()
+        # An API key refused: session_open stops the connection (nothing to refresh).
         session = session_open(conn, refused=session.access_token)
         try:
             return work(session)

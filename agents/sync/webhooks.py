@@ -2,9 +2,11 @@
 URL per adapter): verified, stored raw, answered at once; processed later.
 
 The view checks the adapter's signature on the raw bytes (a bad or missing
-one is 401, counted for the manager), reads which account and record the
-body names, and stores the delivery as an `InboundEvent` (raw first)
-deduplicated on (topic, record, time): a redelivery is a duplicate. That is
+one is 401, counted for the manager; Housecall Pro signs with each
+company's own secret, so a company no connection holds is refused the same
+way), reads which account and record the body names, and stores the
+delivery as an `InboundEvent` (raw first) deduplicated on (topic, record,
+time): a redelivery is a duplicate. That is
 all it does before answering, well inside Jobber's one second. A signed body
 it cannot read is stored failed, for inspection and replay, and answered
 200 (the provider would only send the same bytes again); a topic no adapter
@@ -68,6 +70,10 @@ def _notice_process(event: InboundEvent) -> str:
     if conn.status == SyncConnection.Status.DISCONNECTED or not notice.kind:
         return InboundEvent.Status.IGNORED
     sync_pull_enqueue(conn, kind=notice.kind, external_id=notice.external_id)
+    # A record that is two of ours (a Housecall Pro job is its visit too) reads both.
+    companions: dict[str, tuple[str, ...]] = getattr(adapter, "companions", {})
+    for kind in companions.get(notice.kind, ()):
+        sync_pull_enqueue(conn, kind=kind, external_id=notice.external_id)
     return InboundEvent.Status.PROCESSED
 
 

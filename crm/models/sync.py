@@ -47,6 +47,9 @@ class SyncConnection(models.Model):
     access_token = EncryptedTextField(blank=True)
     refresh_token = EncryptedTextField(blank=True)
     token_expires_at = models.DateTimeField(null=True, blank=True)
+    # The secret that signs the account's webhooks when it is the
+    # business's own (Housecall Pro's signing secret, pasted with the key).
+    webhook_secret = EncryptedTextField(blank=True)
     # A refresh in flight, claimed with a conditional UPDATE: with refresh
     # token rotation the old token dies on first use, so two workers must
     # never refresh at once (the second would be refused and read it as a

@@ -123,6 +123,11 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/sync/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     "admin/sync/<slug:provider>/connect/": ("adapter:jobber", "405 405 405 405 405 302", "403 403 403 403 403 302"),
     "admin/sync/<slug:provider>/callback/": ("adapter:jobber", "302 302 302 302 302 302", "405 405 405 405 405 302"),
+    "admin/sync/<slug:provider>/key/": (
+        "adapter:housecall_pro",
+        "405 405 405 405 405 302",
+        "403 403 403 403 403 302",
+    ),
     "admin/reports/brief/": ("brief", "200 200 200 200 200 302", "200 200 200 200 200 302"),
     "admin/reports/exceptions/": ("exceptions", "200 200 200 403 200 302", "200 200 200 403 200 302"),
     "admin/reports/funnel/": ("funnel", "200 200 200 403 200 302", "200 200 200 403 200 302"),
@@ -670,6 +675,8 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "hooks/twilio/follow-up/<str:message_id>/dial/": ("message", "405 405 405 405 405 405", "403 403 403 403 403 403"),
     "hooks/twilio/voice/recording/": ("none", "405 405 405 405 405 405", "403 403 403 403 403 403"),
     "hooks/jobber/": ("none", "405 405 405 405 405 405", "401 401 401 401 401 401"),
+    # Signed with each company's own secret: a body naming no connected company is refused the same.
+    "hooks/housecall_pro/": ("none", "405 405 405 405 405 405", "401 401 401 401 401 401"),
     # The key stands in for the path's secret too: a wrong secret is answered as an unknown key.
     "hooks/angi/<slug:source_key>/<str:path_secret>/": (
         "source:angi",
@@ -912,6 +919,7 @@ def world() -> Samples:
         "source:thumbtack": m.Source.objects.filter(business=business, provider="thumbtack").first(),
         # A sync adapter's routes name the provider.
         "adapter:jobber": SimpleNamespace(public_id="jobber"),
+        "adapter:housecall_pro": SimpleNamespace(public_id="housecall_pro"),
         # Someone else's authenticator app (the operator's admin manages them; a role never does).
         "totpdevice": TOTPDevice.objects.create(
             user=member_create(business, m.Role.MANAGER, username="max").user, name="authenticator", confirmed=True
