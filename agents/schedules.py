@@ -64,6 +64,9 @@ JOBS: list[Job] = [
     # Hourly: each business's brief goes out on the first run at or after its
     # local `brief_hour`, once per member and day (agents.reporting.daily_brief).
     Job("leadops.daily_brief", "agents.tasks.daily_brief", 60, 80, timedelta(hours=3)),
+    # Hourly: sequences whose texts drive opt-outs or carrier filtering past
+    # the business's limits are paused (agents.reporting.sms_health).
+    Job("leadops.sms_health", "agents.tasks.sms_health", 60, 80, timedelta(hours=3)),
     # Rate-limit counters of windows gone by, kept in the database cache table
     # (agents.capture.ratelimit; Redis expires its own).
     Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),

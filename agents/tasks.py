@@ -190,6 +190,15 @@ def daily_brief() -> dict[str, int]:
     return {"scheduled": scheduled, "sent": sent.done, "failed": sent.failed}
 
 
+@_job("leadops.sms_health")
+def sms_health() -> dict[str, int]:
+    """Each business's texts against its SMS health limits: a sequence whose
+    texts drive opt-outs or carrier filtering is paused (agents.reporting.sms_health)."""
+    from agents.reporting.sms_health import sms_health_sweep
+
+    return sms_health_sweep(now=timezone.now())
+
+
 @_job("leadops.prune_rate_limits")
 def prune_rate_limits() -> dict[str, int]:
     from agents.capture.ratelimit import counters_prune

@@ -99,6 +99,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "report.view": SALES,  # a setter's reports count their own leads only
     "csv.export": LEADERS,
     "registration.view": LEADERS,  # the 10DLC evidence pack (consent evidence of contacts)
+    "sequence.resume": LEADERS,  # a sequence the SMS health check paused
     "contact.forget": OWNERS,
 }
 

@@ -1,24 +1,35 @@
-"""The 10DLC evidence pack in the back office (agents/reporting/evidence_pack.py):
-`/admin/compliance/evidence/` shows the pre-flight first, then what a carrier's
-brand and campaign registration would be given; `?format=json` downloads it.
-Owners and managers of the business only: it holds consent evidence of
-contacts. A thin view over the pack."""
+"""The right to text, in the back office.
+
+- `/admin/compliance/evidence/`: the 10DLC evidence pack
+  (agents/reporting/evidence_pack.py), the pre-flight first, then what a
+  carrier's brand and campaign registration would be given; `?format=json`
+  downloads it. Owners and managers only: it holds consent evidence.
+- `/admin/reports/sms-health/`: SMS health (agents/reporting/sms_health.py),
+  and `POST /admin/sequences/<id>/resume/` for a sequence it paused.
+
+Thin views over the reporting modules."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from agents.followup.sequences.pauses import sequence_resume
 from agents.reporting.evidence_pack import MISSING, evidence_pack
-from crm.models import Business
-from crm.permissions import business_ids_where, can_anywhere
+from agents.reporting.sms_health import EXCEPTION_KIND, limits_of, over_limits, sms_health
+from crm.models import Business, Sequence
+from crm.permissions import business_ids_where, can, can_anywhere
+from crm.services.exceptions import manager_exceptions_resolve
 
 
 @staff_member_required
@@ -49,3 +60,58 @@ def evidence_page(request: HttpRequest) -> HttpResponse:
             "missing": sum(1 for f in pack.findings if f.level == MISSING),
         },
     )
+
+
+# --- SMS health -------------------------------------------------------------------------------
+
+
+def _health_businesses(request: HttpRequest) -> Any:
+    if not can_anywhere(request.user, "report.view") or not can_anywhere(request.user, "money.view"):
+        raise PermissionDenied("SMS health is for the owners and managers of a business")
+    allowed = business_ids_where(request.user, "money.view")
+    businesses = Business.objects.order_by("name")
+    return businesses if allowed is None else businesses.filter(pk__in=allowed)
+
+
+@staff_member_required
+@require_GET
+def sms_health_page(request: HttpRequest) -> HttpResponse:
+    """Delivery, carrier errors, opt-outs and replies of the last 7 days, by
+    number, template and sequence step; the sequences paused, with a
+    Resume button for those who may."""
+    businesses = _health_businesses(request)
+    chosen = businesses.filter(slug=request.GET.get("business", "")).first() or businesses.first()
+    if chosen is None:
+        raise PermissionDenied("no business of yours")
+    health = sms_health(chosen, until=timezone.now())
+    limits = limits_of(chosen)
+    return render(
+        request,
+        "leadops/compliance/sms_health.html",
+        {
+            "title": "SMS health",
+            "health": health,
+            "business": chosen,
+            "businesses": businesses,
+            "limits": limits,
+            "steps": [(row, over_limits(row, limits)) for row in health.steps],
+            "templates": [(row, over_limits(row, limits)) for row in health.templates],
+            "paused": Sequence.objects.filter(business=chosen, paused_at__isnull=False).order_by("paused_at"),
+            "may_resume": can(request.user, "sequence.resume", chosen.pk),
+        },
+    )
+
+
+@staff_member_required
+@require_POST
+def sequence_resume_view(request: HttpRequest, public_id: str) -> HttpResponse:
+    sequence = Sequence.objects.select_related("business").filter(public_id=public_id).first()
+    if sequence is None or not can(request.user, "sequence.resume", sequence.business_id):
+        raise PermissionDenied("only the business's owners and managers resume its sequences")
+    actor = request.user.get_username()
+    if sequence_resume(sequence, actor=actor):
+        manager_exceptions_resolve(
+            business_id=sequence.business_id, kind=EXCEPTION_KIND, subject=sequence.public_id, actor=actor
+        )
+        messages.success(request, f"The {sequence.key} sequence is running again.")
+    return HttpResponseRedirect(reverse("sms-health") + f"?business={sequence.business.slug}")

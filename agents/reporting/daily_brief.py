@@ -50,6 +50,7 @@ from crm.models import (
     Payment,
     Refund,
     Role,
+    Sequence,
     Task,
     TeamMember,
     Timer,
@@ -115,6 +116,8 @@ class Brief:
 
 KINDS = {
     "sla": (1, "SLA breached"),
+    # Automated texts the SMS health check stopped (agents.reporting.sms_health).
+    "paused": (1, "Paused automated texts"),
     "reply": (2, "Fresh replies"),
     "task": (3, "Overdue tasks"),
     "approval": (4, "Waiting approvals"),
@@ -256,6 +259,17 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
                 a.created_at,
             ),
             more_link=reverse("admin:approvals_approvalrequest_changelist"),
+        )
+
+    if full:
+        paused = Sequence.objects.filter(business_id=business.pk, paused_at__isnull=False).order_by("paused_at", "pk")
+        health = reverse("sms-health") + f"?business={business.slug}"
+        _take(
+            brief,
+            "paused",
+            paused,
+            lambda s: (f"Texts paused: the {s.key} sequence — {s.paused_reason}", health, s.public_id, s.paused_at),
+            more_link=health,
         )
 
     appointments = Appointment.objects.filter(

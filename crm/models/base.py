@@ -34,6 +34,9 @@ class Business(models.Model):
     # the business: legal_name, website, privacy_policy_url (the business
     # file's `business:` section; agents/reporting/evidence_pack.py).
     registration = models.JSONField(default=dict, blank=True)
+    # The SMS health limits past which automated sequences pause (the business
+    # file's policy.sms_health; agents/reporting/sms_health.py has the defaults).
+    sms_health = models.JSONField(default=dict, blank=True)
     first_response_minutes = models.PositiveIntegerField(default=5)
     quiet_hours_start = models.TimeField(default=time(8, 0))
     quiet_hours_end = models.TimeField(default=time(21, 0))

@@ -345,6 +345,12 @@ class Sequence(models.Model):
     # Per-sequence goals: reaching one of these stages completes the path.
     goal_stages = models.JSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
+    # Paused by the SMS health check (agents/reporting/sms_health.py) when its
+    # texts drive opt-outs or carrier filtering past the business's limits:
+    # its text steps wait until a manager resumes it. Not in the business
+    # file, so loading the file again never lifts a pause.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["business", "key"], name="crm_sequence_unique_key")]

@@ -21,7 +21,7 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.utils import timezone
 
@@ -33,7 +33,7 @@ from crm.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
-from crm.selectors import business_manager
+from crm.services.exceptions import manager_exception_open, manager_exceptions_resolve
 from crm.services.outbox import OUTBOX_CONSUMERS, Sequenced, outbox_wake
 from crm.services.receipts import receipt_write
 from crm.services.webhook_targets import TargetRefused, TargetUnresolved, target_check
@@ -191,26 +191,11 @@ def webhook_exception_open(
     *, business_id: int, kind: str, subject: str, detail: str, lead_id: int | None = None
 ) -> ExceptionItem | None:
     """One open item per kind and subject, for the business's manager."""
-    try:
-        with transaction.atomic():
-            return ExceptionItem.objects.create(
-                business_id=business_id,
-                lead_id=lead_id,
-                owner=business_manager(business_id),
-                kind=kind,
-                subject=subject,
-                detail=detail[:500],
-                detected_at=timezone.now(),
-            )
-    except IntegrityError:
-        # Already open for it (the partial unique constraint): it says the same.
-        return None
+    return manager_exception_open(business_id=business_id, kind=kind, subject=subject, detail=detail, lead_id=lead_id)
 
 
 def webhook_exceptions_resolve(*, business_id: int, kind: str, subject: str, actor: str) -> int:
-    return ExceptionItem.objects.filter(
-        business_id=business_id, kind=kind, subject=subject, status=ExceptionItem.Status.OPEN
-    ).update(status=ExceptionItem.Status.RESOLVED, resolved_at=timezone.now(), resolved_by=actor)
+    return manager_exceptions_resolve(business_id=business_id, kind=kind, subject=subject, actor=actor)
 
 
 @transaction.atomic

@@ -117,6 +117,9 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/revenue/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
     # The 10DLC evidence pack holds consent evidence: leaders only, each of their own business.
     "admin/compliance/evidence/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
+    # SMS health: leaders read it; only the business's own leaders resume a sequence it paused.
+    "admin/reports/sms-health/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
+    "admin/sequences/<str:public_id>/resume/": ("sequence", "405 405 405 405 405 302", "302 302 403 403 403 302"),
     # Sync with the business's own systems: leaders see the status; only an owner
     # connects one (without a business named, nobody may); the callback without
     # the session's state goes back to the status page, connecting nothing.

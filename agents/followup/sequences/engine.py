@@ -71,6 +71,10 @@ TRIGGER_STAGES: dict[str, frozenset[str]] = {
 }
 # The last step gets this long to be answered before the path is complete.
 COMPLETE_AFTER = timedelta(days=1)
+# A paused sequence's automated messages wait (a task step for a person still
+# runs); the held step is looked at again this often until it is resumed.
+PAUSABLE_CHANNELS = frozenset({Sequence.StepChannel.SMS, Sequence.StepChannel.VOICE})
+PAUSED_RECHECK = timedelta(hours=1)
 # Messages of an ended path that have not gone out: blocked as `stopped`.
 UNSENT = (Message.Status.DRAFT, Message.Status.DEFERRED, Message.Status.PENDING_APPROVAL, Message.Status.QUEUED)
 
@@ -119,6 +123,21 @@ def _schedule(enrollment: Enrollment, index: int, due_at: datetime) -> None:
         )
     enrollment.next_step_index, enrollment.next_step_due_at = index, due_at
     enrollment.save(update_fields=["next_step_index", "next_step_due_at"])
+
+
+def _hold(enrollment: Enrollment, index: int, due_at: datetime) -> None:
+    """Step `index` looked at again at `due_at`: a timer of its own (the
+    step's timer is the one running now, and is done after this run)."""
+    timer_schedule(
+        business=enrollment.business,
+        lead=enrollment.lead,
+        kind=STEP_TIMER,
+        due_at=due_at,
+        payload={"enrollment": enrollment.pk, "step": index},
+        dedupe_key=f"{step_key(enrollment, index)}:held:{due_at:%Y%m%d%H%M%S}",
+    )
+    enrollment.next_step_due_at = due_at
+    enrollment.save(update_fields=["next_step_due_at"])
 
 
 def _cancel_timers(enrollment: Enrollment) -> None:
@@ -464,6 +483,20 @@ def step_run(enrollment_id: int, index: int, *, now: datetime, lead_id: int | No
             _resume_next(enrollment.contact_id, actor=ACTOR, now=now)
             return reason
         step = steps[index]
+        if enrollment.sequence.paused_at is not None and step.channel in PAUSABLE_CHANNELS:
+            # The SMS health check paused the sequence: this text waits, the
+            # path keeps its place, and the step is looked at again later.
+            _hold(enrollment, index, now + PAUSED_RECHECK)
+            _receipt(
+                enrollment,
+                "enrollment.step_held",
+                actor=ACTOR,
+                reason=f"sequence paused: {enrollment.sequence.paused_reason}"[:300],
+                before=Enrollment.Status.ACTIVE,
+                step=index + 1,
+                next_step_due_at=enrollment.next_step_due_at,
+            )
+            return "held: sequence paused"
         outcome = step_perform(enrollment, lead, step, now)
         previous = enrollment.next_step_due_at or now
         following = index + 1

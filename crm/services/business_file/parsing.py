@@ -294,6 +294,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "captcha",
             "embed_origins",
             "raw_retention_days",
+            "sms_health",
         ),
     )
     fields = {
@@ -319,6 +320,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
         "captcha_required": m.boolean("captcha", False),
         "embed_origins": _embed_origins(m),
         "raw_retention_days": m.integer("raw_retention_days", defaults["raw_retention_days"], minimum=1),
+        "sms_health": _sms_health(m),
     }
     if not 0 <= fields["brief_hour"] <= 23:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
@@ -509,6 +511,26 @@ def _scope_keywords(m: Map) -> dict[str, list[str]]:
         return {}
     words = Map(m.raw("scope_keywords"), m.line_of("scope_keywords"), "scope_keywords", optional=SCOPE_FLAGS)
     return {flag: [ref.name for ref in words.texts(flag)] for flag in SCOPE_FLAGS if words.has(flag)}
+
+
+SMS_HEALTH_KEYS = ("opt_outs_per_100", "filtered_percent", "min_sends")
+
+
+def _sms_health(m: Map) -> dict[str, float]:
+    """{opt_outs_per_100: 1, filtered_percent: 2, min_sends: 20}: the limits
+    past which a sequence's texts pause it; each left out keeps its default."""
+    if not m.has("sms_health"):
+        return {}
+    health = Map(m.raw("sms_health"), m.line, "policy.sms_health", optional=SMS_HEALTH_KEYS)
+    found: dict[str, float] = {}
+    for key in SMS_HEALTH_KEYS:
+        value = health.raw(key)
+        if value is MISSING:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise health.error(key, f"{key} must be a number above 0, not {value!r}")
+        found[key] = float(value)
+    return found
 
 
 def _state_windows(m: Map) -> dict[str, str]:
