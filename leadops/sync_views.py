@@ -4,7 +4,9 @@ business, and connecting a provider's account (OAuth, authorization code).
 - `/admin/sync/` (owners and managers): each connection of the businesses
   the user leads — its status, last success, last error, records waiting
   and failed — and, for an owner, a "Connect" button per provider (again
-  after its tokens were refused or the app removed).
+  after its tokens were refused or the app removed). Every other team
+  member (a technician) sees their own calendar's connection and connects
+  it there.
 - `POST /admin/sync/<provider>/connect/` (owners; for a calendar, the
   member whose calendar it is): keeps a random state
   with the business in the session and sends the person to the provider's
@@ -38,7 +40,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.sync.base import ADAPTERS, Session, SyncAdapter, SyncError, Throttled, TokenExpired
 from crm.models import Business, SyncConnection, TeamMember
 from crm.permissions import business_ids_where, can, can_anywhere
-from crm.services.sync import connection_connect, connection_statuses
+from crm.services.sync import connection_connect, connection_statuses, connection_statuses_of_members
 
 SESSION_KEY = "sync_oauth"
 
@@ -71,20 +73,35 @@ def _callback_url(request: HttpRequest, provider: str) -> str:
 @staff_member_required
 @require_GET
 def sync_status_page(request: HttpRequest) -> HttpResponse:
-    if not can_anywhere(request.user, "syncconnection.view"):
-        raise PermissionDenied("the sync status is for the owners and managers of a business")
-    seen = business_ids_where(request.user, "syncconnection.view")
+    """Leaders see their businesses' connections; every team member sees
+    their own calendar's and may connect it (a technician's busy times are
+    what keep their visits from being double-booked)."""
+    memberships = list(TeamMember.objects.filter(user_id=request.user.pk or 0, is_active=True).select_related("business"))
+    leader = can_anywhere(request.user, "syncconnection.view")
+    if not leader and not memberships:
+        raise PermissionDenied("the sync status is for the team members of a business")
+    seen = business_ids_where(request.user, "syncconnection.view") if leader else frozenset()
     connectable = business_ids_where(request.user, "sync.connect")
-    businesses = Business.objects.order_by("name")
-    if seen is not None:
-        businesses = businesses.filter(pk__in=seen)
     statuses = connection_statuses(seen)
-    connected = {(s.connection.business_id, s.connection.provider): s.connection for s in statuses}
+    shown = {s.connection.pk for s in statuses}
+    statuses += [s for s in connection_statuses_of_members([m.pk for m in memberships]) if s.connection.pk not in shown]
+    businesses = Business.objects.order_by("name")
+    if connectable is not None:
+        businesses = businesses.filter(pk__in=connectable)
+    by_business = {
+        (s.connection.business_id, s.connection.provider): s.connection for s in statuses if not s.connection.member_id
+    }
+    mine = {(s.connection.member_id, s.connection.provider): s.connection for s in statuses if s.connection.member_id}
     offers = [
-        {"business": b, "adapter": a, "connection": connected.get((b.pk, a.provider))}
+        {"business": b, "adapter": a, "connection": by_business.get((b.pk, a.provider))}
         for b in businesses
-        if connectable is None or b.pk in connectable
         for a in ADAPTERS.values()
+        if not a.per_member
+    ] + [
+        {"business": m.business, "adapter": a, "connection": mine.get((m.pk, a.provider))}
+        for m in sorted(memberships, key=lambda m: m.business.name)
+        for a in ADAPTERS.values()
+        if a.per_member
     ]
     return render(
         request,

@@ -377,13 +377,23 @@ class ConnectionStatus:
         return self.connection.status == SyncConnection.Status.ACTIVE and not self.failed
 
 
-def connection_statuses(business_ids: frozenset[int] | None) -> list[ConnectionStatus]:
-    """Each connection of these businesses (None: every business) with its
-    records waiting and failed: one query."""
-    rows = SyncConnection.objects.select_related("business", "member").annotate(
+def _statuses(rows: Any) -> list[ConnectionStatus]:
+    rows = rows.select_related("business", "member").annotate(
         waiting=Count("changes", filter=Q(changes__status__in=["pending", "working"])),
         failed=Count("changes", filter=Q(changes__status="failed")),
     )
+    return [ConnectionStatus(c, c.waiting, c.failed) for c in rows.order_by("business__name", "provider")]
+
+
+def connection_statuses(business_ids: frozenset[int] | None) -> list[ConnectionStatus]:
+    """Each connection of these businesses (None: every business) with its
+    records waiting and failed: one query."""
+    rows = SyncConnection.objects.all()
     if business_ids is not None:
         rows = rows.filter(business_id__in=business_ids)
-    return [ConnectionStatus(c, c.waiting, c.failed) for c in rows.order_by("business__name", "provider")]
+    return _statuses(rows)
+
+
+def connection_statuses_of_members(member_ids: list[int]) -> list[ConnectionStatus]:
+    """The calendars these team members connected: one query."""
+    return _statuses(SyncConnection.objects.filter(member_id__in=member_ids)) if member_ids else []

@@ -120,10 +120,11 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     # SMS health: leaders read it; only the business's own leaders resume a sequence it paused.
     "admin/reports/sms-health/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     "admin/sequences/<str:public_id>/resume/": ("sequence", "405 405 405 405 405 302", "302 302 403 403 403 302"),
-    # Sync with the business's own systems: leaders see the status; only an owner
-    # connects one (without a business named, nobody may); the callback without
-    # the session's state goes back to the status page, connecting nothing.
-    "admin/sync/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
+    # Sync with the business's own systems: leaders see the status, every team
+    # member their own calendar; only an owner connects the business's system
+    # (without a business named, nobody may); the callback without the
+    # session's state goes back to the status page, connecting nothing.
+    "admin/sync/": ("none", "200 200 200 200 200 302", "405 405 405 405 405 302"),
     "admin/sync/<slug:provider>/connect/": ("adapter:jobber", "405 405 405 405 405 302", "403 403 403 403 403 302"),
     "admin/sync/<slug:provider>/callback/": ("adapter:jobber", "302 302 302 302 302 302", "405 405 405 405 405 302"),
     "admin/sync/<slug:provider>/key/": (

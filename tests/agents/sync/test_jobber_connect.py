@@ -104,6 +104,23 @@ def test_a_manager_sees_the_status_but_only_an_owner_connects(shop, manager, job
     assert client.post("/admin/sync/jobber/connect/", {"business": shop.slug}).status_code == 403
 
 
+def test_a_technician_sees_only_their_own_calendar_and_may_connect_it(shop, owner, tech, connection):
+    """The shop's Jobber connection is the leaders' business; a technician's
+    own calendar is theirs to connect, from the same page."""
+    client = Client()
+    client.force_login(tech.user)
+
+    page = client.get("/admin/sync/")
+
+    assert page.status_code == 200
+    offers = {(o["business"].pk, o["adapter"].provider) for o in page.context["offers"]}
+    assert offers == {(shop.pk, "google_calendar"), (shop.pk, "microsoft365")}
+    assert page.context["statuses"] == []  # the shop's Jobber connection is not theirs to see
+    assert client.post("/admin/sync/jobber/connect/", {"business": shop.slug}).status_code == 403
+    answer = client.post("/admin/sync/google_calendar/connect/", {"business": shop.slug})
+    assert answer.status_code == 302 and "state=" in answer["Location"]
+
+
 def test_an_expired_access_token_is_refreshed_once_and_the_rotated_refresh_token_kept(
     connection, jobber, lead, rule, templates
 ):
