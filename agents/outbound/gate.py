@@ -12,9 +12,18 @@ Checks, in order; the first that fails decides and is recorded:
    for an Instagram DM, Meta's 24-hour window after the person's last DM
    (`outside_window`) in its place;
 3. quiet hours in the recipient's local time → deferred to the next opening
-   (texts and calls);
+   (texts and calls): the business's hours (the federal 08:00–21:00 by
+   default) narrowed by the rules of the recipient's state by area code and
+   by ZIP code, the stricter of each (agents/outbound/state_rules.py); the
+   days and holidays a state bars are barred to automated sends (what the
+   gate treats as solicitation), not to a person answering a person;
 4. the per-contact daily cap (`daily_cap`, automated sends only);
-5. no other automated path active for the person (`other_path_active`).
+5. no other automated path active for the person (`other_path_active`);
+6. a state's cap on marketing texts and calls per 24 hours (Florida, Oklahoma,
+   Maryland: 3) → deferred until the oldest of them is 24 hours old
+   (`state_cap`, automated texts and calls only: an automated send is what
+   the gate treats as marketing; a person's own reply in a conversation is not
+   capped, though it counts towards the cap).
 Then: waiting for a person's approval (`pending_approval`), recorded as it
 would be sent (`dry_run`, SEND_MODE=dry_run), or queued for the provider.
 Every result writes a receipt. A compliance reply (a STOP/START/HELP
@@ -39,7 +48,7 @@ from django.utils import timezone
 
 from agents.consent.policy import consent_decide
 from agents.outbound.instagram import instagram_account_for
-from agents.outbound.local_hours import next_allowed, window_for
+from agents.outbound.local_hours import Window, next_allowed, window_for
 from agents.outbound.marketplace import MARKETPLACE_CHANNELS, thread_for, thread_source_key
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
 from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
@@ -60,6 +69,8 @@ POINT_KIND = {
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
 CAP_WINDOW = timedelta(hours=24)
+# A state's cap counts texts and calls: the statutes cap "calls", and count texts as calls.
+STATE_CAP_CHANNELS = ("sms", "voice")
 
 
 @dataclass(frozen=True)
@@ -150,18 +161,57 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
     # then refuse what the person was waiting for; and an Instagram id says
     # nothing of the person's time zone. Automated DMs keep the daily cap and
     # the one-path rule below, as texts do.
+    window: Window | None = None
     if message.channel in ("sms", "voice"):
-        opens = next_allowed(now, window_for(point.value, contact.business))
+        window = window_for(point.value, contact.business, contact.postal_code, solicitation=automated)
+        opens = next_allowed(now, window)
         if opens is not None:
-            return Verdict(Message.Status.DEFERRED, "quiet_hours", opens)
+            return Verdict(Message.Status.DEFERRED, "quiet_hours", opens, detail=_states_detail(window))
     if automated:
         sent_today, other_path_active = _automation_counts(message, contact, now)
         if daily_cap_reached(contact.business, sent=sent_today):
             return Verdict(Message.Status.BLOCKED, "daily_cap", sent_today=sent_today)
         if other_path_active:
             return Verdict(Message.Status.BLOCKED, "other_path_active", sent_today=sent_today)
+        capped = window.capped_by() if window is not None else None
+        if capped is not None and capped.cap_per_24h is not None:
+            frees = state_cap_frees_at(message, contact, capped.cap_per_24h, now)
+            if frees is not None:
+                detail = f"{capped.state}: at most {capped.cap_per_24h} in 24 hours ({capped.source})"
+                return Verdict(Message.Status.DEFERRED, "state_cap", frees, detail=detail, sent_today=sent_today)
         return Verdict(Message.Status.QUEUED, sent_today=sent_today)
     return Verdict(Message.Status.QUEUED)
+
+
+def _states_detail(window: Window) -> str:
+    """Which states' rules narrowed the window, for the receipt ("" for none)."""
+    return f"state rules of {', '.join(r.state for r in window.rules)}" if window.rules else ""
+
+
+def state_cap_frees_at(message: Message, contact: Contact, cap: int, now: datetime) -> datetime | None:
+    """None while the person has had fewer than `cap` texts and calls from the
+    business in the CAP_WINDOW before `now` (this message aside); else the
+    moment enough of them are 24 hours old for one more. Each counts from when
+    it left (sent, else queued, else created: a dry run's moment), a person's
+    replies too: the statutes count every call on the subject, and the gate
+    cannot tell a reply's subject from the follow-up's."""
+    times = sorted(
+        Message.objects.filter(
+            contact=contact,
+            direction="out",
+            channel__in=STATE_CAP_CHANNELS,
+            status__in=Message.WENT_OUT,
+        )
+        .exclude(pk=message.pk)
+        .annotate(left_at=Coalesce("sent_at", "queued_at", "created_at"))
+        .filter(left_at__gt=now - CAP_WINDOW, left_at__lte=now)
+        .values_list("left_at", flat=True)
+    )
+    if len(times) < cap:
+        return None
+    # With n in the window, one more may go once only cap - 1 remain in it:
+    # when the (n - cap + 1)th oldest leaves the window.
+    return times[len(times) - cap] + CAP_WINDOW
 
 
 def daily_cap_reached(business: Business, *, sent: int, projected: int = 0) -> bool:

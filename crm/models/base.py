@@ -42,8 +42,9 @@ class Business(models.Model):
     quiet_hours_end = models.TimeField(default=time(21, 0))
     dedupe_window_days = models.PositiveIntegerField(default=30)
     max_texts_per_day = models.PositiveIntegerField(default=3)
-    # {"FL": "08:00-20:00"}: stricter local windows for recipients in a US state
-    # (Florida's is built in; these add to or tighten it).
+    # {"TX": "10:00-17:00"}: the business's own narrower windows for recipients
+    # in a US state; they only narrow the statutory rules
+    # (agents/outbound/state_rules.py), never widen them.
     quiet_hours_by_state = models.JSONField(default=dict, blank=True)
     # Consent older than this is no permission for automated follow-up.
     consent_max_age_days = models.PositiveIntegerField(default=365)

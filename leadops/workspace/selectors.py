@@ -123,6 +123,8 @@ BLOCKED_WORDS = {
     "revoked": "the person opted out",
     "quiet_hours": "quiet hours",
     "daily_cap": "the daily cap for this person is reached",
+    # Deferred, not blocked: it goes once the oldest of those is 24 hours old.
+    "state_cap": "their state allows no more marketing texts or calls in 24 hours",
     "other_path_active": "another automated path is running for this person",
     "rejected": "a manager rejected it",
     "expired": "nobody approved it in time",
