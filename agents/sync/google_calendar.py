@@ -41,34 +41,26 @@ from django.utils.dateparse import parse_datetime
 from google.oauth2.credentials import Credentials
 
 from agents.sync.base import (
-    VISIT,
     Account,
     AuthRefused,
     Channel,
-    Notice,
     Page,
     PullAsk,
     PushBooking,
     Pushed,
-    PushPerson,
     Refused,
     Remote,
     Session,
-    SyncAdapter,
     SyncError,
-    Throttled,
-    TokenExpired,
     Tokens,
 )
-from crm.services.inbound_handlers import MalformedPayload
-from crm.services.sync import BOOKING, CANCEL
+from agents.sync.calendar import CalendarAdapter, OAuthWords, busy_blocks
 
 PROVIDER = "google_calendar"
 SCOPES = (
     "https://www.googleapis.com/auth/calendar.events",
     "https://www.googleapis.com/auth/calendar.freebusy",
 )
-TIMEOUT = (3.05, 15.0)
 PAGE_SIZE = 250
 # Google keeps a channel at most a week; we ask for that and renew ahead.
 CHANNEL_TTL = timedelta(days=7)
@@ -91,16 +83,12 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-class GoogleCalendarAdapter(SyncAdapter):
+class GoogleCalendarAdapter(CalendarAdapter):
     provider: ClassVar[str] = PROVIDER
     name: ClassVar[str] = "Google Calendar"
-    pulls: ClassVar[tuple[str, ...]] = (VISIT,)
-    pushes: ClassVar[frozenset[str]] = frozenset({BOOKING, CANCEL})
-    person_kind: ClassVar[str | None] = None
-    booking_kind: ClassVar[str] = VISIT
-    per_member: ClassVar[bool] = True
     hook_path: ClassVar[str] = "hooks/google-calendar/"
     signature_header: ClassVar[str] = "X-Goog-Channel-Token"
+    oauth: ClassVar[OAuthWords] = OAuthWords("Google", missing_refresh="connect again and allow offline access")
 
     # -- OAuth
     def authorize_url(self, *, redirect_uri: str, state: str) -> str:
@@ -117,31 +105,17 @@ class GoogleCalendarAdapter(SyncAdapter):
         }
         return f"{settings.GOOGLE_OAUTH_URL}?{urlencode(query)}"
 
-    def tokens_exchange(self, *, code: str, redirect_uri: str) -> Tokens:
-        form = {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": redirect_uri,
+    def _token_url(self) -> str:
+        return str(settings.GOOGLE_TOKEN_URL)
+
+    def _token_form(self, form: dict[str, str]) -> dict[str, str]:
+        return {
+            **form,
             "client_id": settings.GOOGLE_CALENDAR_CLIENT_ID,
             "client_secret": settings.GOOGLE_CALENDAR_CLIENT_SECRET,
         }
-        try:
-            answer = requests.post(settings.GOOGLE_TOKEN_URL, data=form, timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise SyncError(f"Google's token endpoint did not answer: {type(exc).__name__}") from exc
-        data = _json(answer)
-        if answer.status_code >= 500:
-            raise SyncError(f"Google's token endpoint answered {answer.status_code}")
-        if answer.status_code != 200 or not data.get("access_token"):
-            raise Refused(f"Google refused the code: {data.get('error') or answer.status_code}")
-        if not data.get("refresh_token"):
-            raise Refused("Google gave no refresh token: connect again and allow offline access")
-        return Tokens(
-            access_token=str(data["access_token"]),
-            refresh_token=str(data["refresh_token"]),
-            expires_at=timezone.now() + timedelta(seconds=int(data.get("expires_in") or 3600)),
-        )
 
+    # The code goes through the shared exchange; a refresh through google-auth.
     def tokens_refresh(self, refresh_token: str) -> Tokens:
         credentials = Credentials(
             token=None,
@@ -172,13 +146,6 @@ class GoogleCalendarAdapter(SyncAdapter):
         data = self._call(session, "GET", "/calendars/primary")
         return Account(id=str(data.get("id") or ""), name=str(data.get("summary") or data.get("id") or ""))
 
-    # -- webhooks: Google's channel notifications carry headers, not a signed body
-    def verify(self, body: bytes, headers: Mapping[str, str]) -> bool:
-        return False  # agents/sync/calendar_hooks.py verifies the channel token
-
-    def notice(self, data: dict[str, Any]) -> Notice:
-        raise MalformedPayload("Google Calendar notifications are read from their headers")
-
     # -- busy times
     def busy(self, session: Session, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
         body = {"timeMin": _rfc3339(start), "timeMax": _rfc3339(end), "items": [{"id": "primary"}]}
@@ -187,12 +154,10 @@ class GoogleCalendarAdapter(SyncAdapter):
         if calendar.get("errors"):
             reasons = ", ".join(str(e.get("reason")) for e in calendar["errors"])
             raise SyncError(f"Google could not read the calendar's busy times: {reasons}")
-        blocks = []
-        for block in calendar.get("busy") or ():
-            starts, ends = parse_datetime(block.get("start") or ""), parse_datetime(block.get("end") or "")
-            if starts is not None and ends is not None:
-                blocks.append((starts.astimezone(UTC), ends.astimezone(UTC)))
-        return blocks
+        return busy_blocks(
+            (parse_datetime(block.get("start") or ""), parse_datetime(block.get("end") or ""))
+            for block in calendar.get("busy") or ()
+        )
 
     # -- records
     def pull(self, session: Session, ask: PullAsk) -> Page:
@@ -217,9 +182,7 @@ class GoogleCalendarAdapter(SyncAdapter):
             return Page(items, cursor=str(data["nextPageToken"]), more=True)
         return Page(items, since=str(data.get("nextSyncToken") or ""))
 
-    def push(self, session: Session, item: PushPerson | PushBooking) -> Pushed:
-        if not isinstance(item, PushBooking):
-            raise Refused("a calendar takes visits, not people")
+    def _push_booking(self, session: Session, item: PushBooking) -> Pushed:
         wanted = event_id(item.record)
         body = {"id": wanted, **self._event_body(item)}
         data = self._call(session, "POST", "/calendars/primary/events", json=body, conflict_ok=True)
@@ -264,70 +227,32 @@ class GoogleCalendarAdapter(SyncAdapter):
 
     # -- the API
     def _event_body(self, item: PushBooking) -> dict[str, Any]:
-        description = "\n\n".join(part for part in (item.notes, f"The lead in LeadOps: {item.link}") if part)
         return {
             "summary": item.title,
             "location": item.location,
-            "description": description,
+            "description": self._description(item),
             "start": {"dateTime": _rfc3339(item.starts_at), "timeZone": "UTC"},
             "end": {"dateTime": _rfc3339(item.ends_at), "timeZone": "UTC"},
             "extendedProperties": {"private": {"leadops_appointment": item.record}},
         }
 
     def _remote(self, event: Mapping[str, Any]) -> Remote:
-        starts, ends = _when(event.get("start")), _when(event.get("end"))
-        return Remote(
-            kind=VISIT,
-            external_id=str(event.get("id") or ""),
-            version=str(event.get("updated") or ""),
-            fields={"status": "scheduled", "starts_at": starts, "ends_at": ends, "title": event.get("summary") or ""},
+        return self._visit(
+            event.get("id"),
+            event.get("updated"),
+            _when(event.get("start")),
+            _when(event.get("end")),
+            event.get("summary"),
             gone=event.get("status") == "cancelled",
         )
 
-    def _call(
-        self,
-        session: Session,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        json: Any = None,
-        missing_ok: bool = False,
-        gone_ok: bool = False,
-        conflict_ok: bool = False,
-    ) -> Any:
-        """One API call: its JSON (None for a tolerated 404, 410 or 409)."""
-        url = f"{settings.GOOGLE_CALENDAR_API_URL}{path}"
-        headers = {"Authorization": f"Bearer {session.access_token}"}
-        try:
-            answer = session.http.request(method, url, params=params, json=json, headers=headers, timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise SyncError(f"Google Calendar did not answer: {type(exc).__name__}") from exc
-        status = answer.status_code
-        if status == 401:
-            raise TokenExpired("Google Calendar refused the access token")
-        if (status == 404 and missing_ok) or (status == 410 and gone_ok) or (status == 409 and conflict_ok):
-            return None
-        data = _json(answer)
-        error: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else {}
+    # -- the API's shapes for the shared call (agents/sync/calendar.py)
+    def _url(self, path: str, *, absolute: bool) -> str:
+        return f"{settings.GOOGLE_CALENDAR_API_URL}{path}"
+
+    def _throttled(self, answer: requests.Response, error: Mapping[str, Any]) -> str | None:
+        # Google says "over quota" as a 403 with a reason as often as with a 429.
         reasons = {str(e.get("reason")) for e in error.get("errors") or () if isinstance(e, dict)}
-        if status == 429 or (status == 403 and reasons & THROTTLED_REASONS):
-            wait = int(answer.headers.get("Retry-After") or 60)
-            raise Throttled(
-                f"Google Calendar's quota: {', '.join(sorted(reasons)) or status}", wait=timedelta(seconds=wait)
-            )
-        if status >= 500:
-            raise SyncError(f"Google Calendar answered {status}")
-        if status >= 400:
-            raise Refused(f"Google Calendar refused {method} {path.split('?')[0]}: {status} {error.get('message', '')}")
-        return data
-
-
-def _json(answer: requests.Response) -> dict[str, Any]:
-    if not answer.content:
-        return {}
-    try:
-        data = answer.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        if answer.status_code == 429 or (answer.status_code == 403 and reasons & THROTTLED_REASONS):
+            return f"Google Calendar's quota: {', '.join(sorted(reasons)) or answer.status_code}"
+        return None

@@ -35,32 +35,11 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agents.sync.base import (
-    VISIT,
-    Account,
-    AuthRefused,
-    Channel,
-    Notice,
-    Page,
-    PullAsk,
-    PushBooking,
-    Pushed,
-    PushPerson,
-    Refused,
-    Remote,
-    Session,
-    SyncAdapter,
-    SyncError,
-    Throttled,
-    TokenExpired,
-    Tokens,
-)
-from crm.services.inbound_handlers import MalformedPayload
-from crm.services.sync import BOOKING, CANCEL
+from agents.sync.base import Account, Channel, Page, PullAsk, PushBooking, Pushed, Refused, Remote, Session, SyncError
+from agents.sync.calendar import CalendarAdapter, OAuthWords, busy_blocks
 
 PROVIDER = "microsoft365"
 SCOPES = ("offline_access", "User.Read", "Calendars.ReadWrite")
-TIMEOUT = (3.05, 15.0)
 PAGE_SIZE = 50
 # Graph's limit for a subscription on events is about three days (4230 minutes).
 SUBSCRIPTION_LIFETIME = timedelta(minutes=4200)
@@ -89,16 +68,17 @@ def _graph_value(moment: datetime) -> dict[str, str]:
     return {"dateTime": moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"), "timeZone": "UTC"}
 
 
-class MicrosoftCalendarAdapter(SyncAdapter):
+class MicrosoftCalendarAdapter(CalendarAdapter):
     provider: ClassVar[str] = PROVIDER
     name: ClassVar[str] = "Microsoft 365"
-    pulls: ClassVar[tuple[str, ...]] = (VISIT,)
-    pushes: ClassVar[frozenset[str]] = frozenset({BOOKING, CANCEL})
-    person_kind: ClassVar[str | None] = None
-    booking_kind: ClassVar[str] = VISIT
-    per_member: ClassVar[bool] = True
+    api_name: ClassVar[str] = "Microsoft Graph"
     hook_path: ClassVar[str] = "hooks/microsoft-calendar/"
+    # Graph's notifications carry our clientState (agents/sync/calendar_hooks.py checks it).
     signature_header: ClassVar[str] = "clientState"
+    # The identity platform's 429 is its busy signal, not a refusal of the grant.
+    oauth: ClassVar[OAuthWords] = OAuthWords(
+        "Microsoft", missing_refresh="the offline_access scope was not granted", busy_on_429=True
+    )
 
     # -- OAuth
     def authorize_url(self, *, redirect_uri: str, state: str) -> str:
@@ -112,52 +92,22 @@ class MicrosoftCalendarAdapter(SyncAdapter):
         }
         return f"{settings.MS_LOGIN_URL}/authorize?{urlencode(query)}"
 
-    def _token(self, form: dict[str, str]) -> Tokens:
-        form = {
+    def _token_url(self) -> str:
+        return f"{settings.MS_LOGIN_URL}/token"
+
+    def _token_form(self, form: dict[str, str]) -> dict[str, str]:
+        return {
             **form,
             "client_id": settings.MS_CLIENT_ID,
             "client_secret": settings.MS_CLIENT_SECRET,
             "scope": " ".join(SCOPES),
         }
-        try:
-            answer = requests.post(f"{settings.MS_LOGIN_URL}/token", data=form, timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise SyncError(f"Microsoft's token endpoint did not answer: {type(exc).__name__}") from exc
-        data = _json(answer)
-        if answer.status_code >= 500 or answer.status_code == 429:
-            raise SyncError(f"Microsoft's token endpoint answered {answer.status_code}")
-        if answer.status_code != 200 or not data.get("access_token"):
-            error = str(data.get("error") or answer.status_code)
-            if form["grant_type"] == "refresh_token":
-                raise AuthRefused(f"Microsoft refused the refresh token ({error}): connect again")
-            raise Refused(f"Microsoft refused the code: {error}")
-        return Tokens(
-            access_token=str(data["access_token"]),
-            refresh_token=str(data.get("refresh_token") or form.get("refresh_token") or ""),
-            expires_at=timezone.now() + timedelta(seconds=int(data.get("expires_in") or 3600)),
-        )
-
-    def tokens_exchange(self, *, code: str, redirect_uri: str) -> Tokens:
-        tokens = self._token({"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri})
-        if not tokens.refresh_token:
-            raise Refused("Microsoft gave no refresh token: the offline_access scope was not granted")
-        return tokens
-
-    def tokens_refresh(self, refresh_token: str) -> Tokens:
-        return self._token({"grant_type": "refresh_token", "refresh_token": refresh_token})
 
     def account(self, session: Session) -> Account:
         data = self._call(session, "GET", "/me", params={"$select": "id,displayName,mail,userPrincipalName"})
         # The address names the schedule getSchedule reads: it is the account's name here.
         address = str(data.get("mail") or data.get("userPrincipalName") or "")
         return Account(id=str(data.get("id") or ""), name=address)
-
-    # -- webhooks: Graph's notifications are checked by clientState (agents/sync/calendar_hooks.py)
-    def verify(self, body: bytes, headers: Mapping[str, str]) -> bool:
-        return False
-
-    def notice(self, data: dict[str, Any]) -> Notice:
-        raise MalformedPayload("Microsoft 365 notifications are read by agents/sync/calendar_hooks.py")
 
     # -- busy times
     def busy(self, session: Session, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
@@ -171,16 +121,17 @@ class MicrosoftCalendarAdapter(SyncAdapter):
             "availabilityViewInterval": 15,
         }
         data = self._call(session, "POST", "/me/calendar/getSchedule", json=body)
-        blocks = []
-        for schedule in data.get("value") or ():
+        schedules = data.get("value") or ()
+        for schedule in schedules:
             if schedule.get("error"):
                 message = (schedule["error"] or {}).get("message") or "an error"
                 raise SyncError(f"Microsoft could not read the schedule of {address}: {message}")
-            for item in schedule.get("scheduleItems") or ():
-                starts, ends = _graph_time(item.get("start")), _graph_time(item.get("end"))
-                if item.get("status") in BUSY_STATUSES and starts is not None and ends is not None:
-                    blocks.append((starts, ends))
-        return blocks
+        return busy_blocks(
+            (_graph_time(item.get("start")), _graph_time(item.get("end")))
+            for schedule in schedules
+            for item in schedule.get("scheduleItems") or ()
+            if item.get("status") in BUSY_STATUSES
+        )
 
     # -- records
     def pull(self, session: Session, ask: PullAsk) -> Page:
@@ -203,9 +154,7 @@ class MicrosoftCalendarAdapter(SyncAdapter):
         following = str(data.get("@odata.nextLink") or "")
         return Page(items, cursor=following, more=bool(following))
 
-    def push(self, session: Session, item: PushPerson | PushBooking) -> Pushed:
-        if not isinstance(item, PushBooking):
-            raise Refused("a calendar takes visits, not people")
+    def _push_booking(self, session: Session, item: PushBooking) -> Pushed:
         body = {**self._event_body(item), "transactionId": transaction_id(item.record)}
         data = self._call(session, "POST", "/me/events", json=body)
         return Pushed(external_id=str(data.get("id") or ""), version=str(data.get("lastModifiedDateTime") or ""))
@@ -239,10 +188,9 @@ class MicrosoftCalendarAdapter(SyncAdapter):
 
     # -- the API
     def _event_body(self, item: PushBooking) -> dict[str, Any]:
-        content = "\n\n".join(part for part in (item.notes, f"The lead in LeadOps: {item.link}") if part)
         return {
             "subject": item.title,
-            "body": {"contentType": "text", "content": content},
+            "body": {"contentType": "text", "content": self._description(item)},
             "start": _graph_value(item.starts_at),
             "end": _graph_value(item.ends_at),
             "location": {"displayName": item.location},
@@ -252,56 +200,30 @@ class MicrosoftCalendarAdapter(SyncAdapter):
         starts, ends = _graph_time(event.get("start")), _graph_time(event.get("end"))
         if event.get("isAllDay"):
             starts = ends = None
-        return Remote(
-            kind=VISIT,
-            external_id=str(event.get("id") or ""),
-            version=str(event.get("lastModifiedDateTime") or ""),
-            fields={"status": "scheduled", "starts_at": starts, "ends_at": ends, "title": event.get("subject") or ""},
+        return self._visit(
+            event.get("id"),
+            event.get("lastModifiedDateTime"),
+            starts,
+            ends,
+            event.get("subject"),
             gone=bool(event.get("isCancelled")),
         )
 
-    def _call(
-        self,
-        session: Session,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        json: Any = None,
-        missing_ok: bool = False,
-        absolute: bool = False,
-    ) -> Any:
-        """One Graph call: its JSON (None for a tolerated 404)."""
-        url = path if absolute else f"{settings.MS_GRAPH_URL}{path}"
-        if absolute and not url.startswith(settings.MS_GRAPH_URL):
+    # -- Graph's shapes for the shared call (agents/sync/calendar.py)
+    def _url(self, path: str, *, absolute: bool) -> str:
+        if not absolute:
+            return f"{settings.MS_GRAPH_URL}{path}"
+        # Graph's next page is a whole URL: only one under our Graph base is followed.
+        if not path.startswith(settings.MS_GRAPH_URL):
             raise Refused("Graph's next page is not under MS_GRAPH_URL")
-        headers = {"Authorization": f"Bearer {session.access_token}", "Prefer": UTC_PREFER}
-        try:
-            answer = session.http.request(method, url, params=params, json=json, headers=headers, timeout=TIMEOUT)
-        except requests.RequestException as exc:
-            raise SyncError(f"Microsoft Graph did not answer: {type(exc).__name__}") from exc
-        status = answer.status_code
-        if status == 401:
-            raise TokenExpired("Microsoft Graph refused the access token")
-        if status == 404 and missing_ok:
-            return None
-        data = _json(answer)
-        error: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else {}
-        if status == 429 or (status == 503 and answer.headers.get("Retry-After")):
-            wait = int(answer.headers.get("Retry-After") or 60)
-            raise Throttled(f"Microsoft Graph's limit: {error.get('code') or status}", wait=timedelta(seconds=wait))
-        if status >= 500:
-            raise SyncError(f"Microsoft Graph answered {status}")
-        if status >= 400:
-            raise Refused(f"Microsoft Graph refused {method} {path.split('?')[0]}: {status} {error.get('message', '')}")
-        return data
+        return path
 
+    def _headers(self) -> dict[str, str]:
+        # Busy blocks and events in UTC, whatever the mailbox's own time zone.
+        return {"Prefer": UTC_PREFER}
 
-def _json(answer: requests.Response) -> dict[str, Any]:
-    if not answer.content:
-        return {}
-    try:
-        data = answer.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    def _throttled(self, answer: requests.Response, error: Mapping[str, Any]) -> str | None:
+        # Graph also says "slow down" as a 503 that names a wait.
+        if answer.status_code == 429 or (answer.status_code == 503 and answer.headers.get("Retry-After")):
+            return f"Microsoft Graph's limit: {error.get('code') or answer.status_code}"
+        return None

@@ -3,10 +3,10 @@ Calendar API v3, in their shapes, for the calendar sync tests. Our adapter
 reaches it through GOOGLE_OAUTH_URL, GOOGLE_TOKEN_URL and
 GOOGLE_CALENDAR_API_URL; nothing of ours is replaced.
 
-- `GET /o/oauth2/v2/auth`: a person who consents (redirect with `code`).
-- `POST /token`: `authorization_code` and `refresh_token` grants; Google
-  keeps the refresh token (none comes back on a refresh); `revoke()` makes
-  every token refused (`invalid_grant`, 401 on the API).
+- `GET /o/oauth2/v2/auth`, `POST /token`: the OAuth flow
+  (tests/helpers/oauth_stand_in.py); Google keeps the refresh token (none
+  comes back on a refresh); `revoke()` makes every token refused
+  (`invalid_grant`, 401 on the API).
 - `/calendar/v3`: `calendars/primary`, `freeBusy`, `calendars/primary/events`
   (insert with a client id, 409 for a taken id; get, patch, delete: a deleted
   event stays as `status: cancelled` in the changes; list with `timeMin` or
@@ -18,16 +18,14 @@ GOOGLE_CALENDAR_API_URL; nothing of ours is replaced.
 
 from __future__ import annotations
 
-import json
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from typing import Any, ClassVar
+
+from tests.helpers.oauth_stand_in import OAuthStandIn, serving
 
 CLIENT_ID = "gcal-client-id.apps.googleusercontent.com"
 CLIENT_SECRET = "gcal-client-secret-0123456789"
@@ -39,12 +37,19 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-class GoogleCalendarServer:
+class GoogleCalendarServer(OAuthStandIn):
+    client_id = CLIENT_ID
+    client_secret = CLIENT_SECRET
+    authorize_path = "/o/oauth2/v2/auth"
+    token_path = "/token"
+    api_prefix = API
+    unauthorized: ClassVar[dict[str, Any]] = {"error": {"code": 401, "message": "Invalid Credentials"}}
+    revoked_description = "Token has been expired or revoked."
+    # rotates_refresh stays False: Google keeps the refresh token, none comes back on a refresh.
+    code_answer_extra: ClassVar[dict[str, str]] = {"scope": "https://www.googleapis.com/auth/calendar.events"}
+
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.codes: dict[str, str] = {}
-        self.access: set[str] = set()
-        self.refresh: set[str] = set()
+        super().__init__()
         self.events: dict[str, dict[str, Any]] = {}
         self.changed: list[tuple[int, str]] = []  # (sequence, event id), in order
         self.sequence = 0
@@ -53,107 +58,7 @@ class GoogleCalendarServer:
         self.channels: dict[str, dict[str, Any]] = {}
         self.stopped: list[str] = []
         self.inserts = 0
-        self.seen: list[tuple[str, str]] = []
         self.clock = datetime.now(UTC)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self._route("GET")
-
-            def do_POST(self) -> None:
-                self._route("POST")
-
-            def do_PATCH(self) -> None:
-                self._route("PATCH")
-
-            def do_DELETE(self) -> None:
-                self._route("DELETE")
-
-            def _route(self, method: str) -> None:
-                url = urlsplit(self.path)
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                query = {k: v[0] for k, v in parse_qs(url.query).items()}
-                if url.path == "/o/oauth2/v2/auth":
-                    code = secrets.token_urlsafe(12)
-                    with server.lock:
-                        server.codes[code] = query.get("redirect_uri", "")
-                    back = urlencode({"state": query.get("state", ""), "code": code})
-                    self.send_response(302)
-                    self.send_header("Location", f"{query.get('redirect_uri', '')}?{back}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if url.path == "/token":
-                    self._answer(*server._token({k: v[0] for k, v in parse_qs(raw.decode()).items()}))
-                    return
-                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
-                with server.lock:
-                    live = token in server.access
-                    server.seen.append((method, url.path))
-                if not live:
-                    self._answer(401, {"error": {"code": 401, "message": "Invalid Credentials"}})
-                    return
-                body = json.loads(raw) if raw else {}
-                self._answer(*server._api(method, url.path.removeprefix(API), query, body))
-
-            def _answer(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode() if payload is not None else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    # -- OAuth
-    def grant(self) -> dict[str, str]:
-        with self.lock:
-            access, refresh = secrets.token_urlsafe(16), secrets.token_urlsafe(24)
-            self.access.add(access)
-            self.refresh.add(refresh)
-            return {"access_token": access, "refresh_token": refresh}
-
-    def _token(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        if form.get("client_id") != CLIENT_ID or form.get("client_secret") != CLIENT_SECRET:
-            return 401, {"error": "invalid_client"}
-        with self.lock:
-            if form.get("grant_type") == "authorization_code":
-                if self.codes.pop(form.get("code", ""), None) != form.get("redirect_uri"):
-                    return 400, {"error": "invalid_grant"}
-                access, refresh = secrets.token_urlsafe(16), secrets.token_urlsafe(24)
-                self.access.add(access)
-                self.refresh.add(refresh)
-                return 200, {
-                    "access_token": access,
-                    "refresh_token": refresh,
-                    "expires_in": 3599,
-                    "token_type": "Bearer",
-                    "scope": "https://www.googleapis.com/auth/calendar.events",
-                }
-            if form.get("grant_type") == "refresh_token":
-                if form.get("refresh_token") not in self.refresh:
-                    return 400, {"error": "invalid_grant", "error_description": "Token has been expired or revoked."}
-                access = secrets.token_urlsafe(16)
-                self.access.add(access)
-                return 200, {"access_token": access, "expires_in": 3599, "token_type": "Bearer"}
-        return 400, {"error": "unsupported_grant_type"}
-
-    def expire_access(self) -> None:
-        with self.lock:
-            self.access.clear()
-
-    def revoke(self) -> None:
-        with self.lock:
-            self.access.clear()
-            self.refresh.clear()
 
     # -- the calendar
     def _touch(self, event: dict[str, Any]) -> None:
@@ -298,15 +203,10 @@ class GoogleCalendarServer:
 def google_calendar_running(settings: Any) -> Iterator[GoogleCalendarServer]:
     """A started server, with the Google settings pointing at it."""
     server = GoogleCalendarServer()
-    server.thread.start()
     settings.GOOGLE_CALENDAR_API_URL = f"{server.url}{API}"
-    settings.GOOGLE_OAUTH_URL = f"{server.url}/o/oauth2/v2/auth"
-    settings.GOOGLE_TOKEN_URL = f"{server.url}/token"
+    settings.GOOGLE_OAUTH_URL = f"{server.url}{server.authorize_path}"
+    settings.GOOGLE_TOKEN_URL = f"{server.url}{server.token_path}"
     settings.GOOGLE_CALENDAR_CLIENT_ID = CLIENT_ID
     settings.GOOGLE_CALENDAR_CLIENT_SECRET = CLIENT_SECRET
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        server.thread.join(5)
