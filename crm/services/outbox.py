@@ -40,6 +40,7 @@ from django.utils import timezone
 from crm.context import unit, unit_entered
 from crm.models import Business, EventType, Lead, OutboxEvent, WebhookSubscription
 from crm.registry import Registry
+from crm.services.on_commit import on_commit_once
 
 # pg_advisory_xact_lock(namespace, business): the receipt sealer is 4207, the business file 4208.
 SEQUENCE_LOCK_NAMESPACE = 4209
@@ -201,23 +202,16 @@ def events_written(*, listening: bool) -> None:
         outbox_wake()
 
 
-@dataclass(frozen=True)
-class _Wake:
-    """The after-commit call that wakes the outbox's deliveries: one per
-    transaction, however many events it wrote."""
-
-    def __call__(self) -> None:
-        for hook in OUTBOX_WAKE.values():
-            hook()
+def _outbox_woken() -> None:
+    for hook in OUTBOX_WAKE.values():
+        hook()
 
 
 def outbox_wake() -> None:
     """Run the OUTBOX_WAKE hooks once the current transaction commits (once
-    per transaction; at once outside one)."""
-    if any(isinstance(entry[1], _Wake) for entry in connection.run_on_commit):
-        return
-    # Robust: a failed wake must not fail the committed change; the sweep delivers.
-    transaction.on_commit(_Wake(), robust=True)
+    per transaction, however many events it wrote; at once outside one).
+    A failed wake does not fail the committed change: the sweep delivers."""
+    on_commit_once("outbox_wake", _outbox_woken)
 
 
 # --- numbering -------------------------------------------------------------------

@@ -40,6 +40,7 @@ from crm.models import (
 )
 from crm.registry import Registry
 from crm.selectors import business_manager
+from crm.services.on_commit import on_commit_once
 from crm.services.receipts import receipt_write
 
 # provider -> the kinds of change of ours it takes ("booking").
@@ -69,22 +70,14 @@ def digest(values: dict[str, Any]) -> str:
 # --- what makes a change -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Wake:
-    """The after-commit call that wakes the sync pump: one per transaction."""
-
-    def __call__(self) -> None:
-        for hook in SYNC_WAKE.values():
-            hook()
+def _sync_woken() -> None:
+    for hook in SYNC_WAKE.values():
+        hook()
 
 
 def sync_wake() -> None:
     """Wake the pump once the current transaction commits (once per transaction)."""
-    from django.db import connection
-
-    if any(isinstance(entry[1], _Wake) for entry in connection.run_on_commit):
-        return
-    transaction.on_commit(_Wake(), robust=True)
+    on_commit_once("sync_wake", _sync_woken)
 
 
 def sync_changes_booked(appointment: Appointment) -> int:
