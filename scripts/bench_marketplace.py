@@ -142,6 +142,7 @@ def main(argv: list[str]) -> int:
     from django.utils import timezone
 
     from agents.capture.providers.thumbtack import basic_authorization
+    from devtools.polling import poll_until
     from scripts.bench_burst import decided, website_posts
 
     name = bench_servers.scratch_database_create()
@@ -169,9 +170,7 @@ def main(argv: list[str]) -> int:
         time.sleep(3)  # the cluster's workers start
 
         started = post_paced(port, leads, args.rate)
-        deadline = time.monotonic() + args.wait
-        while len(server.first_reply) < len(started) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        poll_until(lambda: len(server.first_reply) >= len(started), timeout=args.wait)
         with server.lock:
             replies = dict(server.first_reply)
         latency = [replies[i] - at for i, at in started.items() if i in replies]
@@ -182,11 +181,13 @@ def main(argv: list[str]) -> int:
 
         since = timezone.now()
         accepted = post_paced(port, baseline, args.rate)
-        deadline = time.monotonic() + args.wait
         done = decided(since)
-        while len(done) < len(accepted) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            done = decided(since)
+
+        def all_decided() -> bool:
+            done[:] = decided(since)  # the last look is what is reported
+            return len(done) >= len(accepted)
+
+        poll_until(all_decided, timeout=args.wait)
         waits = [(at - received).total_seconds() for received, at in done]
         print(
             f"baseline, website leads at {args.rate:g}/s: acknowledgement text decided after receipt: "

@@ -24,6 +24,7 @@ Each apply is one unit of work (crm/services/units.py).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -134,7 +135,7 @@ class Outcome:
     record: Any = None  # the record of ours made, when one was
 
 
-class Mapper:
+class Mapper(ABC):
     kind: ClassVar[str]
     model: ClassVar[type[Model]]
     # Where its lead is found, in order (then its client's contact).
@@ -149,19 +150,22 @@ class Mapper:
     def lead(self, connection: SyncConnection, remote: Remote) -> Lead | None:
         return _lead_via(connection, remote, self.parents)
 
+    @abstractmethod
     def ours(self, record: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        """The mapped fields of our record, named as `Remote.fields` names them."""
 
     def theirs(self, remote: Remote) -> dict[str, Any]:
         return {key: remote.fields.get(key) for key in self.ours_keys}
 
     ours_keys: ClassVar[tuple[str, ...]] = ()
 
+    @abstractmethod
     def create(self, connection: SyncConnection, remote: Remote, lead: Lead) -> Outcome:
-        raise NotImplementedError
+        """Our record for a record of theirs not linked yet, under `lead`."""
 
+    @abstractmethod
     def update(self, connection: SyncConnection, record: Any, remote: Remote) -> str:
-        raise NotImplementedError
+        """Ours set to theirs (theirs wins a conflict); what happened, in words."""
 
     def gone(self, connection: SyncConnection, record: Any) -> str:
         return "deleted there; ours is kept"
@@ -189,6 +193,11 @@ class ClientMapper(Mapper):
             contact__merged_into__isnull=True,
         )
         return Contact.objects.filter(pk__in=points.values("contact_id")).order_by("pk").first()
+
+    def create(self, connection: SyncConnection, remote: Remote, lead: Lead) -> Outcome:
+        # A client of theirs is matched to a contact of ours (apply_remote's
+        # _client_first), never made from theirs: nothing calls this.
+        raise NotImplementedError("a client is matched to a contact, never created")
 
     def update(self, connection: SyncConnection, record: Contact, remote: Remote) -> str:
         theirs = self.theirs(remote)

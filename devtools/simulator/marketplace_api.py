@@ -35,6 +35,8 @@ from itertools import count
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from django.utils import timezone
+
 Behaviour = int | str
 
 
@@ -118,7 +120,7 @@ class MarketplaceServer:
             return self.plan.pop(0) if self.plan else self.default
 
     def _now(self) -> str:
-        return iso(datetime.now(UTC))
+        return iso(timezone.now())
 
     def _thumbtack(self, method: str, parts: list[str], body: Any) -> tuple[int, Any]:
         # /api/v4/negotiations/<id>/messages

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from devtools.polling import poll_until
 from devtools.simulator.core import (
     BUILDER_NAMES,
     DEFAULT_TIMEOUT,
@@ -248,9 +249,7 @@ class Command(BaseCommand):
             with server.lock:
                 return {lead for lead in leads for r in server.seen if r["path"] == f"/v3/leads/{lead}"}
 
-        deadline = time.monotonic() + wait
-        while len(read()) < len(leads) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        poll_until(lambda: len(read()) >= len(leads), timeout=wait)
         line = f"Yelp: {len(read())} of {len(leads)} announced leads read from {server.url}"
         if len(read()) == len(leads):
             self.stdout.write(line)
