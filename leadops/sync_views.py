@@ -76,7 +76,9 @@ def sync_status_page(request: HttpRequest) -> HttpResponse:
     """Leaders see their businesses' connections; every team member sees
     their own calendar's and may connect it (a technician's busy times are
     what keep their visits from being double-booked)."""
-    memberships = list(TeamMember.objects.filter(user_id=request.user.pk or 0, is_active=True).select_related("business"))
+    memberships = list(
+        TeamMember.objects.filter(user_id=request.user.pk or 0, is_active=True).select_related("business")
+    )
     leader = can_anywhere(request.user, "syncconnection.view")
     if not leader and not memberships:
         raise PermissionDenied("the sync status is for the team members of a business")

@@ -138,7 +138,9 @@ def test_a_lead_closed_by_a_transition_keeps_no_next_action_and_stops_its_automa
     """A job completed or an estimate accepted closes a lead through
     lead_transition: the lead must end as lead_close leaves it, not won
     and still saying "Send the estimate"."""
-    before_close: str = {Stage.WON: Stage.ESTIMATE_SENT, Stage.LOST: Stage.ESTIMATE_SENT}.get(Stage(stage), Stage.CONTACTED)
+    before_close: str = {Stage.WON: Stage.ESTIMATE_SENT, Stage.LOST: Stage.ESTIMATE_SENT}.get(
+        Stage(stage), Stage.CONTACTED
+    )
     lead = lead_at(business, before_close)
     lead_set_next_action(lead, "Send the estimate", timezone.now(), actor="sam", reason="visit held")
     closed: list[tuple[str, str]] = []
