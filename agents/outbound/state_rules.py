@@ -128,7 +128,7 @@ CHECKED = date(2026, 12, 4)
 FEDERAL = StateRule(
     state="",
     week=every_day("08:00-21:00"),
-    source="TCPA, 47 U.S.C. § 227; 47 C.F.R. § 64.1200(c)(1)",
+    source="TCPA, 47 U.S.C. sec. 227; 47 C.F.R. sec. 64.1200(c)(1)",
     effective=date(1992, 12, 20),
     checked=CHECKED,
     note="8 a.m. to 9 p.m. in the recipient's local time, every day.",
@@ -141,18 +141,18 @@ STATE_RULES: dict[str, StateRule] = {
             state="FL",
             week=every_day("08:00-20:00"),
             cap_per_24h=3,
-            source="Fla. Stat. § 501.616(6)(a)-(b) (Florida Telemarketing Act, as amended by SB 1120 (2021)); "
-            "§ 501.059 (FTSA)",
+            source="Fla. Stat. sec. 501.616(6)(a)-(b) (Florida Telemarketing Act, as amended by SB 1120 (2021)); "
+            "sec. 501.059 (FTSA)",
             effective=date(2021, 7, 1),
             checked=CHECKED,
             note="The hours and the cap (no more than 3 on the same subject matter in 24 hours) are in "
-            "§ 501.616(6); § 501.059(8)(a) is the FTSA's consent rule for automated calls and texts.",
+            "sec. 501.616(6); sec. 501.059(8)(a) is the FTSA's consent rule for automated calls and texts.",
         ),
         StateRule(
             state="OK",
             week=every_day("08:00-20:00"),
             cap_per_24h=3,
-            source="Okla. Stat. tit. 15, § 775C.4 (Telephone Solicitation Act of 2022, HB 3168)",
+            source="Okla. Stat. tit. 15, sec. 775C.4 (Telephone Solicitation Act of 2022, HB 3168)",
             effective=date(2022, 11, 1),
             checked=CHECKED,
             note="No more than 3 on the same subject matter in 24 hours; an Oklahoma area code is presumed "
@@ -162,7 +162,7 @@ STATE_RULES: dict[str, StateRule] = {
             state="MD",
             week=every_day("08:00-20:00"),
             cap_per_24h=3,
-            source="Md. Code, Com. Law § 14-4501 et seq. (Stop the Spam Calls Act of 2023, SB 90)",
+            source="Md. Code, Com. Law sec. 14-4501 et seq. (Stop the Spam Calls Act of 2023, SB 90)",
             effective=date(2024, 1, 1),
             checked=CHECKED,
             note="Calls and texts: no more than 3 on the same subject in 24 hours. Enacted in 2023, in force "
@@ -179,12 +179,12 @@ STATE_RULES: dict[str, StateRule] = {
                 "09:00-21:00",
                 "12:00-21:00",
             ),
-            source="Tex. Bus. & Com. Code § 301.051 (hours); ch. 302 and 304 as amended by SB 140 (2025), "
+            source="Tex. Bus. & Com. Code sec. 301.051 (hours); ch. 302 and 304 as amended by SB 140 (2025), "
             "which made texts telephone solicitations",
             effective=date(2025, 9, 1),
             checked=CHECKED,
             note="9 a.m. to 9 p.m. Monday to Saturday, noon to 9 p.m. on Sunday. The hours are confirmed by "
-            "several summaries of SB 140; the section number (§ 301.051) was not read in the code itself.",
+            "several summaries of SB 140; the section number (sec. 301.051) was not read in the code itself.",
         ),
         StateRule(
             state="WA",
@@ -213,12 +213,12 @@ STATE_RULES: dict[str, StateRule] = {
                 THANKSGIVING,
                 CHRISTMAS,
             ),
-            source="Ala. Admin. Code r. 770-X-5-.17(1)(b); holidays: Ala. Code § 1-3-8",
+            source="Ala. Admin. Code r. 770-X-5-.17(1)(b); holidays: Ala. Code sec. 1-3-8",
             effective=None,
             checked=CHECKED,
             note="No solicitation calls on Sundays or holidays, 8 a.m. to 8 p.m. otherwise. The rule is the "
             "Public Service Commission's, written for automated solicitation calls. The holiday list follows "
-            "§ 1-3-8 as summarized by secondary sources (Mardi Gras, kept in two counties only, is left out); "
+            "sec. 1-3-8 as summarized by secondary sources (Mardi Gras, kept in two counties only, is left out); "
             "not confirmed against the code's text.",
             confirmed=False,
         ),
@@ -226,7 +226,7 @@ STATE_RULES: dict[str, StateRule] = {
             state="LA",
             week=not_sunday("08:00-20:00"),
             holidays=(NEW_YEAR, MLK_DAY, INDEPENDENCE_DAY, CHRISTMAS),
-            source="La. Pub. Serv. Comm'n General Order R-29617 § V(A)(2); La. R.S. 45:811",
+            source="La. Pub. Serv. Comm'n General Order R-29617 sec. V(A)(2); La. R.S. 45:811",
             effective=None,
             checked=CHECKED,
             note="No solicitations on Sundays or legal holidays, nor between 8 p.m. and 8 a.m. The holidays "
@@ -237,7 +237,7 @@ STATE_RULES: dict[str, StateRule] = {
         StateRule(
             state="MS",
             week=not_sunday("08:00-20:00"),
-            source="Miss. Code Ann. § 77-3-723(1) (Mississippi Telephone Solicitation Act)",
+            source="Miss. Code Ann. sec. 77-3-723(1) (Mississippi Telephone Solicitation Act)",
             effective=None,
             checked=CHECKED,
             note="8 a.m. to 8 p.m. Central time, no Sundays. The ban on legal holidays was in the Public "
@@ -247,7 +247,7 @@ STATE_RULES: dict[str, StateRule] = {
         StateRule(
             state="CT",
             week=every_day("09:00-20:00"),
-            source="Conn. Gen. Stat. § 42-288a, as amended by P.A. 23-98",
+            source="Conn. Gen. Stat. sec. 42-288a, as amended by P.A. 23-98",
             effective=date(2023, 10, 1),
             checked=CHECKED,
             note="Not confirmed: secondary sources disagree (9 a.m. to 8 p.m., or to 9 p.m.); the stricter is kept "
