@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from crm.models import Call, ConsentState, ConsentStatus, ContactPoint, ContactPointKind, Message
+from crm.models import Call, ConsentState, ConsentStatus, Contact, ContactPoint, ContactPointKind, Message
 
 CONVERSATION_WINDOW = timedelta(hours=24)
 # Meta's standard messaging window: replies only within this of the person's
@@ -96,3 +96,22 @@ def _messaging_window(point: ContactPoint, now: datetime) -> ConsentDecision:
             False, "outside_window", f"Meta's 24-hour window after the person's last DM closed at {closes.isoformat()}"
         )
     return ConsentDecision(True, "", "messaging_window")
+
+
+def revoked_elsewhere(contact: Contact) -> str:
+    """Where the person revoked consent on any channel, any number or handle
+    ("" for nowhere). One revocation stops every automated text and call
+    from the business to them (the FCC's revoke-all rule, in force 31
+    January 2027; applied here from now): a STOP to one number, an email
+    unsubscribe or a STOP in a marketplace thread all count. A person's own
+    reply is not automated, and still answers them where their consent
+    allows."""
+    state = (
+        ConsentState.objects.filter(contact_point__contact_id=contact.pk, status=ConsentStatus.REVOKED)
+        .select_related("contact_point")
+        .order_by("-updated_at")
+        .first()
+    )
+    if state is None:
+        return ""
+    return f"revoked on {state.channel} ({state.contact_point.kind} {state.contact_point.public_id})"

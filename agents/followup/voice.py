@@ -33,7 +33,7 @@ from django.utils import timezone
 from twilio.twiml.voice_response import VoiceResponse
 
 from agents.capture.providers.twilio import form_params
-from agents.consent.policy import consent_decide
+from agents.consent.policy import consent_decide, revoked_elsewhere
 from agents.followup.sequences.engine import enrollments_stop
 from agents.followup.sequences.preview import CHANNEL_PREVIEWS
 from agents.followup.sequences.steps import CHANNEL_RUNNERS, Step, message_step, sent_on_path, step_context
@@ -67,7 +67,11 @@ def _voice_consent(lead: Lead, now: datetime) -> str:
     if point is None:
         return "no valid phone number"
     decision = consent_decide(point, "voice", automated=True, now=now)
-    return "" if decision.allowed else f"no voice consent ({decision.reason}: {decision.basis})"
+    if not decision.allowed:
+        return f"no voice consent ({decision.reason}: {decision.basis})"
+    # One revocation anywhere stops every automated call too.
+    elsewhere = revoked_elsewhere(lead.contact)
+    return f"no voice consent ({elsewhere})" if elsewhere else ""
 
 
 def voice_eligibility(lead: Lead, *, now: datetime) -> str:

@@ -10,7 +10,8 @@ Checks, in order; the first that fails decides and is recorded:
    person, or the lead closed (`stopped`, automated sends only);
 2. consent for the channel (`revoked`, `no_consent`: agents.consent.policy);
    for an Instagram DM, Meta's 24-hour window after the person's last DM
-   (`outside_window`) in its place;
+   (`outside_window`) in its place; and for an automated text or call, no
+   revocation by the person on any channel, number or handle (`revoked`);
 3. quiet hours in the recipient's local time → deferred to the next opening
    (texts and calls): the business's hours (the federal 08:00–21:00 by
    default) narrowed by the rules of the recipient's state by area code and
@@ -46,12 +47,20 @@ from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.consent.policy import consent_decide
+from agents.consent.policy import consent_decide, revoked_elsewhere
 from agents.outbound.instagram import instagram_account_for
 from agents.outbound.local_hours import Window, next_allowed, window_for
 from agents.outbound.marketplace import MARKETPLACE_CHANNELS, thread_for, thread_source_key
 from agents.outbound.twilio_accounts import messaging_service_for, twilio_sources
-from crm.models import CLOSED_STAGES, Business, Contact, ContactPoint, Enrollment, Lead, Message
+from crm.models import (
+    CLOSED_STAGES,
+    Business,
+    Contact,
+    ContactPoint,
+    Enrollment,
+    Lead,
+    Message,
+)
 from crm.services.contact_numbers import number_refusal
 from crm.services.insert_once import row_insert_once
 from crm.services.receipts import receipt_write
@@ -69,6 +78,8 @@ POINT_KIND = {
 REGATE_TIMER = "outbound.regate"
 # The daily cap counts a person's sends in this window before a send (rolling, not per calendar day).
 CAP_WINDOW = timedelta(hours=24)
+# Automated texts and calls: what one revocation on any channel stops.
+AUTOMATED_CALLS_AND_TEXTS = ("sms", "voice")
 # A state's cap counts texts and calls: the statutes cap "calls", and count texts as calls.
 STATE_CAP_CHANNELS = ("sms", "voice")
 
@@ -153,6 +164,10 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
         return Verdict(
             Message.Status.BLOCKED, consent.reason, detail=consent.basis if consent.reason == "outside_window" else ""
         )
+    if automated and message.channel in AUTOMATED_CALLS_AND_TEXTS:
+        elsewhere = revoked_elsewhere(contact)
+        if elsewhere:
+            return Verdict(Message.Status.BLOCKED, "revoked", detail=elsewhere)
     # Quiet hours are for texts and calls, never DMs. A DM can only answer a
     # person who wrote to the business on Instagram within the last 24 hours
     # (the window above): a reply in a conversation they opened, read in the

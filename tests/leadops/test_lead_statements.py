@@ -22,8 +22,11 @@ DEMO_FILE = Path(__file__).resolve().parents[2] / "demo" / "acme-hvac.yaml"
 # capture's unit of work (receipts in one INSERT, the lead held and written
 # once, the playbook read once): 40 (5 + 35) on this path. With the event
 # row as the intake loop's work item, no task row is written beside it:
-# 39 (4 + 35). (scripts/bench_lead_statements.py's default path: 37.)
-END_TO_END_BUDGET = 39
+# 39 (4 + 35). The automated acknowledgement then asks whether the person
+# revoked consent anywhere (one revocation stops every automated text and
+# call: agents.consent.policy.revoked_elsewhere), one indexed SELECT: 40.
+# (scripts/bench_lead_statements.py's default path: 37 before that read.)
+END_TO_END_BUDGET = 40
 ACCEPTANCE_BUDGET = 4
 # What one new lead leaves on record, each in the one INSERT of its unit.
 RECEIPTS = sorted(

@@ -92,15 +92,36 @@ def test_an_eligible_lead_gets_the_call_after_sms_and_email_went_unanswered(lead
     assert message.body == "Hi Pat, this is Sam from Acme Heating & Air about your request."
 
 
-def test_no_call_without_voice_consent(lead: Lead) -> None:
+def test_no_call_without_voice_consent_and_its_revocation_stops_the_texts_too(lead: Lead) -> None:
+    """Calls revoked: no call, and (one revocation stops every automated
+    text and call) the path's texts are blocked as well; its email goes."""
     consent_record(
         contact_point=lead.contact.points.get(kind="phone"), channel="voice", granted=False, basis="manual", actor="sam"
     )
     enrollment = run_path(lead)
     assert not lead.messages.filter(channel="voice").exists()
-    assert Receipt.objects.filter(
-        subject=enrollment.public_id, action="voice.skipped", reason__startswith="no voice consent"
-    ).exists()
+    assert lead.messages.get(channel="sms").block_reason == "revoked"
+    assert lead.messages.filter(channel="email").exclude(status="blocked").exists()
+    assert Receipt.objects.filter(subject=enrollment.public_id, action="voice.skipped").exists()
+
+
+def test_a_revocation_on_another_channel_leaves_no_call(lead: Lead) -> None:
+    """The texts and the email went out; then the person unsubscribed from
+    email: the automated call is not made either."""
+    enrollment = enrollment_start(lead, "no_reply", actor="test", now=NOON_NY)
+    assert enrollment is not None
+    for days in (0, 1, 3):
+        run_at(NOON_NY + timedelta(minutes=15, days=days))
+        for message in lead.messages.filter(status="queued").exclude(channel="voice"):
+            assert message_dispatch(message.pk, http_client=ScriptedTwilio([created(f"SM{message.pk:032x}")])) == "sent"
+    email = lead.contact.points.get(kind="email")
+    consent_record(contact_point=email, channel="email", granted=False, basis="unsubscribe", actor="t", at=NOON_NY)
+
+    run_at(T4)
+
+    assert not lead.messages.filter(channel="voice").exists()
+    skipped = Receipt.objects.get(subject=enrollment.public_id, action="voice.skipped")
+    assert skipped.reason.startswith("no voice consent (revoked on email")
 
 
 def test_no_call_when_the_email_path_never_ran(lead: Lead) -> None:

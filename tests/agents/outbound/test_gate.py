@@ -85,6 +85,24 @@ def test_a_revoked_channel_is_blocked_for_everyone(business):
     assert send(lead, key="b", automated=False).block_reason == "revoked"
 
 
+def test_one_revocation_on_any_channel_stops_every_automated_text_and_call(business):
+    """The person unsubscribed from email: the business's automated texts and
+    calls stop too (all kinds, every number); a person answering them by
+    text, where their SMS consent stands, still may."""
+    lead = lead_create(business, phone=NY_PHONE, email="pat@example.com")
+    phone, email = lead.contact.points.get(kind="phone"), lead.contact.points.get(kind="email")
+    consent_record(contact_point=phone, channel="sms", granted=True, basis="form_disclosure", actor="t", at=NOON_NY)
+    assert send(lead, key="before").status == "dry_run"
+    consent_record(contact_point=email, channel="email", granted=False, basis="unsubscribe", actor="t", at=NOON_NY)
+
+    blocked = send(lead, key="after")
+
+    assert (blocked.status, blocked.block_reason) == ("blocked", "revoked")
+    receipt = Receipt.objects.get(subject=blocked.public_id, action="message.blocked")
+    assert f"revoked on email (email {email.public_id})" in receipt.reason
+    assert send(lead, key="by-a-person", automated=False).status == "dry_run"
+
+
 def test_no_consent_is_blocked_unless_the_person_wrote_in(business):
     lead = lead_create(business, phone=NY_PHONE)
     assert send(lead, key="a", now=None).block_reason == "no_consent"
