@@ -1,10 +1,11 @@
 """A real HTTP server standing in for Google's OAuth endpoints and the
-Calendar API v3, in their shapes, for the calendar sync tests. Our adapter
+Calendar API v3, in their shapes, for the calendar sync tests
+(tests/helpers/google_calendar.py) and the demo (devtools/demo_sync.py). Our adapter
 reaches it through GOOGLE_OAUTH_URL, GOOGLE_TOKEN_URL and
 GOOGLE_CALENDAR_API_URL; nothing of ours is replaced.
 
 - `GET /o/oauth2/v2/auth`, `POST /token`: the OAuth flow
-  (tests/helpers/oauth_stand_in.py); Google keeps the refresh token (none
+  (devtools/simulator/oauth_stand_in.py); Google keeps the refresh token (none
   comes back on a refresh); `revoke()` makes every token refused
   (`invalid_grant`, 401 on the API).
 - `/calendar/v3`: `calendars/primary`, `freeBusy`, `calendars/primary/events`
@@ -20,15 +21,15 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from tests.helpers.oauth_stand_in import OAuthStandIn, serving
+from django.utils import timezone
+
+from devtools.simulator.oauth_stand_in import OAuthStandIn
 
 CLIENT_ID = "gcal-client-id.apps.googleusercontent.com"
-CLIENT_SECRET = "gcal-client-secret-0123456789"
+CLIENT_SECRET = "gcal-client-secret-0123456789"  # noqa: S105 - the stand-in app's own, public
 EMAIL = "tom@example.com"
 API = "/calendar/v3"
 
@@ -41,15 +42,15 @@ class GoogleCalendarServer(OAuthStandIn):
     client_id = CLIENT_ID
     client_secret = CLIENT_SECRET
     authorize_path = "/o/oauth2/v2/auth"
-    token_path = "/token"
+    token_path = "/token"  # noqa: S105 - a path, not a secret
     api_prefix = API
     unauthorized: ClassVar[dict[str, Any]] = {"error": {"code": 401, "message": "Invalid Credentials"}}
     revoked_description = "Token has been expired or revoked."
     # rotates_refresh stays False: Google keeps the refresh token, none comes back on a refresh.
     code_answer_extra: ClassVar[dict[str, str]] = {"scope": "https://www.googleapis.com/auth/calendar.events"}
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port)
         self.events: dict[str, dict[str, Any]] = {}
         self.changed: list[tuple[int, str]] = []  # (sequence, event id), in order
         self.sequence = 0
@@ -58,7 +59,7 @@ class GoogleCalendarServer(OAuthStandIn):
         self.channels: dict[str, dict[str, Any]] = {}
         self.stopped: list[str] = []
         self.inserts = 0
-        self.clock = datetime.now(UTC)
+        self.clock = timezone.now()
 
     # -- the calendar
     def _touch(self, event: dict[str, Any]) -> None:
@@ -197,16 +198,3 @@ class GoogleCalendarServer(OAuthStandIn):
         else:
             answer["nextSyncToken"] = f"sync-{self.sequence}"
         return 200, answer
-
-
-@contextmanager
-def google_calendar_running(settings: Any) -> Iterator[GoogleCalendarServer]:
-    """A started server, with the Google settings pointing at it."""
-    server = GoogleCalendarServer()
-    settings.GOOGLE_CALENDAR_API_URL = f"{server.url}{API}"
-    settings.GOOGLE_OAUTH_URL = f"{server.url}{server.authorize_path}"
-    settings.GOOGLE_TOKEN_URL = f"{server.url}{server.token_path}"
-    settings.GOOGLE_CALENDAR_CLIENT_ID = CLIENT_ID
-    settings.GOOGLE_CALENDAR_CLIENT_SECRET = CLIENT_SECRET
-    with serving(server):
-        yield server

@@ -35,13 +35,14 @@ import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.utils import timezone
 
 from agents.sync.jobber import jobber_signature
+from devtools.simulator.local_server import LocalServer
 
 CLIENT_ID = "jobber-app-client-id"
 CLIENT_SECRET = "jobber-app-client-secret-0123456789"  # noqa: S105 - the stand-in app's own, public
@@ -103,7 +104,7 @@ def webhook_headers(body: bytes, *, secret: str = CLIENT_SECRET) -> dict[str, st
     return {"X-Jobber-Hmac-SHA256": jobber_signature(secret, body)}
 
 
-class JobberServer:
+class JobberServer(LocalServer):
     def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.consent = True
@@ -177,18 +178,7 @@ class JobberServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self.serve(port, Handler)
 
     # -- OAuth ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""What the OAuth providers' stand-ins share (tests/helpers/google_calendar.py,
+"""What the OAuth providers' stand-ins share (devtools/simulator/google_calendar_api.py,
 tests/helpers/microsoft_graph_calendar.py): a real HTTP server on 127.0.0.1
 with the authorization-code flow in the shape both providers answer it.
 
@@ -20,12 +20,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from devtools.simulator.local_server import LocalServer
 
-class OAuthStandIn(ABC):
+
+class OAuthStandIn(LocalServer, ABC):
     client_id: ClassVar[str]
     client_secret: ClassVar[str]
     authorize_path: ClassVar[str]
@@ -39,7 +41,7 @@ class OAuthStandIn(ABC):
     # More fields of the answer to a code (Google names the scopes granted).
     code_answer_extra: ClassVar[dict[str, str]] = {}
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.codes: dict[str, str] = {}
         self.access: set[str] = set()
@@ -99,10 +101,7 @@ class OAuthStandIn(ABC):
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.serve(port, Handler)
 
     # -- what each provider's stand-in answers
     @abstractmethod
@@ -141,6 +140,12 @@ class OAuthStandIn(ABC):
                 return 200, self._issue(refresh=self.rotates_refresh)
         return 400, {"error": "unsupported_grant_type"}
 
+    def accept(self, access: str, refresh: str) -> None:
+        """A token pair issued earlier (the demo's, kept in its connection) taken as live."""
+        with self.lock:
+            self.access.add(access)
+            self.refresh.add(refresh)
+
     def expire_access(self) -> None:
         with self.lock:
             self.access.clear()
@@ -154,10 +159,8 @@ class OAuthStandIn(ABC):
 @contextmanager
 def serving(server: OAuthStandIn) -> Iterator[None]:
     """The stand-in answering for the block."""
-    server.thread.start()
+    server.start()
     try:
         yield
     finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-        server.thread.join(5)
+        server.stop()

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -35,6 +35,7 @@ from django.utils import timezone
 from agents.sync.housecall_pro import housecall_pro_signature
 from crm.models import Business, SyncConnection
 from crm.services.sync import connection_connect
+from devtools.simulator.local_server import LocalServer
 
 API_KEY = "hcp-company-api-key-0123456789"
 WEBHOOK_SECRET = "hcp-webhook-signing-secret-abcdef"  # the stand-in company's own, public
@@ -62,7 +63,7 @@ def webhook_headers(body: bytes, *, secret: str = WEBHOOK_SECRET, timestamp: str
     return {"Api-Timestamp": stamp, "Api-Signature": housecall_pro_signature(secret, stamp, body)}
 
 
-class HousecallProServer:
+class HousecallProServer(LocalServer):
     def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.keys = {API_KEY}
@@ -126,18 +127,7 @@ class HousecallProServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self.serve(port, Handler)
 
     # -- the company's side ----------------------------------------------------------------
 

@@ -3,7 +3,7 @@ Microsoft Graph's calendar API, in their shapes, for the calendar sync
 tests. Our adapter reaches it through MS_LOGIN_URL and MS_GRAPH_URL.
 
 - `GET /common/oauth2/v2.0/authorize`, `POST /common/oauth2/v2.0/token`:
-  the OAuth flow (tests/helpers/oauth_stand_in.py); refresh tokens rotate
+  the OAuth flow (devtools/simulator/oauth_stand_in.py); refresh tokens rotate
   (the old one dies); `revoke()` makes every token refused (`invalid_grant`,
   401 on Graph).
 - `/v1.0`: `me`, `me/calendar/getSchedule`, `me/events` (create — one per
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from tests.helpers.oauth_stand_in import OAuthStandIn, serving
+from devtools.simulator.oauth_stand_in import OAuthStandIn, serving
 
 CLIENT_ID = "00000000-aaaa-bbbb-cccc-111111111111"
 CLIENT_SECRET = "ms-client-secret-0123456789"
