@@ -38,7 +38,12 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	JOBBER_API_URL=$${JOBBER_API_URL:-http://127.0.0.1:8769} \
 	JOBBER_AUTH_URL=$${JOBBER_AUTH_URL:-http://127.0.0.1:8769} \
 	JOBBER_CLIENT_ID=$${JOBBER_CLIENT_ID:-jobber-app-client-id} \
-	JOBBER_CLIENT_SECRET=$${JOBBER_CLIENT_SECRET:-jobber-app-client-secret-0123456789}
+	JOBBER_CLIENT_SECRET=$${JOBBER_CLIENT_SECRET:-jobber-app-client-secret-0123456789} \
+	GOOGLE_CALENDAR_API_URL=$${GOOGLE_CALENDAR_API_URL:-http://127.0.0.1:8770/calendar/v3} \
+	GOOGLE_OAUTH_URL=$${GOOGLE_OAUTH_URL:-http://127.0.0.1:8770/o/oauth2/v2/auth} \
+	GOOGLE_TOKEN_URL=$${GOOGLE_TOKEN_URL:-http://127.0.0.1:8770/token} \
+	GOOGLE_CALENDAR_CLIENT_ID=$${GOOGLE_CALENDAR_CLIENT_ID:-gcal-client-id.apps.googleusercontent.com} \
+	GOOGLE_CALENDAR_CLIENT_SECRET=$${GOOGLE_CALENDAR_CLIENT_SECRET:-gcal-client-secret-0123456789}
 
 # The web server and the task clusters together (the default one, and the
 # one that delivers outbound webhooks on its own queue), with the demo's

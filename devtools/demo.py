@@ -67,6 +67,7 @@ from crm.services.records import (
     touch_add,
 )
 from crm.services.webhooks import webhook_subscription_save
+from devtools.demo_health import health_week
 from devtools.demo_sync import demo_sync_ensure
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
@@ -1084,4 +1085,4 @@ def _records_create(business: Business) -> int:
     builder = _Builder(business)
     for person in PEOPLE:
         builder.lead(person)
-    return len(PEOPLE)
+    return len(PEOPLE) + health_week(builder)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from decimal import Decimal
 from io import StringIO
 from typing import Any
@@ -11,7 +12,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.booking.slots import slots_offer
 from agents.conversions.delivery import conversions_pump
+from agents.reporting.sms_health import sms_health
 from agents.webhooks.delivery import webhooks_pump
 from crm import inbox
 from crm.attribution import revenue_report
@@ -23,6 +26,7 @@ from crm.models import (
     Contact,
     ConversionUpload,
     Estimate,
+    ExceptionItem,
     Invoice,
     Job,
     Lead,
@@ -31,6 +35,7 @@ from crm.models import (
     Payment,
     Receipt,
     Refund,
+    Sequence,
     Stage,
     SyncChange,
     SyncConnection,
@@ -128,7 +133,9 @@ def test_the_demo_has_messages_both_ways_and_a_touch_with_campaign_data() -> Non
     outbound = Message.objects.filter(business__slug=DEMO_SLUG, direction="out")
     assert outbound.exists()
     assert not outbound.filter(idempotency_key=None).exists()
-    assert set(outbound.values_list("status", flat=True)) <= {"dry_run", "delivered"}
+    # A few of the last week's texts could not be delivered (the SMS health page's carrier errors).
+    assert set(outbound.values_list("status", flat=True)) <= {"dry_run", "delivered", "undelivered", "failed"}
+    assert not outbound.filter(status__in=["undelivered", "failed"], error_code="").exists()
     assert Message.objects.filter(business__slug=DEMO_SLUG, direction="in", status="received").exists()
     touch = LeadTouch.objects.get(business__slug=DEMO_SLUG, provider="google_ads", lead__contact__first_name="Omar")
     assert touch.campaign_id and touch.gclid and touch.landing_page
@@ -264,5 +271,39 @@ def test_the_demo_shop_is_connected_to_jobber_and_its_paid_job_came_back_through
     assert next(row for row in report.rows if row.key == campaign).collected >= Decimal("1450.00")
 
     load_demo()  # a second run connects nothing again and reads nothing twice
-    assert SyncConnection.objects.filter(business__slug=DEMO_SLUG).count() == 1
+    assert SyncConnection.objects.filter(business__slug=DEMO_SLUG, provider="jobber").count() == 1
     assert lead.payments.count() == 1
+
+
+def test_the_demo_technician_s_calendar_is_connected_and_its_busy_times_close_his_slots() -> None:
+    """Tom's Google calendar (a local stand-in) holds a dentist appointment
+    over his 13:00 slot on the next weekday and a parts pickup over his
+    09:00 slot on the one after: neither is offered."""
+    load_demo()
+
+    calendar = SyncConnection.objects.get(business__slug=DEMO_SLUG, provider="google_calendar")
+    assert calendar.member.user.username == "tom" and calendar.status == SyncConnection.Status.ACTIVE
+    assert len(calendar.busy) == 2 and calendar.channel_id and calendar.busy_checked_at is not None
+    lead = demo_leads().filter(stage=Stage.QUALIFIED).first()
+    offered = {slot.starts_at for slot in slots_offer(lead, include_full=True)}
+    for start, end in calendar.busy:
+        busy_from, busy_to = datetime.fromisoformat(start), datetime.fromisoformat(end)
+        # The slot the block falls in (09:00-11:00 or 13:00-15:00 local) is not offered.
+        assert not any(s <= busy_from < s + timedelta(hours=2) for s in offered), (busy_from, busy_to)
+    assert offered  # the rest of Tom's week is
+
+
+def test_the_demo_s_sms_health_shows_a_week_of_texts_and_one_paused_sequence() -> None:
+    load_demo()
+    business = Business.objects.get(slug=DEMO_SLUG)
+
+    health = sms_health(business, until=timezone.now())
+
+    assert health.total.sent > 100 and 0.9 < (health.total.delivery_rate or 0) < 1
+    assert {code for code, _, _ in health.total.error_groups()} == {"30003", "30006", "30007"}
+    assert 0 < (health.total.opt_outs_per_100 or 0) < 5 and 0 < (health.reply_rate or 0) < 1
+    paused = Sequence.objects.filter(business=business, paused_at__isnull=False)
+    assert list(paused.values_list("key", flat=True)) == ["no_reply"]
+    assert "step 1 (nudge_sms)" in paused.get().paused_reason
+    item = ExceptionItem.objects.get(business=business, kind="sms_health", status="open")
+    assert item.owner.user.username == "mia"

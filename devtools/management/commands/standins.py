@@ -11,15 +11,20 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from devtools.demo_sync import JOBBER_PORT, jobber_stand_in
+from crm.models import Business
+from devtools.demo import DEMO_SLUG
+from devtools.demo_sync import GOOGLE_PORT, JOBBER_PORT, google_stand_in, jobber_stand_in
 
 
 class Command(BaseCommand):
-    help = "Serve the demo's local stand-ins for Jobber (and the demo calendar) until Ctrl-C."
+    help = "Serve the demo's local stand-ins for Jobber and Tom's Google calendar until Ctrl-C."
 
     def handle(self, *args: Any, **options: Any) -> None:
         jobber, _ = jobber_stand_in(JOBBER_PORT)
-        servers = [("Jobber", jobber)]
+        servers: list[tuple[str, Any]] = [("Jobber", jobber)]
+        business = Business.objects.filter(slug=DEMO_SLUG).first()
+        if business is not None:
+            servers.append(("Google Calendar", google_stand_in(business, GOOGLE_PORT)))
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
