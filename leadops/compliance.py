@@ -53,7 +53,7 @@ def evidence_page(request: HttpRequest) -> HttpResponse:
         request,
         "leadops/compliance/evidence.html",
         {
-            "title": "10DLC evidence pack",
+            "title": f"10DLC evidence pack — {chosen.name}",
             "pack": pack,
             "business": chosen,
             "businesses": businesses,
@@ -89,7 +89,7 @@ def sms_health_page(request: HttpRequest) -> HttpResponse:
         request,
         "leadops/compliance/sms_health.html",
         {
-            "title": "SMS health",
+            "title": f"SMS health — {chosen.name}",
             "health": health,
             "business": chosen,
             "businesses": businesses,
