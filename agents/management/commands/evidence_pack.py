@@ -1,18 +1,26 @@
-"""`manage.py evidence_pack SLUG [--out DIR]`: the 10DLC evidence pack of one
-business (agents/reporting/evidence_pack.py) written as JSON, and its
-pre-flight printed: what is missing (exit status 1) or likely refused."""
+"""`manage.py evidence_pack SLUG [--out DIR] [--pdf]`: the 10DLC evidence pack
+of one business (agents/reporting/evidence_pack.py) written as JSON — and,
+with --pdf, as a PDF printed by headless Chromium (CHROMIUM_PATH, default
+Debian's /usr/bin/chromium) from the same sections the back office shows —
+and its pre-flight printed: what is missing (exit status 1) or likely
+refused."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.template.loader import render_to_string
 from django.utils import timezone
 
-from agents.reporting.evidence_pack import MISSING, evidence_pack
+from agents.reporting.evidence_pack import MISSING, Pack, evidence_pack
 from crm.models import Business
 
 
@@ -22,6 +30,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("business", help="the business's slug")
         parser.add_argument("--out", default=".", help="the folder the JSON file goes to (default: here)")
+        parser.add_argument("--pdf", action="store_true", help="also print it as a PDF with headless Chromium")
 
     def handle(self, *args: Any, **options: Any) -> None:
         business = Business.objects.filter(slug=options["business"]).first()
@@ -34,6 +43,10 @@ class Command(BaseCommand):
         target = folder / f"{business.slug}-10dlc-evidence.json"
         target.write_text(json.dumps(pack.as_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         self.stdout.write(f"evidence pack: {target}")
+        if options["pdf"]:
+            pdf = folder / f"{business.slug}-10dlc-evidence.pdf"
+            _print_pdf(pack, pdf)
+            self.stdout.write(f"evidence pack: {pdf}")
         self.stdout.write(
             f"  {len(pack.forms)} form sources, {len(pack.samples)} sample messages, "
             f"{sum(n for _, n in pack.volume)} texts in 30 days, {len(pack.consent)} consent records"
@@ -46,3 +59,43 @@ class Command(BaseCommand):
             self.stdout.write(f"  {finding.level:<8}{finding.what}: {finding.why}")
         if any(f.level == MISSING for f in pack.findings):
             raise CommandError("the registration would be refused: fix what is missing first", returncode=1)
+
+
+# Chromium's own switches for a headless run that reaches nothing outside.
+CHROMIUM_SWITCHES = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-pdf-header-footer",
+)
+
+
+def _print_pdf(pack: Pack, target: Path) -> None:
+    chromium = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+    if not Path(chromium).exists():
+        raise CommandError(f"--pdf needs Chromium at {chromium} (apt-get install chromium, or set CHROMIUM_PATH)")
+    missing = sum(1 for f in pack.findings if f.level == MISSING)
+    # A printed page has no viewer: its times are the business's.
+    with timezone.override(ZoneInfo(pack.business["timezone"])):
+        html = render_to_string("leadops/compliance/evidence_print.html", {"pack": pack, "missing": missing})
+    with tempfile.TemporaryDirectory() as scratch:
+        page = Path(scratch) / "pack.html"
+        page.write_text(html, encoding="utf-8")
+        profile = Path(scratch) / "profile"
+        command = [
+            chromium,
+            *CHROMIUM_SWITCHES,
+            f"--user-data-dir={profile}",
+            f"--print-to-pdf={target.resolve()}",
+            page.as_uri(),
+        ]
+        try:
+            subprocess.run(command, check=True, capture_output=True, timeout=90)  # noqa: S603 - our own argv
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            raise CommandError(f"Chromium could not print the PDF: {exc}") from exc
+    if not target.exists() or target.stat().st_size == 0:
+        raise CommandError("Chromium printed no PDF")

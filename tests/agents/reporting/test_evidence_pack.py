@@ -152,6 +152,16 @@ def test_the_command_writes_the_json_and_fails_while_something_is_missing(shop: 
         call_command("evidence_pack", shop.slug, "--out", str(tmp_path), stdout=StringIO())
 
 
+def test_the_command_prints_the_pack_as_a_pdf_with_chromium(shop: Business, tmp_path: Path) -> None:
+    out = StringIO()
+
+    call_command("evidence_pack", shop.slug, "--out", str(tmp_path), "--pdf", stdout=out)
+
+    pdf = tmp_path / f"{shop.slug}-10dlc-evidence.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF-") and pdf.stat().st_size > 10_000
+    assert str(pdf) in out.getvalue()
+
+
 def test_the_page_shows_the_preflight_to_leaders_and_refuses_a_setter(shop: Business) -> None:
     MessageTemplate.objects.filter(business=shop).update(body="Hi {first_name}. Reply STOP to opt out.")
     owner, setter = member_create(shop, Role.OWNER, username="olivia"), member_create(shop, Role.SETTER, username="sam")
