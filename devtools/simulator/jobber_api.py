@@ -95,7 +95,7 @@ def webhook_body(topic: str, item_id: str, *, account_id: str = ACCOUNT_ID, occu
         "appId": APP_ID,
         "accountId": account_id,
         "itemId": item_id,
-        "occurredAt": occurred_at or iso(datetime.now(UTC)),
+        "occurredAt": occurred_at or iso(timezone.now()),
     }
     return json.dumps({"data": {"webHookEvent": event}}).encode()
 

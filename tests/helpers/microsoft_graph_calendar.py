@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from django.utils import timezone
+
 from devtools.simulator.oauth_stand_in import OAuthStandIn, serving
 
 CLIENT_ID = "00000000-aaaa-bbbb-cccc-111111111111"
@@ -58,7 +60,7 @@ class GraphServer(OAuthStandIn):
         self.subscriptions: dict[str, dict[str, Any]] = {}
         self.busy_extra: list[tuple[datetime, datetime]] = []
         self.creates = 0
-        self.clock = datetime.now(UTC)
+        self.clock = timezone.now()
         # The validation handshake: called with the notification URL and the token; returns what came back.
         self.validate: Callable[[str, str], tuple[int, str, str]] | None = None
 
