@@ -43,11 +43,14 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 	GOOGLE_OAUTH_URL=$${GOOGLE_OAUTH_URL:-http://127.0.0.1:8770/o/oauth2/v2/auth} \
 	GOOGLE_TOKEN_URL=$${GOOGLE_TOKEN_URL:-http://127.0.0.1:8770/token} \
 	GOOGLE_CALENDAR_CLIENT_ID=$${GOOGLE_CALENDAR_CLIENT_ID:-gcal-client-id.apps.googleusercontent.com} \
-	GOOGLE_CALENDAR_CLIENT_SECRET=$${GOOGLE_CALENDAR_CLIENT_SECRET:-gcal-client-secret-0123456789}
+	GOOGLE_CALENDAR_CLIENT_SECRET=$${GOOGLE_CALENDAR_CLIENT_SECRET:-gcal-client-secret-0123456789} \
+	GOOGLE_BUSINESS_ACCOUNTS_URL=$${GOOGLE_BUSINESS_ACCOUNTS_URL:-http://127.0.0.1:8771} \
+	GOOGLE_BUSINESS_INFO_URL=$${GOOGLE_BUSINESS_INFO_URL:-http://127.0.0.1:8771} \
+	GOOGLE_BUSINESS_REVIEWS_URL=$${GOOGLE_BUSINESS_REVIEWS_URL:-http://127.0.0.1:8771}
 
 # The web server and the task clusters together (the default one, and the
 # one that delivers outbound webhooks on its own queue), with the demo's
-# stand-ins for the shop's Jobber and calendar; Ctrl-C stops them all.
+# stand-ins for the shop's Jobber, calendar and Google reviews; Ctrl-C stops them all.
 run: demo
 	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task clusters)"
 	@trap 'kill 0' INT TERM EXIT; \

@@ -50,6 +50,13 @@ class AgentsConfig(AppConfig):
         call_transcription.register()  # a recording's speech to text (own job)
         alerts.register()  # Slack alerts are timers, posted by the timer runner
         daily_brief.register()  # so are the daily briefs
+        from agents.reviews import requests as review_requests
+
+        review_requests.register()  # a review request's delay is a timer
+        from agents.reviews import google_business, replies
+
+        google_business.register()  # Google Business Profile, connected like the systems of record
+        replies.register()  # what approving a review reply does: it is posted to Google
         from agents.webhooks import delivery as webhooks
 
         webhooks.register()  # a commit that announced events wakes the webhooks cluster

@@ -40,8 +40,8 @@ from agents.events import (
 )
 from agents.followup import estimates, replies
 from agents.followup.sequences import engine as sequence_engine
-from agents.revenue import jobs as revenue_jobs
 from agents.revenue import payments as revenue_payments
+from agents.reviews import requests as review_requests
 from agents.routing import steps as routing
 from crm.models import Lead, Timer
 from crm.services.inbound_handlers import unit_runner_register
@@ -69,8 +69,8 @@ STEPS: dict[str, Step] = {
     "estimate.sent": estimates.estimate_sent_step,
     "estimate.accepted": estimates.estimate_accepted_step,
     "estimate.declined": estimates.estimate_declined_step,
-    "job.completed": revenue_jobs.job_completed_step,
-    "payment": revenue_payments.payment_step,
+    "job.completed": review_requests.job_completed_step,
+    "payment": review_requests.payment_step,
     "refund": revenue_payments.refund_step,
     "opt_out": replies.opt_out_step,
     "complaint": replies.complaint_step,

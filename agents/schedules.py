@@ -67,6 +67,9 @@ JOBS: list[Job] = [
     # Hourly: sequences whose texts drive opt-outs or carrier filtering past
     # the business's limits are paused (agents.reporting.sms_health).
     Job("leadops.sms_health", "agents.tasks.sms_health", 60, 80, timedelta(hours=3)),
+    # Google reviews: each connected business's read every few hours, and an
+    # approved reply whose post was lost posted (agents.reviews.pull, agents.reviews.replies).
+    Job("leadops.reviews_pull", "agents.tasks.reviews_pull", 15, 80, timedelta(hours=1)),
     # Rate-limit counters of windows gone by, kept in the database cache table
     # (agents.capture.ratelimit; Redis expires its own).
     Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),

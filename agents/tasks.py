@@ -147,6 +147,25 @@ def conversions_pump() -> dict[str, int]:
     return _conversions_pump()
 
 
+@_job("leadops.reviews_pull")
+def reviews_pull() -> dict[str, int]:
+    """Each connected business's Google reviews read when due, then the
+    approved replies whose post was lost (agents.reviews.pull, agents.reviews.replies)."""
+    from agents.reviews.pull import reviews_sweep
+    from agents.reviews.replies import replies_post_due
+
+    counts = reviews_sweep()
+    counts["replies_posted"] = replies_post_due(limit=3)
+    return counts
+
+
+def review_reply_post(review_id: int) -> str:
+    """A review's approved reply posted to Google (agents.reviews.replies)."""
+    from agents.reviews.replies import review_reply_post as _post
+
+    return _post(review_id).reply_status
+
+
 @_job("leadops.sync_sweep")
 def sync_sweep() -> dict[str, int]:
     """On the outbound cluster: lost claims, each connection's streams

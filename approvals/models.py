@@ -14,6 +14,7 @@ APPROVAL_KINDS = [
     "high_value_estimate",
     "out_of_playbook",
     "exception",
+    "review_reply",
 ]
 
 
@@ -40,6 +41,8 @@ class ApprovalRequest(models.Model):
         HIGH_VALUE_ESTIMATE = "high_value_estimate"
         OUT_OF_PLAYBOOK = "out_of_playbook"
         EXCEPTION = "exception"
+        # A public reply to a customer's review (agents/reviews/replies.py).
+        REVIEW_REPLY = "review_reply"
 
     class Status(models.TextChoices):
         PENDING = "pending"

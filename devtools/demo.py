@@ -68,6 +68,7 @@ from crm.services.records import (
 )
 from crm.services.webhooks import webhook_subscription_save
 from devtools.demo_health import health_week
+from devtools.demo_reviews import demo_google_business_ensure, demo_reviews_ask
 from devtools.demo_sync import demo_sync_ensure
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
@@ -119,8 +120,10 @@ def demo_load(path: Path = DEMO_FILE) -> DemoResult:
         if not Lead.objects.filter(business=business).exists():
             created = _records_create(business)
         total = Lead.objects.filter(business=business).count()
-    # After the records' commit: the sync reads Jobber's records into them.
+    # After the records' commit: the sync reads Jobber's records into them,
+    # and the shop's Google reviews are read (one matched to a review request).
     demo_sync_ensure(load.business)
+    demo_google_business_ensure(load.business)
     return DemoResult(load=load, logins=logins, leads_created=created, leads_total=total)
 
 
@@ -1085,4 +1088,5 @@ def _records_create(business: Business) -> int:
     builder = _Builder(business)
     for person in PEOPLE:
         builder.lead(person)
+    demo_reviews_ask(business)
     return len(PEOPLE) + health_week(builder)

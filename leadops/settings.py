@@ -275,6 +275,22 @@ GOOGLE_OAUTH_URL = env.str("GOOGLE_OAUTH_URL", default="https://accounts.google.
 GOOGLE_TOKEN_URL = env.str("GOOGLE_TOKEN_URL", default="https://oauth2.googleapis.com/token")
 GOOGLE_CALENDAR_CLIENT_ID = env.str("GOOGLE_CALENDAR_CLIENT_ID", default="")
 GOOGLE_CALENDAR_CLIENT_SECRET = env.str("GOOGLE_CALENDAR_CLIENT_SECRET", default="")
+# Google Business Profile (agents/reviews/google_business.py): reviews read
+# and replies posted for the business's location, over the same Google OAuth
+# (scope business.manage; by default the calendars' OAuth client, whose Cloud
+# project must have been granted Business Profile API access). Three APIs,
+# three hosts: accounts, business information (locations), and v4 reviews.
+GOOGLE_BUSINESS_CLIENT_ID = env.str("GOOGLE_BUSINESS_CLIENT_ID", default=GOOGLE_CALENDAR_CLIENT_ID)
+GOOGLE_BUSINESS_CLIENT_SECRET = env.str("GOOGLE_BUSINESS_CLIENT_SECRET", default=GOOGLE_CALENDAR_CLIENT_SECRET)
+GOOGLE_BUSINESS_ACCOUNTS_URL = env.str(
+    "GOOGLE_BUSINESS_ACCOUNTS_URL", default="https://mybusinessaccountmanagement.googleapis.com"
+).rstrip("/")
+GOOGLE_BUSINESS_INFO_URL = env.str(
+    "GOOGLE_BUSINESS_INFO_URL", default="https://mybusinessbusinessinformation.googleapis.com"
+).rstrip("/")
+GOOGLE_BUSINESS_REVIEWS_URL = env.str(
+    "GOOGLE_BUSINESS_REVIEWS_URL", default="https://mybusiness.googleapis.com"
+).rstrip("/")
 MS_GRAPH_URL = env.str("MS_GRAPH_URL", default="https://graph.microsoft.com/v1.0").rstrip("/")
 # "common": work, school and personal Microsoft accounts alike.
 MS_LOGIN_URL = env.str("MS_LOGIN_URL", default="https://login.microsoftonline.com/common/oauth2/v2.0").rstrip("/")

@@ -6,7 +6,18 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
-from leadops import booking_views, compliance, copilot_redirect, reports, revenue, sync_views, two_factor, views, work
+from leadops import (
+    booking_views,
+    compliance,
+    copilot_redirect,
+    reports,
+    revenue,
+    reviews,
+    sync_views,
+    two_factor,
+    views,
+    work,
+)
 from leadops.estimates_api import AppointmentHeldView, EstimateViewSet
 from leadops.trace_api import LeadTraceView
 
@@ -52,6 +63,10 @@ urlpatterns = [
     path("admin/compliance/evidence/", compliance.evidence_page, name="evidence-pack"),
     path("admin/reports/sms-health/", compliance.sms_health_page, name="sms-health"),
     path("admin/sequences/<str:public_id>/resume/", compliance.sequence_resume_view, name="sequence-resume"),
+    path("admin/reviews/", reviews.reviews_page, name="reviews"),
+    path("admin/reviews/location/", reviews.location_choose_view, name="reviews-location"),
+    path("admin/reviews/<str:public_id>/reply/", reviews.reply_propose_view, name="review-reply"),
+    path("admin/reviews/<str:public_id>/retry/", reviews.reply_retry_view, name="review-reply-retry"),
     path("admin/sync/", sync_views.sync_status_page, name="sync-status"),
     path("admin/sync/<slug:provider>/connect/", sync_views.sync_connect, name="sync-connect"),
     path("admin/sync/<slug:provider>/callback/", sync_views.sync_callback, name="sync-callback"),

@@ -7,7 +7,9 @@ Checks, in order; the first that fails decides and is recorded:
    (crm.services.contact_numbers) — even for a compliance reply, since a
    premium-rate number texting HELP is the pumping attack itself;
 1. hold and stop flags — the lead on hold (`hold`); automation paused for the
-   person, or the lead closed (`stopped`, automated sends only);
+   person, or the lead closed (`stopped`, automated sends only) — a won
+   lead's after-sale texts (the review request: AFTER_SALE_TEMPLATES) alone
+   still go to a closed lead;
 2. consent for the channel (`revoked`, `no_consent`: agents.consent.policy);
    for an Instagram DM, Meta's 24-hour window after the person's last DM
    (`outside_window`) in its place; and for an automated text or call, no
@@ -60,6 +62,7 @@ from crm.models import (
     Enrollment,
     Lead,
     Message,
+    Stage,
 )
 from crm.services.contact_numbers import number_refusal
 from crm.services.insert_once import row_insert_once
@@ -80,6 +83,9 @@ REGATE_TIMER = "outbound.regate"
 CAP_WINDOW = timedelta(hours=24)
 # Automated texts and calls: what one revocation on any channel stops.
 AUTOMATED_CALLS_AND_TEXTS = ("sms", "voice")
+# The automated texts a won lead may still get: what comes after the sale
+# (agents/reviews/requests.py). Every other automated send stops at a closed stage.
+AFTER_SALE_TEMPLATES = frozenset({"review_request", "review_request_email"})
 # A state's cap counts texts and calls: the statutes cap "calls", and count texts as calls.
 STATE_CAP_CHANNELS = ("sms", "voice")
 
@@ -153,7 +159,7 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
         return Verdict(Message.Status.QUEUED)
     if lead is not None and lead.hold:
         return Verdict(Message.Status.BLOCKED, "hold")
-    if automated and (contact.automation_paused or (lead is not None and lead.stage in CLOSED_STAGES)):
+    if automated and (contact.automation_paused or (lead is not None and _closed_to(lead, message))):
         return Verdict(Message.Status.BLOCKED, "stopped")
     if point is None:
         return Verdict(Message.Status.BLOCKED, "no_consent")
@@ -196,6 +202,14 @@ def gate_check(message: Message, *, automated: bool, compliance_reply: bool, now
                 return Verdict(Message.Status.DEFERRED, "state_cap", frees, detail=detail, sent_today=sent_today)
         return Verdict(Message.Status.QUEUED, sent_today=sent_today)
     return Verdict(Message.Status.QUEUED)
+
+
+def _closed_to(lead: Lead, message: Message) -> bool:
+    """The lead's stage stops this automated send: every closed stage does,
+    but a won lead still gets its after-sale texts."""
+    if lead.stage not in CLOSED_STAGES:
+        return False
+    return not (lead.stage == Stage.WON and message.template_key in AFTER_SALE_TEMPLATES)
 
 
 def _states_detail(window: Window) -> str:

@@ -28,8 +28,9 @@ from crm.services.receipts import receipt_write
 LEAD_PLACEHOLDERS = frozenset({"first_name", "last_name", "business", "owner_first_name", "service"})
 # Supplied by the step that sends the template (a booking link, the callback
 # number, the appointment time, the numbered slots the after-hours
-# receptionist offers); the demo playbook's follow-ups use them.
-STEP_PLACEHOLDERS = frozenset({"booking_url", "business_phone", "appointment_time", "slot_options"})
+# receptionist offers, the review request's counted link); the demo
+# playbook's follow-ups use them.
+STEP_PLACEHOLDERS = frozenset({"booking_url", "business_phone", "appointment_time", "slot_options", "review_url"})
 PLACEHOLDERS = LEAD_PLACEHOLDERS | STEP_PLACEHOLDERS
 # Placeholders whose values the lead typed in: not approved text, so their
 # values are checked before they go out under an approved template.

@@ -141,7 +141,13 @@ def _forms(business: Business, base_url: str) -> list[FormEvidence]:
 
 
 def _samples(business: Business) -> list[Sample]:
-    context = {**SAMPLE_VALUES, "business": business.name, "booking_url": f"https://{business.slug}.example/book"}
+    context = {
+        **SAMPLE_VALUES,
+        "business": business.name,
+        "booking_url": f"https://{business.slug}.example/book",
+        # The review request's link is LeadOps' own redirect, never a public shortener.
+        "review_url": f"https://{business.slug}.example/r/Xk3b9QpL",
+    }
     samples = []
     for template in MessageTemplate.objects.filter(business=business, channel="sms", approved=True).order_by("key"):
         try:

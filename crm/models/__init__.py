@@ -53,6 +53,7 @@ from crm.models.periodic_runs import PeriodicRun
 from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptCheckpoint, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
+from crm.models.reviews import Review, ReviewRequest
 from crm.models.sync import SyncChange, SyncConnection, SyncLink
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 from crm.models.webhooks import (
@@ -122,6 +123,8 @@ __all__ = [
     "ReceiptPersonalData",
     "Refund",
     "RejectedDelivery",
+    "Review",
+    "ReviewRequest",
     "Role",
     "Sequence",
     "ServiceArea",

@@ -37,6 +37,9 @@ class Business(models.Model):
     # The SMS health limits past which automated sequences pause (the business
     # file's policy.sms_health; agents/reporting/sms_health.py has the defaults).
     sms_health = models.JSONField(default=dict, blank=True)
+    # Review requests after the job ({after, delay_hours, google_place_id, url}:
+    # the business file's policy.reviews; agents/reviews/requests.py reads it).
+    reviews = models.JSONField(default=dict, blank=True)
     first_response_minutes = models.PositiveIntegerField(default=5)
     quiet_hours_start = models.TimeField(default=time(8, 0))
     quiet_hours_end = models.TimeField(default=time(21, 0))

@@ -15,7 +15,8 @@ What goes, and what stays:
   and fit reasons; form answers; click ids (gclid, fbclid: an ad platform can
   tie them back to the person, so they go; campaign, ad group, ad, form and
   UTM tags stay for attribution) and the landing page's query string;
-  appointment locations, notes and technician briefs; the personal-data rows
+  appointment locations, notes and technician briefs; the name and text of
+  the reviews matched to them (the rating stays); the personal-data rows
   of every receipt about them (the receipts stay and still verify).
 - Redacted (their name, numbers and emails replaced by "[erased]", the rest
   kept because it carries the business's meaning): task titles and outcomes,
@@ -67,6 +68,8 @@ from crm.models import (
     Payment,
     Receipt,
     Refund,
+    Review,
+    ReviewRequest,
     Task,
     Timer,
 )
@@ -397,6 +400,14 @@ def _erase_revenue(f: Forgetting) -> None:
     for model in (Job, Invoice, Payment):
         f.subjects.update(model.objects.filter(lead_id__in=f.lead_ids).values_list("public_id", flat=True))
     _redact_rows(f, Refund.objects.filter(payment__lead_id__in=f.lead_ids), "crm_refund", text=("reason",))
+    f.subjects.update(ReviewRequest.objects.filter(lead_id__in=f.lead_ids).values_list("public_id", flat=True))
+    # Our copy of what they wrote on a review site, and our answer to it: the
+    # review stays (its rating counts) but no longer says who wrote what.
+    n = 0
+    for review in Review.objects.filter(contact_id__in=f.contact_ids):
+        f.subjects.add(review.public_id)
+        n += _changed(review, {"reviewer_name": ERASED, "comment": ERASED, "reply_body": f.redact(review.reply_body)})
+    f.count("crm_review", n)
 
 
 def _erase_events(f: Forgetting) -> None:

@@ -60,6 +60,9 @@ class OAuthStandIn(LocalServer, ABC):
             def do_PATCH(self) -> None:
                 self._route("PATCH")
 
+            def do_PUT(self) -> None:
+                self._route("PUT")
+
             def do_DELETE(self) -> None:
                 self._route("DELETE")
 

@@ -40,6 +40,7 @@ KINDS = {
     "merge_contacts": "Same person?",
     "high_value_estimate": "High-value estimate",
     "exception": "Exception",
+    "review_reply": "Google review reply",
 }
 
 

@@ -35,6 +35,7 @@ from crm.models import (
     Message,
     Note,
     Receipt,
+    Review,
     Role,
     Source,
     TeamMember,
@@ -284,7 +285,8 @@ def lead_for_thread(user: Any, public_id: str) -> Lead | None:
 
 @dataclass(frozen=True)
 class ThreadItem:
-    """One entry of the conversation, in time order: a message, a call or a note."""
+    """One entry of the conversation, in time order: a message, a call, a
+    note, or a review the customer left (matched to the lead)."""
 
     kind: str
     at: datetime
@@ -294,6 +296,7 @@ class ThreadItem:
     touch: LeadTouch | None = None
     first: bool = False
     held: Held | None = None  # a message's approval: why it waits, or what became of it
+    review: Review | None = None
 
 
 @dataclass(frozen=True)
@@ -409,7 +412,7 @@ def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
     """Everything the thread page shows of `lead` (from `lead_for_thread`),
     with the trace's times said in `tz`. A fixed number of queries however
     long the conversation is: one per kind of entry (its touches, messages,
-    calls, notes), its approvals (`held`), the trace's and the preview's own
+    calls, notes, reviews), its approvals (`held`), the trace's and the preview's own
     (per question and per step), and the composer's."""
     with reads_shared():
         messages = list(Message.objects.filter(lead=lead).order_by("created_at", "pk"))
@@ -421,6 +424,7 @@ def thread_read(user: Any, lead: Lead, *, now: datetime, tz: tzinfo) -> Thread:
         items += [ThreadItem("message", m.created_at, message=m, held=approvals.by_message.get(m.pk)) for m in messages]
         items += [ThreadItem("call", c.started_at, call=c) for c in calls]
         items += [ThreadItem("note", n.created_at, note=n) for n in notes]
+        items += [ThreadItem("review", r.posted_at, review=r) for r in Review.objects.filter(lead=lead)]
         items.sort(key=lambda item: item.at)
         last_in = next((m for m in reversed(messages) if m.direction == "in"), None)
         trace = lead_trace(lead, now=now, tz=tz)

@@ -307,3 +307,30 @@ def test_the_demo_s_sms_health_shows_a_week_of_texts_and_one_paused_sequence() -
     assert "step 1 (nudge_sms)" in paused.get().paused_reason
     item = ExceptionItem.objects.get(business=business, kind="sms_health", status="open")
     assert item.owner.user.username == "mia"
+
+
+def test_the_demo_asks_its_paid_customers_for_reviews_and_reads_its_google_reviews() -> None:
+    """Each paid job was asked once (the refunded one was not); the shop's
+    Google reviews (a local stand-in) are read through the adapter, and the
+    customer who tapped the link is matched to their request."""
+    from agents.reviews.requests import review_figures
+    from crm.models import Review, ReviewRequest
+
+    load_demo()
+
+    business = demo_leads().first().business
+    requests = ReviewRequest.objects.filter(business=business)
+    assert {r.status for r in requests} == {"sent", "skipped"}
+    assert requests.get(status="skipped").skipped_reason == "a refund on the lead"
+    connection = SyncConnection.objects.get(business=business, provider="google_business")
+    assert connection.status == SyncConnection.Status.ACTIVE
+    reviews = Review.objects.filter(business=business)
+    assert sorted(r.rating or 0 for r in reviews) == [2, 4, 5]
+    matched = reviews.get(review_request__isnull=False)
+    assert (matched.rating, matched.review_request.clicks) == (5, 1)
+    now = timezone.now()
+    figures = review_figures(business, since=now - timedelta(days=30), until=now + timedelta(days=1))
+    assert (figures.sent, figures.clicked_requests, figures.reviews, figures.reviews_matched) == (1, 1, 3, 1)
+
+    load_demo()  # nothing asked or read twice
+    assert (ReviewRequest.objects.filter(business=business).count(), reviews.count()) == (2, 3)

@@ -36,6 +36,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from rest_framework.authtoken.models import Token
 
 from agents.conversions.delivery import conversions_pump
+from agents.reviews.pull import review_upsert
 from agents.webhooks.delivery import webhooks_pump
 from approvals.models import ApprovalRequest
 from approvals.services import approval_request_open
@@ -120,6 +121,12 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     # SMS health: leaders read it; only the business's own leaders resume a sequence it paused.
     "admin/reports/sms-health/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     "admin/sequences/<str:public_id>/resume/": ("sequence", "405 405 405 405 405 302", "302 302 403 403 403 302"),
+    # Google reviews: leaders read them and propose or retry replies on their own business's;
+    # only an owner picks the location (without a business named, nobody may).
+    "admin/reviews/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
+    "admin/reviews/location/": ("none", "405 405 405 405 405 302", "403 403 403 403 403 302"),
+    "admin/reviews/<str:public_id>/reply/": ("review", "405 405 405 405 405 302", "302 302 403 403 403 302"),
+    "admin/reviews/<str:public_id>/retry/": ("review", "405 405 405 405 405 302", "302 302 403 403 403 302"),
     # Sync with the business's own systems: leaders see the status, every team
     # member their own calendar; only an owner connects the business's system
     # (without a business named, nobody may); the callback without the
@@ -661,6 +668,8 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "admin/(?P<url>.*)$": ("none", "404 404 404 404 404 302", "404 404 404 404 404 302"),
     "hooks/forms/<slug:source_key>/": ("source:website", "405 405 405 405 405 405", "401 401 401 401 401 401"),
     "f/<slug:source_key>/": ("source:hosted_form", "200 200 200 200 200 200", "400 400 400 400 400 400"),
+    # A review request's short link: anyone with the text may follow it; nothing else is served there.
+    "r/<str:token>/": ("link:review_request", "302 302 302 302 302 302", "405 405 405 405 405 405"),
     "hooks/google-ads/<slug:source_key>/": ("source:google_ads", "405 405 405 405 405 405", "400 400 400 400 400 400"),
     "hooks/meta/": ("none", "403 403 403 403 403 403", "401 401 401 401 401 401"),
     "hooks/typeform/<slug:source_key>/": ("source:typeform", "405 405 405 405 405 405", "401 401 401 401 401 401"),
@@ -873,6 +882,19 @@ def world() -> Samples:
         stop_reason="won",
         ended_at=now,
     )
+    # A Google review of the shop, as a pull keeps it.
+    review, _ = review_upsert(
+        business,
+        {
+            "name": "accounts/1/locations/2/reviews/matrix",
+            "reviewer": {"displayName": "Pat Doe"},
+            "starRating": "FIVE",
+            "comment": "Great work",
+            "createTime": now.isoformat(),
+            "updateTime": now.isoformat(),
+        },
+        now=now,
+    )
     # The demo's receiver gets every event: one run of the webhooks cluster (dry run) logs their deliveries.
     webhooks_pump()
     # And the conversions of its paid Google and Meta lead (dry run): the uploads page has rows.
@@ -898,6 +920,7 @@ def world() -> Samples:
         "refund": m.Refund.objects.filter(business=business).first(),
         "receipt": of_lead(m.Receipt),
         "approvalrequest": of_lead(ApprovalRequest),
+        "review": review,
         "inboundevent": m.InboundEvent.objects.filter(business=business).first(),
         "rejecteddelivery": m.RejectedDelivery.objects.filter(business=business).first(),
         "business": business,
@@ -921,6 +944,10 @@ def world() -> Samples:
         "source:angi": m.Source.objects.filter(business=business, provider="angi").first(),
         "source:callrail": m.Source.objects.filter(business=business, provider="callrail").first(),
         "source:thumbtack": m.Source.objects.filter(business=business, provider="thumbtack").first(),
+        # The short link names the request's token, not its id.
+        "link:review_request": SimpleNamespace(
+            public_id=m.ReviewRequest.objects.filter(business=business).values_list("token", flat=True).first()
+        ),
         # A sync adapter's routes name the provider.
         "adapter:jobber": SimpleNamespace(public_id="jobber"),
         "adapter:housecall_pro": SimpleNamespace(public_id="housecall_pro"),

@@ -295,6 +295,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
             "embed_origins",
             "raw_retention_days",
             "sms_health",
+            "reviews",
         ),
     )
     fields = {
@@ -321,6 +322,7 @@ def _parse_policy(doc: Map, region: str) -> dict[str, Any]:
         "embed_origins": _embed_origins(m),
         "raw_retention_days": m.integer("raw_retention_days", defaults["raw_retention_days"], minimum=1),
         "sms_health": _sms_health(m),
+        "reviews": _reviews(m),
     }
     if not 0 <= fields["brief_hour"] <= 23:
         raise m.error("brief_hour", f"brief_hour must be an hour from 0 to 23, not {fields['brief_hour']}")
@@ -530,6 +532,35 @@ def _sms_health(m: Map) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise health.error(key, f"{key} must be a number above 0, not {value!r}")
         found[key] = float(value)
+    return found
+
+
+REVIEW_AFTER = ("paid", "completed", "off")
+
+
+def _reviews(m: Map) -> dict[str, Any]:
+    """{after: paid, delay_hours: 2, google_place_id: ChIJ…, url: https://…}:
+    when a customer is asked for a review. No link (neither a place id nor a
+    URL) asks no one; `after: off` switches the requests off and keeps the link."""
+    if not m.has("reviews"):
+        return {}
+    reviews = Map(
+        m.raw("reviews"),
+        m.line_of("reviews"),
+        "policy.reviews",
+        optional=("after", "delay_hours", "google_place_id", "url"),
+    )
+    found: dict[str, Any] = {
+        "after": reviews.choice("after", REVIEW_AFTER, "moment") if reviews.has("after") else "paid"
+    }
+    found["delay_hours"] = reviews.integer("delay_hours", 2)
+    place = reviews.text("google_place_id")
+    if place and not re.fullmatch(r"[A-Za-z0-9_-]{10,300}", place):
+        raise reviews.error("google_place_id", f"google_place_id must be a Google place id (ChIJ…), not {place!r}")
+    url = reviews.text("url")
+    if url and not re.fullmatch(r"https://[^\s/$.?#][^\s]*", url):
+        raise reviews.error("url", f"url must be a public https:// address, not {url!r}")
+    found.update({key: value for key, value in (("google_place_id", place), ("url", url)) if value})
     return found
 
 

@@ -13,11 +13,14 @@ from django.core.management.base import BaseCommand
 
 from crm.models import Business
 from devtools.demo import DEMO_SLUG
+from devtools.demo_reviews import GOOGLE_BUSINESS_PORT, google_business_stand_in
 from devtools.demo_sync import GOOGLE_PORT, JOBBER_PORT, google_stand_in, jobber_stand_in
 
 
 class Command(BaseCommand):
-    help = "Serve the demo's local stand-ins for Jobber and Tom's Google calendar until Ctrl-C."
+    help = (
+        "Serve the demo's local stand-ins for Jobber, Tom's Google calendar and the shop's Google reviews until Ctrl-C."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         jobber, _ = jobber_stand_in(JOBBER_PORT)
@@ -25,6 +28,7 @@ class Command(BaseCommand):
         business = Business.objects.filter(slug=DEMO_SLUG).first()
         if business is not None:
             servers.append(("Google Calendar", google_stand_in(business, GOOGLE_PORT)))
+            servers.append(("Google Business Profile", google_business_stand_in(business, GOOGLE_BUSINESS_PORT)))
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
