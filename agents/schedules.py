@@ -67,6 +67,9 @@ JOBS: list[Job] = [
     # Hourly: sequences whose texts drive opt-outs or carrier filtering past
     # the business's limits are paused (agents.reporting.sms_health).
     Job("leadops.sms_health", "agents.tasks.sms_health", 60, 80, timedelta(hours=3)),
+    # Daily: each ad account's campaign spend for the last three days (the
+    # first pull of an account, thirty), a bounded run (agents.conversions.spend).
+    Job("leadops.spend_pull", "agents.tasks.spend_pull", 24 * 60, 80, timedelta(hours=50)),
     # Google reviews: each connected business's read every few hours, and an
     # approved reply whose post was lost posted (agents.reviews.pull, agents.reviews.replies).
     Job("leadops.reviews_pull", "agents.tasks.reviews_pull", 15, 80, timedelta(hours=1)),

@@ -147,6 +147,15 @@ def conversions_pump() -> dict[str, int]:
     return _conversions_pump()
 
 
+@_job("leadops.spend_pull")
+def spend_pull() -> dict[str, int]:
+    """Daily: each ad account's campaign spend for the last days
+    (agents.conversions.spend)."""
+    from agents.conversions.spend import spend_pull_due
+
+    return spend_pull_due()
+
+
 @_job("leadops.reviews_pull")
 def reviews_pull() -> dict[str, int]:
     """Each connected business's Google reviews read when due, then the

@@ -69,6 +69,7 @@ from crm.services.records import (
 from crm.services.webhooks import webhook_subscription_save
 from devtools.demo_health import health_week
 from devtools.demo_reviews import demo_google_business_ensure, demo_reviews_ask
+from devtools.demo_spend import demo_spend_ensure
 from devtools.demo_sync import demo_sync_ensure
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "acme-hvac.yaml"
@@ -124,6 +125,7 @@ def demo_load(path: Path = DEMO_FILE) -> DemoResult:
     # and the shop's Google reviews are read (one matched to a review request).
     demo_sync_ensure(load.business)
     demo_google_business_ensure(load.business)
+    demo_spend_ensure(load.business)
     return DemoResult(load=load, logins=logins, leads_created=created, leads_total=total)
 
 

@@ -1,19 +1,25 @@
 """The revenue page: the revenue report (crm.attribution) for people, with
 CSV and XLSX exports. Staff login; a user reads the revenue of the
 businesses they own or manage. A thin view: the same validation and report
-as the API endpoint."""
+as the API endpoint. For one business it shows spend beside the revenue
+(agents.reporting.spend), exported with `format=spend_csv` / `spend_xlsx`."""
 
 from __future__ import annotations
+
+from datetime import date, timedelta
+from zoneinfo import ZoneInfo
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
+from agents.reporting.spend import CampaignReturns, campaign_returns, returns_table
 from crm.api.revenue import report_businesses, revenue_for
-from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, revenue_csv_rows, revenue_table
+from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_csv_rows, revenue_table
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
 from crm.localtime import zone_name
+from crm.models import Business
 
 
 @staff_member_required
@@ -36,6 +42,18 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         error = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in detail.items())
         return render(request, "leadops/revenue.html", {**context, "error": error}, status=400)
     name = "revenue-" + "-".join(b.slug for b in businesses)[:80] + f"-{report.by}-{report.touch}"
+    returns = _returns(report, businesses)
+    if returns is not None and request.GET.get("format") in ("spend_csv", "spend_xlsx"):
+        spend_name = f"spend-{businesses[0].slug}"
+        if request.GET["format"] == "spend_csv":
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="{spend_name}.csv"'
+            SafeCsvWriter(response).writerows(returns_table(returns))
+            return response
+        header, *rows = returns_table(returns)
+        response = HttpResponse(xlsx_bytes("Spend", header, rows, money=returns.currency), content_type=XLSX_TYPE)
+        response["Content-Disposition"] = f'attachment; filename="{spend_name}.xlsx"'
+        return response
     if request.GET.get("format") == "csv":
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
@@ -51,6 +69,8 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
     xlsx = request.GET.copy()
     xlsx["format"] = "xlsx"
     days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
+    spend_csv, spend_xlsx = request.GET.copy(), request.GET.copy()
+    spend_csv["format"], spend_xlsx["format"] = "spend_csv", "spend_xlsx"
     return render(
         request,
         "leadops/revenue.html",
@@ -61,5 +81,21 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
             "csv_query": query.urlencode(),
             "xlsx_query": xlsx.urlencode(),
             "days_zone": days_zone,
+            "returns": returns,
+            "spend_csv_query": spend_csv.urlencode(),
+            "spend_xlsx_query": spend_xlsx.urlencode(),
         },
     )
+
+
+def _returns(report: RevenueReport, businesses: list[Business]) -> CampaignReturns | None:
+    """Spend and return for the report's period, for one business (spend is
+    per business, in its own currency); None for several."""
+    if len(businesses) != 1:
+        return None
+    business = businesses[0]
+    zone = ZoneInfo(business.timezone)
+    since: date | None = report.since.astimezone(zone).date() if report.since else None
+    # `until` is exclusive: its day is the one before.
+    until: date | None = (report.until.astimezone(zone) - timedelta(microseconds=1)).date() if report.until else None
+    return campaign_returns(business, since, until, repeat=report.repeat, known_report=report)

@@ -54,6 +54,7 @@ from crm.models.playbook import MessageTemplateVersion
 from crm.models.receipts import Receipt, ReceiptCheckpoint, ReceiptImmutable, ReceiptPersonalData
 from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Refund
 from crm.models.reviews import Review, ReviewRequest
+from crm.models.spend import Campaign, CampaignSpend, SpendPlatform
 from crm.models.sync import SyncChange, SyncConnection, SyncLink
 from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
 from crm.models.webhooks import (
@@ -80,6 +81,8 @@ __all__ = [
     "Availability",
     "Business",
     "Call",
+    "Campaign",
+    "CampaignSpend",
     "Channel",
     "ConsentEvent",
     "ConsentState",
@@ -130,6 +133,7 @@ __all__ = [
     "ServiceArea",
     "ServiceLine",
     "Source",
+    "SpendPlatform",
     "Stage",
     "SyncChange",
     "SyncConnection",

@@ -11,6 +11,12 @@ types:
   not have is refused as Google refuses it (a query error), so a query of
   ours that Google would refuse fails here too. Times compare as the strings
   Google writes them ("YYYY-MM-DD HH:MM:SS", which sort as they compare).
+  The same method answers the campaign report the spend pull runs
+  (agents.conversions.spend_google): `SELECT campaign.…, segments.date,
+  metrics.…, customer.currency_code FROM campaign WHERE segments.date BETWEEN
+  'a' AND 'b'`, over the campaign days planted in `campaign_days`
+  (`campaign_day_row`), `page_size` rows a page with Google's
+  `next_page_token` (a token is good only for the query it came with).
 * LocalServicesLeadService.ProvideLeadFeedback — kept in `feedback`, the lead
   marked `lead_feedback_submitted`.
 
@@ -59,6 +65,12 @@ FAILURE_KEY = f"google.ads.googleads.{VERSION}.errors.googleadsfailure-bin"
 LEADS = "local_services_lead"
 CONVERSATIONS = "local_services_lead_conversation"
 RESOURCES: dict[str, Any] = {LEADS: LocalServicesLead, CONVERSATIONS: LocalServicesLeadConversation}
+# A campaign report selects the campaign's fields and what Google segments and
+# measures it by, and its customer's: the GoogleAdsRow fields of these names.
+CAMPAIGN = "campaign"
+CAMPAIGN_PARTS = ("campaign", "segments", "metrics", "customer")
+# Google's page size for Search (fixed since v17; a test may shrink it).
+PAGE_SIZE = 10_000
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
@@ -108,17 +120,35 @@ def _field_known(resource: str, path: str) -> bool:
     return True
 
 
+def _row_field_known(path: str) -> bool:
+    """A campaign report's field: one of the GoogleAdsRow parts it may name."""
+    parts = path.split(".")
+    if parts[0] not in CAMPAIGN_PARTS or len(parts) < 2:
+        return False
+    descriptor = search_types.GoogleAdsRow.pb().DESCRIPTOR.fields_by_name[parts[0]].message_type
+    for part in parts[1:]:
+        if descriptor is None or part not in descriptor.fields_by_name:
+            return False
+        descriptor = descriptor.fields_by_name[part].message_type
+    return True
+
+
+_BETWEEN = re.compile(r"([\w.]+)\s+BETWEEN\s+('[^']*'|\S+)\s+AND\s+('[^']*'|\S+)", re.IGNORECASE)
+
+
 def gaql_parse(text: str) -> Query:
     """The query, or QueryRefused for one Google would not run."""
     match = _QUERY.match(text)
     if match is None:
         raise QueryRefused("query_error.PROHIBITED_CLAUSE_IN_SELECT: not a query this stand-in reads")
     resource = match["resource"]
-    if resource not in RESOURCES:
+    if resource not in RESOURCES and resource != CAMPAIGN:
         raise QueryRefused(f"query_error.INVALID_RESOURCE: {resource!r} is not served here")
     fields = tuple(f.strip() for f in match["fields"].split(",") if f.strip())
     conditions = []
-    for part in re.split(r"\s+AND\s+", match["where"] or "", flags=re.IGNORECASE) if match["where"] else []:
+    # `f BETWEEN a AND b` is `f >= a AND f <= b`, both ends included.
+    where = _BETWEEN.sub(r"\1 >= \2 AND \1 <= \3", match["where"] or "")
+    for part in re.split(r"\s+AND\s+", where, flags=re.IGNORECASE) if where else []:
         condition = _CONDITION.match(part.strip())
         if condition is None:
             raise QueryRefused(f"query_error.UNEXPECTED_INPUT: cannot read the condition {part.strip()!r}")
@@ -127,8 +157,9 @@ def gaql_parse(text: str) -> Query:
     if match["order"]:
         words = match["order"].split()
         order = (words[0], len(words) > 1 and words[1].upper() == "DESC")
+    known = _row_field_known if resource == CAMPAIGN else lambda path: _field_known(resource, path)
     for path in [*fields, *(c[0] for c in conditions), *([order[0]] if order else [])]:
-        if not _field_known(resource, path):
+        if not known(path):
             raise QueryRefused(f"query_error.UNRECOGNIZED_FIELD: unrecognized field in the query: {path!r}")
     return Query(resource, fields, tuple(conditions), order, int(match["limit"]) if match["limit"] else None)
 
@@ -190,6 +221,10 @@ class LocalServicesStandIn:
         self.searches: list[dict[str, Any]] = []
         self.feedback: list[dict[str, Any]] = []
         self.served: set[str] = set()  # the resource names a search returned
+        # Campaign report rows (campaign_day_row), and the page tokens handed out.
+        self.campaign_days: list[dict[str, Any]] = []
+        self.page_size = PAGE_SIZE
+        self.page_tokens: dict[str, tuple[str, str, int]] = {}
         self.lock = threading.Lock()
 
     def handlers(self) -> tuple[grpc.GenericRpcHandler, ...]:
@@ -248,6 +283,8 @@ class LocalServicesStandIn:
                     message,
                     "Request contains an invalid argument.",
                 )
+            if query.resource == CAMPAIGN:
+                return self._campaign_report(request, query, context)
             planted = self.leads if query.resource == LEADS else self.conversations
             prefix = f"customers/{request.customer_id}/"
             rows = [
@@ -267,6 +304,36 @@ class LocalServicesStandIn:
                 for row in rows
             ]
             return search_types.SearchGoogleAdsResponse(results=results)
+
+    def _campaign_report(self, request: Any, query: Query, context: grpc.ServicerContext) -> Any:
+        """The campaign days of the request's customer that hold, a page of
+        them, and the token of the next page when there is one."""
+        offset = 0
+        if request.page_token:
+            held = self.page_tokens.get(request.page_token)
+            if held is None or held[:2] != (request.customer_id, request.query):
+                _abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    ads_errors.ErrorCode(request_error="INVALID_PAGE_TOKEN"),
+                    "Page token is invalid.",
+                    "Request contains an invalid argument.",
+                )
+            offset = held[2]
+        rows = [
+            row
+            for row in self.campaign_days
+            if str(row["customer"]["id"]) == request.customer_id
+            and all(_holds(_row_value(row, f), op, v) for f, op, v in query.conditions)
+        ]
+        rows.sort(key=lambda row: (str(row["segments"]["date"]), str(row["campaign"]["id"])))
+        page = rows[offset : offset + self.page_size]
+        following = ""
+        if offset + self.page_size < len(rows):
+            following = f"pt-{len(self.page_tokens) + 1:06d}"
+            self.page_tokens[following] = (request.customer_id, request.query, offset + self.page_size)
+        results = [search_types.GoogleAdsRow.from_json(json.dumps(_row_selected(row, query.fields))) for row in page]
+        return search_types.SearchGoogleAdsResponse(results=results, next_page_token=following)
 
     def _feedback(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self.lock:
@@ -299,7 +366,53 @@ def _abort(context: grpc.ServicerContext, status: grpc.StatusCode, code: Any, me
     raise AssertionError("abort raises")  # for the type checker: grpc's abort is not typed NoReturn
 
 
+def _row_value(row: dict[str, Any], path: str) -> Any:
+    value: Any = row
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _row_selected(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in fields:
+        value = _row_value(row, path)
+        if value is None:
+            continue
+        *parents, last = path.split(".")
+        target = out
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[last] = value
+    return out
+
+
 # --- rows ---------------------------------------------------------------------------------------
+
+
+def campaign_day_row(
+    customer_id: str,
+    campaign_id: str,
+    *,
+    day: str,
+    name: str,
+    cost_micros: int,
+    clicks: int = 0,
+    impressions: int = 0,
+    currency: str = "USD",
+) -> dict[str, Any]:
+    """One campaign's day in a campaign report, in GoogleAdsRow's JSON shape
+    (`day` is "YYYY-MM-DD", the account's day; cost in micros of its currency)."""
+    return {
+        "customer": {"id": int(customer_id), "currency_code": currency},
+        "campaign": {
+            "resource_name": f"customers/{customer_id}/campaigns/{campaign_id}",
+            "id": int(campaign_id),
+            "name": name,
+        },
+        "segments": {"date": day},
+        "metrics": {"cost_micros": cost_micros, "clicks": clicks, "impressions": impressions},
+    }
 
 
 def lead_row(

@@ -21,6 +21,17 @@ The Conversions API for CRM (`POST …/<dataset id>/events`) takes a body
 `{"data": [events]}` and answers `{"events_received", "messages",
 "fbtrace_id"}`; each event taken is kept in `events` (with its dataset).
 
+The Marketing API's insights of an ad account (`GET
+…/act_<id>/insights?level=campaign&time_increment=1&time_range=…&fields=…`)
+answer the campaign days planted in `insights` (per ad account id, digits;
+`insight_row`) whose `date_start` falls in the `time_range`, `limit` rows a
+page (at most `insights_page_size`), each page with Meta's `paging`: its
+cursors and, while more follow, a `next` link carrying the whole query and
+the `after` cursor.
+
+"token" answers Meta's refusal of an expired token (400, OAuthException
+code 190, subcode 463).
+
 Every request is kept in `seen`; every DM the server took in `sent`.
 """
 
@@ -33,7 +44,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 Behaviour = int | str
 
@@ -44,8 +55,40 @@ ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
     ),
     "throttle": (400, {"message": "Calls to this api have exceeded the rate limit.", "code": 613}),
     "invalid": (400, {"message": "Invalid parameter", "type": "OAuthException", "code": 100}),
+    "token": (
+        400,
+        {
+            "message": "Error validating access token: Session has expired on Friday, 04-Dec-26 10:00:00 PST.",
+            "type": "OAuthException",
+            "code": 190,
+        },
+    ),
 }
-SUBCODES = {"window": 2534022}
+SUBCODES = {"window": 2534022, "token": 463}
+INSIGHTS_PAGE_SIZE = 500
+
+
+def insight_row(
+    campaign_id: str,
+    *,
+    day: str,
+    name: str,
+    spend: str,
+    clicks: int = 0,
+    impressions: int = 0,
+    currency: str = "USD",
+) -> dict[str, Any]:
+    """One campaign's day as Meta's insights serve it (numbers as strings)."""
+    return {
+        "campaign_id": campaign_id,
+        "campaign_name": name,
+        "spend": spend,
+        "clicks": str(clicks),
+        "impressions": str(impressions),
+        "account_currency": currency,
+        "date_start": day,
+        "date_stop": day,
+    }
 
 
 class GraphServer:
@@ -56,6 +99,8 @@ class GraphServer:
         self.seen: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.insights: dict[str, list[dict[str, Any]]] = {}
+        self.insights_page_size = INSIGHTS_PAGE_SIZE
         self.held = threading.Event()
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -71,6 +116,9 @@ class GraphServer:
                     behaviour = 400
                 if behaviour == "stall":
                     graph.release.wait(10)  # the client gave up long before
+                    return
+                if url.path.endswith("/insights"):
+                    self._insights(url.path, query, behaviour)
                     return
                 lead = graph.leads.get(url.path.rsplit("/", 1)[-1])
                 if behaviour == 200 and lead is None:
@@ -113,6 +161,40 @@ class GraphServer:
                 with graph.lock:
                     graph.events.extend({"dataset": dataset, **event} for event in data)
                 self._answer(200, {"events_received": len(data), "messages": [], "fbtrace_id": "AbCdEfGh"})
+
+            def _insights(self, path: str, query: dict[str, list[str]], behaviour: Behaviour) -> None:
+                if behaviour != 200:
+                    self._error(behaviour)
+                    return
+                account = path.rstrip("/").split("/")[-2]
+                try:
+                    period = json.loads(query.get("time_range", ["{}"])[0])
+                    since, until = str(period["since"]), str(period["until"])
+                    # Meta serves at most its own page size, whatever `limit` asks.
+                    limit = min(int(query.get("limit", ["25"])[0]), graph.insights_page_size)
+                    offset = int(query.get("after", ["0"])[0] or 0)
+                except (ValueError, KeyError, TypeError):
+                    self._error("invalid")
+                    return
+                if not account.startswith("act_") or query.get("level") != ["campaign"]:
+                    self._error("invalid")
+                    return
+                with graph.lock:
+                    rows = [
+                        row
+                        for row in graph.insights.get(account.removeprefix("act_"), [])
+                        if since <= row["date_start"] <= until
+                    ]
+                rows.sort(key=lambda row: (row["date_start"], row["campaign_id"]))
+                wanted = set(",".join(query.get("fields", [""])).split(",")) | {"date_start", "date_stop"}
+                page = [{k: v for k, v in row.items() if k in wanted} for row in rows[offset : offset + limit]]
+                paging: dict[str, Any] = {"cursors": {"before": str(offset), "after": str(offset + len(page))}}
+                if offset + limit < len(rows):
+                    following = {k: v[0] for k, v in query.items()}
+                    following["after"] = str(offset + limit)
+                    host = f"http://{self.headers.get('Host')}"
+                    paging["next"] = f"{host}{path}?{urlencode(following)}"
+                self._answer(200, {"data": page, "paging": paging})
 
             def _auth(self) -> dict[str, str]:
                 return {"authorization": self.headers.get("Authorization", "")}

@@ -846,7 +846,10 @@ _GOOGLE_KEYS: dict[str, Any] = {
     "required": ("customer_id", "actions"),
     "optional": ("api", "login_customer_id", "timezone", "enhanced_conversions", "active", *GOOGLE_SECRETS),
 }
-_META_KEYS: dict[str, Any] = {"required": ("dataset_id", "events"), "optional": ("access_token", "active")}
+_META_KEYS: dict[str, Any] = {
+    "required": ("dataset_id", "events"),
+    "optional": ("access_token", "active", "ad_account_id"),
+}
 
 
 def _customer_id(m: Map, key: str) -> str:
@@ -905,6 +908,17 @@ def _parse_meta(m: Map) -> ConversionRow:
     if not dataset.isdigit():
         raise m.error("dataset_id", f"'dataset_id' in {m.what} is Meta's dataset (pixel) id, digits only: {dataset!r}")
     config = {"dataset_id": dataset, "events": _kind_map(m, "events", lambda names, kind: names.text(kind)[:100])}
+    if m.has("ad_account_id"):
+        # The ad account whose daily spend is read (agents.conversions.spend_meta):
+        # a dataset says nothing of the account that pays for the ads.
+        raw = m.raw("ad_account_id")
+        account = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else m.text("ad_account_id")
+        account = account.removeprefix("act_")
+        if not account.isdigit():
+            raise m.error(
+                "ad_account_id", f"'ad_account_id' in {m.what} is Meta's ad account id (act_ and digits): {account!r}"
+            )
+        config["ad_account_id"] = account
     secrets = {"access_token": m.text("access_token")} if m.has("access_token") else {}
     return ConversionRow(
         line=m.line, key="meta", fields={"config": config, "is_active": m.boolean("active", True)}, secrets=secrets
