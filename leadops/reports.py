@@ -27,12 +27,22 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from agents.reporting.daily_brief import BRIEF_ROLES, KINDS, brief_build, brief_text
+from agents.reporting.exception_words import kind_words
 from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
 from agents.reporting.pipeline_qa import IN_FLIGHT, QA_KINDS, STUCK_SEND
 from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit
 from approvals.models import ApprovalRequest
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
-from crm.models import Business, ExceptionItem, InboundEvent, Message, RejectedDelivery, TeamMember
+from crm.models import (
+    Business,
+    Campaign,
+    ExceptionItem,
+    InboundEvent,
+    LeadTouch,
+    Message,
+    RejectedDelivery,
+    TeamMember,
+)
 from crm.permissions import business_ids_where, can_anywhere
 from crm.selectors import lead_list_visible, scoped
 from leadops.charts import bar_chart, percent, seconds
@@ -166,6 +176,51 @@ def brief_page(request: HttpRequest) -> HttpResponse:
 # --------------------------------------------------------------- exceptions
 
 
+@dataclass(frozen=True)
+class ExceptionRow:
+    """One item as the manager reads it: the person and campaign by name, the
+    thread to open, what to do next in words."""
+
+    item: ExceptionItem
+    what: str
+    next_step: str
+    person: str
+    campaign: str
+    owner: str
+
+
+def exception_rows_in_words(items: list[ExceptionItem]) -> list[ExceptionRow]:
+    """The page's items in words: two queries for the page (first touches,
+    campaign names), whatever its length."""
+    lead_ids = [i.lead_id for i in items if i.lead_id]
+    touches: dict[int, LeadTouch] = {}
+    for first in LeadTouch.objects.filter(lead_id__in=lead_ids).order_by("lead_id", "received_at", "pk"):
+        touches.setdefault(first.lead_id, first)
+    campaign_ids = {t.campaign_id for t in touches.values() if t.campaign_id}
+    names = {
+        (business_id, campaign_id): name
+        for business_id, campaign_id, name in Campaign.objects.filter(
+            business_id__in={i.business_id for i in items}, campaign_id__in=campaign_ids
+        ).values_list("business_id", "campaign_id", "name")
+        if name
+    }
+    rows = []
+    for item in items:
+        words = kind_words(item.kind)
+        touch = touches.get(item.lead_id) if item.lead_id is not None else None
+        campaign = ""
+        if touch is not None and touch.campaign_id:
+            campaign = names.get((item.business_id, touch.campaign_id)) or touch.campaign_id
+        person = ""
+        if item.lead is not None:
+            person = item.lead.contact.name or item.lead.public_id
+        owner = ""
+        if item.owner is not None:
+            owner = item.owner.user.get_full_name() or item.owner.user.get_username()
+        rows.append(ExceptionRow(item, words.label, words.next_step, person, campaign, owner))
+    return rows
+
+
 class ExceptionFilterForm(forms.Form):
     business = forms.ChoiceField(required=False)
     kind = forms.CharField(required=False)
@@ -201,7 +256,7 @@ def _exception_data(request: HttpRequest) -> dict[str, Any]:
         base = base.filter(owner__user__username=owner)
     counts = list(base.values("kind").annotate(n=Count("pk")).order_by("-n", "kind"))
     items = base.filter(kind=data["kind"]) if data.get("kind") else base
-    items = items.select_related("lead", "owner__user", "business").order_by("-detected_at", "-pk")
+    items = items.select_related("lead__contact", "owner__user", "business").order_by("-detected_at", "-pk")
 
     def in_business(qs: QuerySet[Any], field: str = "business__public_id") -> QuerySet[Any]:
         return qs.filter(**{field: business_id}) if business_id else qs
@@ -326,6 +381,7 @@ def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpRespons
         sheet["Content-Disposition"] = 'attachment; filename="exceptions.xlsx"'
         return sheet
     page = Paginator(data["items"], PAGE_SIZE).get_page(request.GET.get("page"))
+    in_words = exception_rows_in_words(list(page))
     query = request.GET.copy()
     query["format"] = "csv"
     query.pop("page", None)
@@ -339,6 +395,8 @@ def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpRespons
             "title": "Exception report",
             "stuck_minutes": int(STUCK_SEND.total_seconds() // 60),
             "page": page,
+            "rows": in_words,
+            "counts": [{**c, "label": kind_words(c["kind"]).label} for c in data["counts"]],
             "failed_total": data["failed_events"].count(),
             "failed_events": list(data["failed_events"][:20]),
             "waiting": list(data["waiting"][:50]),

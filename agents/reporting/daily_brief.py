@@ -13,6 +13,12 @@ kind, then "and N more"):
 5. today's appointments — in the business's local day;
 6. unmatched payments — owners and managers.
 
+It opens with yesterday's headline numbers — new leads, booked, won,
+collected — each beside the day before and the same weekday a week earlier.
+They are the revenue report's figures for those local days (crm.attribution:
+one definition per number, docs/reports.md), for the business (owners and
+managers) or for the setter's own leads.
+
 The money line: collected yesterday and this month (local dates) by source,
 payments minus refunds, per currency. A day with nothing to do says so in one
 line.
@@ -40,6 +46,7 @@ from django.utils import timezone
 
 from agents.reporting.trace import first_source_key
 from approvals.models import ApprovalRequest
+from crm.attribution import RevenueRow, revenue_report
 from crm.localtime import zone_label
 from crm.models import (
     CLOSED_STAGES,
@@ -55,6 +62,7 @@ from crm.models import (
     TeamMember,
     Timer,
 )
+from crm.money import money_text
 from crm.selectors import member_zone
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register
@@ -92,6 +100,48 @@ class MoneyLine:
         return self.collected - self.refunded
 
 
+# Yesterday's headline numbers: (the revenue report's figure, its label).
+HEADLINES = (("leads", "New leads"), ("booked", "Booked"), ("won", "Won"), ("net", "Collected"))
+
+
+@dataclass(frozen=True)
+class Headline:
+    key: str
+    label: str
+    value: int | Decimal
+    day_before: int | Decimal
+    last_week: int | Decimal
+    currency: str = ""  # set for money
+    region: str = "US"
+
+    def text(self, value: int | Decimal | None = None) -> str:
+        shown = self.value if value is None else value
+        if self.currency:
+            return money_text(Decimal(shown), self.currency, region=self.region, whole=True)
+        return f"{shown:,}"
+
+    def change(self, other: int | Decimal) -> str:
+        """ "+3", "−$120" or "same": this figure against another day's."""
+        delta = Decimal(self.value) - Decimal(other)
+        if not delta:
+            return "same"
+        sign = "+" if delta > 0 else "\u2212"
+        return sign + self.text(abs(delta) if self.currency else int(abs(delta)))
+
+    @property
+    def change_day_before(self) -> str:
+        return self.change(self.day_before)
+
+    @property
+    def change_last_week(self) -> str:
+        return self.change(self.last_week)
+
+    @property
+    def trend(self) -> str:
+        """up, down or flat, against the same weekday a week earlier."""
+        return "up" if self.value > self.last_week else "down" if self.value < self.last_week else "flat"
+
+
 @dataclass
 class Brief:
     member: TeamMember
@@ -102,6 +152,9 @@ class Brief:
     money: list[MoneyLine] = field(default_factory=list)
     # The zone the items' times are in, named ("America/Denver (MST)").
     zone_label: str = "UTC"
+    headlines: list[Headline] = field(default_factory=list)
+    # The two days the headlines are compared with ("Tuesday", "last Wednesday").
+    compared: tuple[str, str] = ("", "")
 
     @property
     def is_empty(self) -> bool:
@@ -313,11 +366,41 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
     brief.items.sort(key=lambda i: i.priority)
     month_start = today_start.replace(day=1)
     yesterday_start = today_start - timedelta(days=1)
+    brief.headlines = headlines(member, yesterday_start)
+    day_before, last_week = yesterday_start - timedelta(days=1), yesterday_start - timedelta(days=7)
+    brief.compared = (f"{day_before:%A}", f"last {last_week:%A}")
     brief.money = [
         *money_lines(member, "yesterday", yesterday_start, today_start),
         *money_lines(member, "this month", month_start, today_end),
     ]
     return brief
+
+
+def _figures(member: TeamMember, start: datetime) -> RevenueRow:
+    """The revenue report's figures for the local day from `start`: the
+    business's totals, or a setter's own row (by owner)."""
+    end = start + timedelta(days=1)  # wall-clock arithmetic on the local zone: the next midnight, DST or not
+    business = member.business
+    if member.role in FULL_VIEW:
+        return revenue_report([business.pk], currency=business.currency, since=start, until=end).totals
+    report = revenue_report([business.pk], currency=business.currency, by="owner", since=start, until=end)
+    mine = [row for row in report.rows if row.key == member.user.get_username()]
+    return mine[0] if mine else RevenueRow(key=member.user.get_username())
+
+
+def headlines(member: TeamMember, yesterday_start: datetime) -> list[Headline]:
+    """Yesterday's headline numbers beside the day before and the same
+    weekday a week earlier: three queries, one per day."""
+    days = [_figures(member, yesterday_start - timedelta(days=n)) for n in (0, 1, 7)]
+    business = member.business
+    out = []
+    for key, label in HEADLINES:
+        value, day_before, last_week = (getattr(day, key) for day in days)
+        currency = business.currency if key == "net" else ""
+        out.append(
+            Headline(key, label, value, day_before, last_week, currency=currency, region=business.region or "US")
+        )
+    return out
 
 
 def money_lines(member: TeamMember, period: str, since: datetime, until: datetime) -> list[MoneyLine]:
@@ -364,6 +447,10 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
         for kind, (count, link) in brief.more.items():
             lines.append(f"   …and {count} more {KINDS[kind][1].lower()}" + (f": {base}{link}" if link else ""))
         lines.append(f"Times in {brief.zone_label}.")
+    headline = headline_text(brief)
+    if headline:
+        # Right under the first line: the numbers an owner asks first.
+        lines.insert(1, headline)
     for period, money in brief.money_by_period().items():
         if money:
             parts = [
@@ -371,6 +458,19 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
             ]
             lines.append(f"Collected {period}: " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def headline_text(brief: Brief) -> str:
+    """Yesterday's headline numbers in words; "" for a business with no
+    figures on any of the three days (an empty day stays one line)."""
+    figures = [v for h in brief.headlines for v in (h.value, h.day_before, h.last_week)]
+    if not any(figures):
+        return ""
+    day_before, last_week = brief.compared
+    return "Yesterday: " + "; ".join(
+        f"{h.label.lower()} {h.text()} ({h.change_day_before} vs {day_before}, {h.change_last_week} vs {last_week})"
+        for h in brief.headlines
+    )
 
 
 def _recipients(business: Business) -> QuerySet[TeamMember]:

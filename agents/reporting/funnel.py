@@ -10,7 +10,7 @@ lead that was booked and is now lost still counts as booked:
 | stage | reached when |
 |---|---|
 | leads | the lead arrived in the period |
-| contacted | a person reached it (`first_response_at`) or a message to it went out |
+| contacted | a person reached it (`first_response_at`): an automated acknowledgement is not contact |
 | booked | an appointment was made |
 | held | an appointment was held |
 | estimate | an estimate was sent |
@@ -45,7 +45,7 @@ from django.db.models.functions import Coalesce, Trunc
 
 from agents.reporting.sql import without_jit
 from agents.reporting.trace import first_source_key
-from crm.models import Appointment, Estimate, Job, Lead, Message, Payment, Refund, Stage
+from crm.models import Appointment, Estimate, Job, Lead, Payment, Refund, Stage
 
 STAGES: list[tuple[str, str]] = [
     ("leads", "Leads"),
@@ -59,7 +59,6 @@ STAGES: list[tuple[str, str]] = [
 STAGE_KEYS = [key for key, _ in STAGES]
 PERIODS = ("day", "week", "month")
 GROUPS = ("source", "owner")
-OUT_REACHED = ("dry_run", "queued", "sending", "sent", "delivered", "unknown")
 
 
 class Percentile(Aggregate):
@@ -84,8 +83,8 @@ def _reached() -> dict[str, Any]:
         )
     )
     return {
-        "contacted": Q(first_response_at__isnull=False)
-        | Exists(Message.objects.filter(lead_id=lead, direction="out", status__in=OUT_REACHED)),
+        # The revenue report's and the brief's definition (docs/reports.md): a person reached the lead.
+        "contacted": Q(first_response_at__isnull=False),
         "booked": Exists(Appointment.objects.filter(lead_id=lead)),
         "held": Exists(Appointment.objects.filter(lead_id=lead, status=Appointment.Status.HELD)),
         "estimate": Exists(

@@ -107,8 +107,11 @@ def test_a_manager_gets_the_business_with_approvals_and_unmatched_payments(day, 
     text = brief_text(brief, base_url="https://ops.example.com")
     lines = text.splitlines()
     assert lines[0] == "Acme Heating & Air — Tuesday 10 March 2026: 6 thing(s) need you now."
-    assert lines[1].startswith("1. [SLA breached] First response overdue: Ann Doe")
-    assert lines[1].endswith(f"https://ops.example.com/admin/crm/lead/{day['breached'].pk}/change/")
+    # Then yesterday's headline numbers, against Sunday and the Monday before.
+    assert lines[1].startswith("Yesterday: new leads ")
+    assert "collected $200 (+$200 vs Sunday, +$100 vs last Monday)" in lines[1]
+    assert lines[2].startswith("1. [SLA breached] First response overdue: Ann Doe")
+    assert lines[2].endswith(f"https://ops.example.com/admin/crm/lead/{day['breached'].pk}/change/")
     assert lines[-2] == "Collected yesterday: site 200.00 USD (refunds 50.00)"
     assert lines[-1] == "Collected this month: site 200.00 USD (refunds 50.00); unattributed 100.00 USD"
 

@@ -1,0 +1,93 @@
+"""The owner's and the manager's pages on the demo shop, in a real browser:
+the brief opens with yesterday's headline numbers, the exception report says
+what each item is, whose it is and what to do next, and the reviews page
+shows the requests' figures and the shop's Google reviews — at desktop and
+phone width, with nothing wider than the phone."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agents.reporting.pipeline_qa import pipeline_qa_run
+from devtools.demo import demo_load, demo_password
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+
+
+def log_in(page, base: str, username: str) -> None:
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", demo_password(username))
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+
+
+def both_widths(page, shots, name: str) -> None:
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(shots / f"{name}-phone.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
+    page.set_viewport_size(DESKTOP)
+
+
+def test_the_owner_s_brief_opens_with_yesterday_s_numbers(live_server, browser_context, shots) -> None:
+    demo_load()
+    page = browser_context.new_page()
+    log_in(page, live_server.url, "olivia")
+
+    page.goto(f"{live_server.url}/admin/reports/brief/")
+
+    cards = page.locator(".headlines .headline")
+    assert cards.count() == 4
+    labels = [cards.nth(n).locator("dt").inner_text() for n in range(4)]
+    assert [label.split("\n")[0].replace(" yesterday", "") for label in labels] == [
+        "New leads",
+        "Booked",
+        "Won",
+        "Collected",
+    ]
+    # Net of refunds: a day with more refunded than collected reads "-$150".
+    assert re.fullmatch(r"-?\$[\d,]+", page.locator(".headline[data-key=net] .headline-value").inner_text())
+    assert " vs last " in page.locator(".headline[data-key=leads] .headline-change").inner_text()
+    both_widths(page, shots, "brief")
+
+
+def test_the_manager_s_exception_report_says_who_and_what_to_do(live_server, browser_context, shots) -> None:
+    demo_load()
+    pipeline_qa_run()  # what the cluster's Pipeline QA finds every 15 minutes
+    page = browser_context.new_page()
+    log_in(page, live_server.url, "mia")
+
+    page.goto(f"{live_server.url}/admin/reports/exceptions/")
+
+    rows = page.locator("#exception-items tbody tr")
+    assert rows.count() > 0
+    for n in range(rows.count()):
+        cells = rows.nth(n).locator("td")
+        what, next_step = cells.nth(0).inner_text(), cells.nth(3).inner_text()
+        assert "_" not in what and next_step.endswith(".")
+    thread = page.locator("#exception-items tbody a[href^='/app/leads/']").first
+    thread.click()
+    page.wait_for_url(re.compile(r"/app/leads/lead_"))
+    page.go_back()
+    both_widths(page, shots, "exceptions")
+
+
+def test_the_owner_reads_the_review_figures_and_the_shop_s_google_reviews(live_server, browser_context, shots) -> None:
+    demo_load()
+    page = browser_context.new_page()
+    log_in(page, live_server.url, "olivia")
+
+    page.goto(f"{live_server.url}/admin/reviews/")
+
+    assert page.inner_text("#review-sent") == "1"
+    assert page.inner_text("#review-clicked") == "1"
+    assert (page.inner_text("#review-count"), page.inner_text("#review-matched")) == ("3", "1")
+    listed = page.locator("#review-list tbody tr")
+    assert listed.count() == 3
+    assert "not matched" in page.locator("#review-list tbody tr", has_text="Dana Kowalski").inner_text()
+    both_widths(page, shots, "reviews")
