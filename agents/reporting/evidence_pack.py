@@ -76,6 +76,8 @@ class FormEvidence:
     provider: str
     consent_text: str
     url: str
+    # The form as a phone shows it (a PNG beside the JSON), when the command took it.
+    screenshot: str = ""
 
 
 @dataclass(frozen=True)

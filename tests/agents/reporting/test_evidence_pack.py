@@ -4,8 +4,10 @@ pre-flight catching each defect a registration is refused for."""
 from __future__ import annotations
 
 import json
+import struct
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -185,3 +187,36 @@ def test_the_business_file_refuses_a_website_that_is_not_https(tmp_path: Path) -
     )
     with pytest.raises(BusinessFileError, match="website must be a public https:// address"):
         business_file_load(path)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_takes_the_hosted_form_as_a_phone_shows_it(
+    shop: Business, tmp_path: Path, live_server: Any, settings: Any
+) -> None:
+    settings.PUBLIC_BASE_URL = live_server.url
+    out = StringIO()
+
+    call_command("evidence_pack", shop.slug, "--out", str(tmp_path), "--pdf", "--form-screenshots", stdout=out)
+
+    shot = tmp_path / f"{shop.slug}-form-quote.png"
+    head = shot.read_bytes()[:24]
+    assert head.startswith(b"\x89PNG\r\n\x1a\n")
+    assert struct.unpack(">II", head[16:24]) == (430, 932)  # a phone's width
+    pack = json.loads((tmp_path / f"{shop.slug}-10dlc-evidence.json").read_text())
+    assert [f["screenshot"] for f in pack["forms"] if f["source"] == "quote"] == [shot.name]
+    with_shot = (tmp_path / f"{shop.slug}-10dlc-evidence.pdf").stat().st_size
+    call_command("evidence_pack", shop.slug, "--out", str(tmp_path), "--pdf", stdout=StringIO())
+    assert with_shot > (tmp_path / f"{shop.slug}-10dlc-evidence.pdf").stat().st_size + 5_000  # the image is in it
+
+
+def test_a_form_the_server_does_not_serve_is_said_not_faked(shop: Business, tmp_path: Path, settings: Any) -> None:
+    settings.PUBLIC_BASE_URL = "http://127.0.0.1:9"  # nothing listens there
+    err = StringIO()
+
+    folder = str(tmp_path)
+    call_command("evidence_pack", shop.slug, "--out", folder, "--form-screenshots", stdout=StringIO(), stderr=err)
+
+    assert "form quote: no screenshot: http://127.0.0.1:9/f/quote/ cannot be reached" in err.getvalue()
+    assert not list(tmp_path.glob("*.png"))
+    pack = json.loads((tmp_path / f"{shop.slug}-10dlc-evidence.json").read_text())
+    assert {f["screenshot"] for f in pack["forms"]} == {""}
