@@ -393,10 +393,10 @@ def _gate(
         if settings.SEND_MODE != "live":
             verdict = Verdict(Message.Status.DRY_RUN)
     before = message.status
-    message.status, message.block_reason = (
-        verdict.status,
-        verdict.reason if verdict.status == Message.Status.BLOCKED else "",
-    )
+    # A blocked message keeps why; so does a deferred one while it waits (quiet
+    # hours, a state's cap), so the thread can say which; anything else clears it.
+    waiting = verdict.status in (Message.Status.BLOCKED, Message.Status.DEFERRED)
+    message.status, message.block_reason = verdict.status, verdict.reason if waiting else ""
     message.deferred_until = verdict.deferred_until
     # The lost-enqueue sweep's clock: the queue's wall time, not the judged `now`.
     message.queued_at = timezone.now() if verdict.status == Message.Status.QUEUED else None

@@ -38,6 +38,8 @@ BLOCK_REASONS = [
     "expired",
     # Twilio Lookup says the number cannot take texts (a landline, toll-free).
     "cannot_text",
+    # Deferred, not blocked: a state's cap on marketing texts in 24 hours.
+    "state_cap",
 ]
 # What an inbound message asks for (agents/ai/intents.py reads it: the rules,
 # or a language model when one is configured).
@@ -97,6 +99,9 @@ class Message(models.Model):
         EXPIRED = "expired"
         # Twilio Lookup says the number cannot take texts (a landline, toll-free).
         CANNOT_TEXT = "cannot_text"
+        # Why a deferred message waits (with QUIET_HOURS): a state's cap on
+        # marketing texts and calls per 24 hours (agents/outbound/state_rules.py).
+        STATE_CAP = "state_cap"
 
     # A message that left us, or is leaving: the person has it, or will. The
     # daily cap counts these, and so does "a newer message went out".
@@ -120,6 +125,7 @@ class Message(models.Model):
     direction = models.CharField(max_length=3, choices=[("in", "in"), ("out", "out")])
     channel = models.CharField(max_length=16, default="sms")
     status = models.CharField(max_length=20, choices=Status.choices)
+    # Why the gate blocked the message or, while it is deferred, why it waits.
     block_reason = models.CharField(max_length=20, choices=BlockReason.choices, blank=True)
     deferred_until = models.DateTimeField(null=True, blank=True)
     body = models.TextField(blank=True)

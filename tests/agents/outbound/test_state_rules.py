@@ -14,6 +14,8 @@ from agents.outbound.state_rules import CHRISTMAS, MEMORIAL_DAY, MLK_DAY, NEW_YE
 from crm.models import Message, Receipt
 from crm.services.consent import consent_record
 from crm.zip_states import zip_state
+from leadops.workspace.selectors import BLOCKED_WORDS
+from leadops.workspace.templatetags.workspace import verdict
 from tests.factories import lead_create
 
 pytestmark = pytest.mark.django_db
@@ -162,12 +164,17 @@ def test_a_fourth_marketing_text_in_24_hours_waits_for_the_cap_to_free(business,
     first = at(WEDNESDAY, 9, 0, zone)
     assert [send(lead, first + timedelta(hours=h)).status for h in range(3)] == ["dry_run"] * 3
     fourth = send(lead, first + timedelta(hours=3))
-    assert (fourth.status, fourth.block_reason) == ("deferred", "")
+    assert (fourth.status, fourth.block_reason) == ("deferred", "state_cap")
+    # The thread says why it waits: the state's cap, not quiet hours.
+    said = verdict(fourth)
+    assert (said["label"], said["reason"]) == ("Deferred", BLOCKED_WORDS["state_cap"])
+    assert said["until"] == first + timedelta(hours=24)
     assert fourth.deferred_until == first + timedelta(hours=24)  # when the first is 24 hours old
     receipt = Receipt.objects.get(subject=fourth.public_id, action="message.deferred")
     assert receipt.reason.startswith(f"state_cap: {state}: at most 3 in 24 hours")
     # Once the cap frees, the deferred text goes.
-    assert message_gate(fourth, now=first + timedelta(hours=24, minutes=1)).status == "dry_run"
+    went = message_gate(fourth, now=first + timedelta(hours=24, minutes=1))
+    assert (went.status, went.block_reason) == ("dry_run", "")
     # A person's own reply is not capped (it counts towards the cap, though).
     assert send(lead, first + timedelta(hours=24, minutes=2), automated=False).status == "dry_run"
     assert send(lead, first + timedelta(hours=24, minutes=3)).status == "deferred"
