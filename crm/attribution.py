@@ -48,6 +48,10 @@ from django.db.models import Model
 from crm.models import Appointment, Estimate, Invoice, Job, Lead, LeadTouch, Payment, Refund, Source, Stage, TeamMember
 
 BY_CHOICES = ("source", "campaign", "ad", "owner")
+# Every grouping the report computes: the API's, and by business (the agency
+# portfolio: one row per business, keyed by its id, its unattributed money
+# included; not offered to readers of the report, who pick one business).
+GROUPINGS = (*BY_CHOICES, "business")
 TOUCH_CHOICES = ("first", "latest")
 REPEAT_CHOICES = ("exclude", "include")
 # The key of repeat customers' leads when they are not credited to their touch.
@@ -153,13 +157,15 @@ def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
     # Only table names and the fixed expressions above are interpolated; every
     # value (businesses, times, currency, labels) is a query parameter.
     order = "ASC" if touch == "first" else "DESC"
-    value = "NULL::text" if by == "owner" else TOUCH_VALUE[by]
+    value = "NULL::text" if by in ("owner", "business") else TOUCH_VALUE[by]
     repeat = "COALESCE(fp.at < l.created_at AND fp.lead_id <> l.id, FALSE)"
     owner = ""
     if by == "owner":
         key = "COALESCE(u.username, %(none)s)"
         owner = f"""LEFT JOIN {t["member"]} m ON m.id = l.owner_id
             LEFT JOIN {t["user"]} u ON u.id = m.user_id"""
+    elif by == "business":
+        key = "l.business_id::text"
     else:
         key = f"CASE WHEN %(exclude_repeat)s AND {repeat} THEN %(repeat)s ELSE COALESCE(tk.key, %(none)s) END"
     # A contact's first payment, and whose it was: a lead is a repeat customer's
@@ -278,19 +284,21 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
 def revenue_sql(by: str, touch: str, *, since: bool, until: bool) -> str:
     """The whole report as one query: the leads' keys once (a CTE), then one
     grouped SELECT per figure, each over its own records and its own time."""
-    if by not in BY_CHOICES:
+    if by not in GROUPINGS:
         raise ReportError(f"by must be one of {', '.join(BY_CHOICES)}")
     if touch not in TOUCH_CHOICES:
         raise ReportError(f"touch must be one of {', '.join(TOUCH_CHOICES)}")
     t = _tables()
     parts = []
+    # Money no lead explains: its own row, or (by business) its business's.
+    unexplained = "r.business_id::text" if by == "business" else "%(unattributed)s"
     for m in _metrics(t):
         period = f"{m.at} IS NOT NULL"
         period += f" AND {m.at} >= %(since)s" if since else ""
         period += f" AND {m.at} < %(until)s" if until else ""
         parts.append(
             f"""SELECT '{m.name}' AS metric,
-                CASE WHEN {m.lead} IS NULL THEN %(unattributed)s ELSE COALESCE(k.key, %(none)s) END AS key,
+                CASE WHEN {m.lead} IS NULL THEN {unexplained} ELSE COALESCE(k.key, %(none)s) END AS key,
                 {m.count} AS n, {m.total} AS total
             FROM {m.source} LEFT JOIN lead_key k ON k.lead_id = {m.lead}
             WHERE r.business_id = ANY(%(businesses)s) AND {period} AND {m.where}

@@ -91,3 +91,27 @@ def test_the_owner_reads_the_review_figures_and_the_shop_s_google_reviews(live_s
     assert listed.count() == 3
     assert "not matched" in page.locator("#review-list tbody tr", has_text="Dana Kowalski").inner_text()
     both_widths(page, shots, "reviews")
+
+
+def test_an_agency_reads_its_portfolio(live_server, browser_context, shots) -> None:
+    from crm.models import Role, TeamMember
+    from tests.factories import BusinessFactory
+
+    demo_load()
+    # Mia also manages a second shop for the agency.
+    second = BusinessFactory.create(slug="lakeside-plumbing", name="Lakeside Plumbing", timezone="America/Chicago")
+    mia = TeamMember.objects.get(user__username="mia", business__slug="acme-hvac")
+    TeamMember.objects.create(business=second, user=mia.user, role=Role.MANAGER, display_name="Mia")
+    page = browser_context.new_page()
+    log_in(page, live_server.url, "mia")
+
+    page.goto(f"{live_server.url}/admin/reports/portfolio/")
+
+    rows = page.locator("#portfolio-table tbody tr")
+    assert rows.count() == 2
+    acme = page.locator("#portfolio-table tbody tr", has_text="Acme Heating & Air")
+    assert re.fullmatch(r"\$[\d,.]+", acme.locator("td[data-key=spend]").inner_text())
+    assert acme.locator("td[data-key=roas]").inner_text().endswith("×")
+    lakeside = page.locator("#portfolio-table tbody tr", has_text="Lakeside Plumbing")
+    assert lakeside.locator("td[data-key=spend]").inner_text() == "no spend data"
+    both_widths(page, shots, "portfolio")

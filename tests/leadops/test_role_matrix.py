@@ -119,6 +119,8 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     # The 10DLC evidence pack holds consent evidence: leaders only, each of their own business.
     "admin/compliance/evidence/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     # SMS health: leaders read it; only the business's own leaders resume a sequence it paused.
+    # The agency portfolio: the businesses whose revenue the reader may read (otto: his own).
+    "admin/reports/portfolio/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     "admin/reports/sms-health/": ("none", "200 200 403 403 200 302", "405 405 405 405 405 302"),
     "admin/sequences/<str:public_id>/resume/": ("sequence", "405 405 405 405 405 302", "302 302 403 403 403 302"),
     # Google reviews: leaders read them and propose or retry replies on their own business's;
