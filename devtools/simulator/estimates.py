@@ -178,6 +178,11 @@ def estimate_jobs(ctx: Any, rng: random.Random, plan: Any, now: datetime, *, wai
         body = {"amount": amount, "currency": "USD", "description": rng.choice(DESCRIPTIONS), "send": True}
 
         def estimate_route(base_url: str, found: dict[str, str] = found, body: dict[str, Any] = body) -> str:
+            if "lead" not in found:
+                # The held post before it found no visit: nothing processed the booking.
+                raise PostNotReady(
+                    "no visit was marked held, so the estimate names no lead (is the task cluster running?)"
+                )
             body["lead"] = found["lead"]  # read by the held post just before, in the same job
             return "/api/v1/estimates/"
 

@@ -233,3 +233,16 @@ def test_make_simulate_against_the_real_cluster_moves_estimates_and_keeps_the_st
 
     audit = lead_audit(acme)
     assert [v for v in audit.violations if v.check == "stop_rule"] == []
+
+
+def test_an_estimate_whose_visit_never_appeared_says_the_cluster_may_be_down():
+    """Against a server whose cluster is not running, no booking is processed,
+    the held post finds no visit, and the estimate after it must say so: it
+    crashed the run with KeyError: 'lead'."""
+    from devtools.simulator.base import PostNotReady
+
+    plan = plan_build(context(), leads=12, seed=3, now=NOW)
+    estimate = next(p for p in plan.posts if p.intent == ESTIMATE)
+    assert estimate.route is not None
+    with pytest.raises(PostNotReady, match="is the task cluster running"):
+        estimate.route("http://127.0.0.1:9")
