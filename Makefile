@@ -51,14 +51,16 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 # The web server and the task clusters together (the default one, and the
 # one that delivers outbound webhooks on its own queue), with the demo's
 # stand-ins for the shop's Jobber, calendar and Google reviews; Ctrl-C stops them all.
+# When the web server answers, the last lines printed say where to go and
+# the demo logins (`manage.py demo_ready`).
 run: demo
-	@echo "LeadOps on http://127.0.0.1:8000/admin/ (Ctrl-C stops the web server and the task clusters)"
 	@trap 'kill 0' INT TERM EXIT; \
 	export $(DEMO_ENV); \
 	$(PY) manage.py standins & \
 	$(PY) manage.py qcluster & \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
 	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & \
+	$(PY) manage.py demo_ready; \
 	wait
 
 # Post realistic, signed webhooks for every demo source to the running `make run`,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -334,3 +334,23 @@ def test_the_demo_asks_its_paid_customers_for_reviews_and_reads_its_google_revie
 
     load_demo()  # nothing asked or read twice
     assert (ReviewRequest.objects.filter(business=business).count(), reviews.count()) == (2, 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_ends_with_where_to_go_and_the_demo_logins(live_server) -> None:
+    """`make run` prints these last, once the web server answers, so they do
+    not scroll away behind the servers' start-up logs."""
+    load_demo()
+    out = StringIO()
+    call_command("demo_ready", url=live_server.url, wait=10, stdout=out)
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0] == f"LeadOps is up: the workspace at {live_server.url}/app/"
+    assert lines[-5:] == [
+        "    owner       olivia  olivia-leadops-demo",
+        "    manager     mia     mia-leadops-demo",
+        "    setter      sam     sam-leadops-demo",
+        "    setter      sara    sara-leadops-demo",
+        "    technician  tom     tom-leadops-demo",
+    ]
+    with pytest.raises(CommandError, match="nothing answered"):
+        call_command("demo_ready", url="http://127.0.0.1:9", wait=1, stdout=StringIO())
