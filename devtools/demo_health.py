@@ -101,6 +101,8 @@ CARRIER_ERRORS = {
     23: (Message.Status.FAILED, "30006"),
     31: (Message.Status.UNDELIVERED, "30007"),
 }
+# Errors of the number itself (unreachable, a landline): every text to it fails.
+NUMBER_ERRORS = ("30003", "30006")
 STOPPED = (8, 21, 37)  # answered the nudge with STOP
 SORTED_OUT = {
     3: "Thanks, we got it fixed already.",
@@ -166,7 +168,9 @@ def health_week(b: Book) -> int:
             status=status,
         )
         Message.objects.filter(pk=nudge.pk).update(enrollment=enrollment, error_code=code)
-        if code:
+        if code in NUMBER_ERRORS:
+            # A number that cannot take texts failed the acknowledgement too; a
+            # carrier's filter judges each text's words and let the ack through.
             Message.objects.filter(pk=ack.pk).update(status=status, error_code=code, delivered_at=None)
         if i in STOPPED:
             said = arrived + timedelta(minutes=24)

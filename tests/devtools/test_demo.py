@@ -307,6 +307,15 @@ def test_the_demo_s_sms_health_shows_a_week_of_texts_and_one_paused_sequence() -
     assert "step 1 (nudge_sms)" in paused.get().paused_reason
     item = ExceptionItem.objects.get(business=business, kind="sms_health", status="open")
     assert item.owner.user.username == "mia"
+    # Whatever the hour the demo is loaded at (the 7-day window moves with
+    # it), only the nudge step crosses a limit: the acknowledgement, sent to
+    # every lead of the book, stays under the filtering limit.
+    from agents.reporting.sms_health import limits_of, over_limits
+
+    for hours in range(0, 24, 2):
+        later = sms_health(business, until=timezone.now() + timedelta(hours=hours))
+        crossing = [row.key for row in (*later.templates, *later.steps) if over_limits(row, limits_of(business))]
+        assert crossing == ["nudge_sms", "no_reply step 1"], hours
 
 
 def test_the_demo_asks_its_paid_customers_for_reviews_and_reads_its_google_reviews() -> None:
