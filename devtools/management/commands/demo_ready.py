@@ -5,7 +5,6 @@ behind the servers' start-up logs."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import requests
@@ -13,6 +12,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from crm.models import Role, TeamMember
 from devtools.demo import DEMO_SLUG, DEMO_USERS, demo_password
+from devtools.polling import poll_until
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 class Command(BaseCommand):
@@ -24,16 +31,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         base = options["url"].rstrip("/")
-        deadline = time.monotonic() + options["wait"]
-        while True:
-            try:
-                if requests.get(f"{base}/healthz/", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise CommandError(f"nothing answered at {base}/healthz/ within {options['wait']:.0f} s")
-            time.sleep(0.5)
+        if not poll_until(lambda: _answers(f"{base}/healthz/"), timeout=options["wait"]):
+            raise CommandError(f"nothing answered at {base}/healthz/ within {options['wait']:.0f} s")
         members = {
             m.user.get_username(): m for m in TeamMember.objects.filter(business__slug=DEMO_SLUG).select_related("user")
         }
