@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 # The demo's and the tests' own throwaway key (it is public: never serve real
 # data with it). Django refuses to start without SECRET_KEY when DEBUG is off;
@@ -13,10 +14,15 @@ endif
 
 .PHONY: run test check pytest migrate demo simulate stop-db clean
 
-$(STAMP): requirements.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+# What the product runs on, for `make run`; the test and lint tools on top,
+# for `make test` (scripts/install-requirements: uv, pip as the fallback).
+$(STAMP): requirements.txt scripts/install-requirements
+	scripts/install-requirements $(PYTHON) $(VENV) requirements.txt
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	scripts/install-requirements $(PYTHON) $(VENV) requirements-dev.txt
+	touch $(DEV_STAMP)
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --no-input
@@ -71,13 +77,13 @@ simulate: $(STAMP)
 	token="$${SIMULATE_API_TOKEN:-$$($(PY) manage.py drf_create_token $(DEMO_OWNER) | awk '{print $$3}')}"; \
 	SIMULATE_API_TOKEN="$$token" $(PY) manage.py simulate --url http://127.0.0.1:8000 --leads $${LEADS:-50}
 
-check: $(STAMP)
+check: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy .
 
-pytest: $(STAMP)
+pytest: $(DEV_STAMP)
 	scripts/ensure-chromium
 	scripts/ensure-redis
 	$(VENV)/bin/pytest
