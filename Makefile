@@ -85,8 +85,13 @@ check: $(DEV_STAMP)
 
 pytest: $(DEV_STAMP)
 	scripts/ensure-chromium
+# The suite on every core (pytest-xdist; at most 4 workers, each with a test
+# database of its own); a file's tests stay together on one worker, so its
+# module fixtures (a live server, a cluster) start once. PYTEST_WORKERS=0
+# runs it in this process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 	scripts/ensure-redis
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test: check pytest
 

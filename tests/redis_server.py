@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -51,11 +52,27 @@ def redis_available() -> bool:
     return bool(os.environ.get("REDIS_TEST_URL") or shutil.which("redis-server"))
 
 
+def worker_database(url: str) -> str:
+    """Under pytest-xdist each worker flushes a database of its own: the
+    given one for the first worker, the ones below it for the others
+    (`/15` → gw0 on 15, gw1 on 14), so one worker never empties another's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return url
+    index = int(worker.removeprefix("gw"))
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    if base - index < 0:
+        raise RuntimeError(f"REDIS_TEST_URL {url}: too low a database number for worker {worker}")
+    return urlunsplit(parts._replace(path=f"/{base - index}"))
+
+
 @contextmanager
 def redis_server() -> Iterator[str]:
     """Yields the URL of an empty Redis database."""
     shared = os.environ.get("REDIS_TEST_URL", "")
     if shared:
+        shared = worker_database(shared)
         wait_for_ping(shared, deadline_s=5)
         redis.Redis.from_url(shared).flushdb()
         yield shared

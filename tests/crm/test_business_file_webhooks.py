@@ -67,6 +67,9 @@ def test_webhooks_load_with_their_events_and_a_secret_encrypted_at_rest(tmp_path
         ("https://93.184.215.14/leadops", "ftp://93.184.215.14/x", 3, "must be an http(s) URL"),
         ("[payment.recorded, refund.recorded]", "[]", 4, "'events'"),
     ],
+    # Named by the reason: the secret is random, and pytest-xdist's workers
+    # must collect the same test ids.
+    ids=["unknown event", "bad secret", "link-local", "not http", "no events"],
 )
 def test_a_bad_webhook_is_refused_with_its_line(tmp_path: Path, old: str, new: str, line: int, reason: str) -> None:
     assert old in FILE
