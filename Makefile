@@ -12,7 +12,7 @@ ifeq ($(shell grep -s '^SECRET_KEY=' .env),)
 export SECRET_KEY ?= demo-only-insecure-key-never-use-it-to-serve-anything-0123456789
 endif
 
-.PHONY: run test check pytest migrate demo simulate stop-db clean
+.PHONY: run test check pytest migrate demo simulate stop-db reset clean
 
 # What the product runs on, for `make run`; the test and lint tools on top,
 # for `make test` (scripts/install-requirements: uv, pip as the fallback).
@@ -56,12 +56,14 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 
 # The web server and the task clusters together (the default one, and the
 # one that delivers outbound webhooks on its own queue), with the demo's
-# stand-ins for the shop's Jobber, calendar and Google reviews; Ctrl-C stops them all.
-# When the web server answers, the last lines printed say where to go and
-# the demo logins (`manage.py demo_ready`).
+# stand-ins for the shop's Jobber, calendar and Google reviews. When the web
+# server answers, the last lines printed say where to go and the demo logins
+# (`manage.py demo_ready`); the clusters log warnings only, so they stay last.
+# Ctrl-C stops them all, then the embedded PostgreSQL (the background jobs
+# first: they hold connections to it).
 run: demo
-	@trap 'kill 0' INT TERM EXIT; \
-	export $(DEMO_ENV); \
+	@trap 'trap - INT TERM EXIT; kill $$(jobs -p) 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
+	export $(DEMO_ENV) Q_LOG_LEVEL=$${Q_LOG_LEVEL:-WARNING}; \
 	$(PY) manage.py standins & \
 	$(PY) manage.py qcluster & \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
@@ -83,13 +85,13 @@ check: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy .
 
-pytest: $(DEV_STAMP)
-	scripts/ensure-chromium
 # The suite on every core (pytest-xdist; at most 4 workers, each with a test
 # database of its own); a file's tests stay together on one worker, so its
 # module fixtures (a live server, a cluster) start once. PYTEST_WORKERS=0
 # runs it in this process.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
+pytest: $(DEV_STAMP)
+	scripts/ensure-chromium
 	scripts/ensure-redis
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
@@ -97,6 +99,11 @@ test: check pytest
 
 stop-db: $(STAMP)
 	$(PY) -m leadops.embedded_db stop
+
+# Start the demo over: the embedded PostgreSQL's data goes (an external
+# DATABASE_URL is never touched); the next `make run` loads the demo afresh.
+reset: stop-db
+	rm -rf .data/pg
 
 clean: stop-db
 	rm -rf .data $(VENV)
