@@ -60,14 +60,16 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 # server answers, the last lines printed say where to go and the demo logins
 # (`manage.py demo_ready`); the clusters log warnings only, so they stay last.
 # Ctrl-C stops them all, then the embedded PostgreSQL (the background jobs
-# first: they hold connections to it).
+# first: they hold connections to it). Their ids are kept as they start:
+# /bin/sh (dash) runs `$(jobs -p)` in a subshell, which sees no jobs.
 run: demo
-	@trap 'trap - INT TERM EXIT; kill $$(jobs -p) 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
+	@pids=""; \
+	trap 'trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
 	export $(DEMO_ENV) Q_LOG_LEVEL=$${Q_LOG_LEVEL:-WARNING}; \
-	$(PY) manage.py standins & \
-	$(PY) manage.py qcluster & \
-	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & \
-	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & \
+	$(PY) manage.py standins & pids="$$pids $$!"; \
+	$(PY) manage.py qcluster & pids="$$pids $$!"; \
+	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & pids="$$pids $$!"; \
+	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & pids="$$pids $$!"; \
 	$(PY) manage.py demo_ready; \
 	wait
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -59,7 +60,9 @@ def _sign_in(username: str, password: str) -> bool:
         headers={"Referer": page.url},
         timeout=10,
     )
-    return response.status_code == 200 and response.url.rstrip("/").endswith("/app")
+    # Signed in, /app/ sends a setter or an owner on to their page inside it.
+    path = urlsplit(response.url).path
+    return response.status_code == 200 and path.startswith("/app/") and "login" not in path
 
 
 def main() -> int:
@@ -90,7 +93,7 @@ def main() -> int:
                 marks["installed"] = elapsed
             if "login" not in marks and _login_page_served():
                 marks["login"] = elapsed
-            if "banner" not in marks and "Demo logins" in log_path.read_text(errors="replace"):
+            if "banner" not in marks and "LeadOps is up" in log_path.read_text(errors="replace"):
                 marks["banner"] = elapsed
             if {"login", "banner"} <= marks.keys():
                 break
