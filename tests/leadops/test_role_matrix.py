@@ -57,6 +57,8 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     "healthz/": ("none", "200 200 200 200 200 200", "200 200 200 200 200 200"),
     "favicon.ico": ("none", "301 301 301 301 301 301", "301 301 301 301 301 301"),
     "healthz/queue/": ("none", "503 503 503 503 503 503", "503 503 503 503 503 503"),
+    # Prometheus' metrics: off without METRICS_TOKEN (as here), and no session ever opens them.
+    "metrics": ("none", "404 404 404 404 404 404", "404 404 404 404 404 404"),
     # Two-step sign-in: owners and managers add an app; whoever signed in may enter a code.
     "account/two-factor/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
     "account/verify/": ("none", "200 200 200 200 200 302", "200 200 200 200 200 302"),
