@@ -73,6 +73,8 @@ JOBS: list[Job] = [
     # Google reviews: each connected business's read every few hours, and an
     # approved reply whose post was lost posted (agents.reviews.pull, agents.reviews.replies).
     Job("leadops.reviews_pull", "agents.tasks.reviews_pull", 15, 80, timedelta(hours=1)),
+    # Team members' invitations that never went out, sent again (crm.services.invitations).
+    Job("leadops.invitations_sweep", "agents.tasks.invitations_sweep", 15, 80, timedelta(hours=1)),
     # Rate-limit counters of windows gone by, kept in the database cache table
     # (agents.capture.ratelimit; Redis expires its own).
     Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),

@@ -227,6 +227,14 @@ def sms_health() -> dict[str, int]:
     return sms_health_sweep(now=timezone.now())
 
 
+@_job("leadops.invitations_sweep")
+def invitations_sweep() -> dict[str, int]:
+    """Invitations whose email never went out, sent again (crm.services.invitations)."""
+    from crm.services.invitations import invitations_sweep as sweep
+
+    return sweep(now=timezone.now())
+
+
 @_job("leadops.prune_rate_limits")
 def prune_rate_limits() -> dict[str, int]:
     from agents.capture.ratelimit import counters_prune

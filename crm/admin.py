@@ -29,6 +29,7 @@ from crm.permissions import PERMISSIONS, business_ids_where, can, can_anywhere
 from crm.selectors import lead_search_q, lead_timeline, scope_for, scoped
 from crm.services import lead_sync
 from crm.services.contact_numbers import sending_number_clean, source_numbers_refusals
+from crm.services.invitations import invitation_create, invitation_refusal, invitation_status
 from crm.services.outbox import event_envelope
 from crm.services.timers import timer_retry
 from crm.services.webhooks import (
@@ -677,11 +678,59 @@ class SourceAdmin(ScopedAdmin):
         return "set" if source.page_token else "not set"
 
 
+@admin.action(description="Send a new invitation", permissions=["invite"])
+def members_invite(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> None:
+    allowed = business_ids_where(request.user, "teammember.invite")
+    chosen = queryset if allowed is None else queryset.filter(business_id__in=allowed)
+    invited, skipped = 0, []
+    for member in chosen.select_related("user", "business"):
+        if refusal := invitation_refusal(member):
+            skipped.append(f"{member}: {refusal}")
+            continue
+        invitation_create(member, sent_by=request.user)
+        invited += 1
+    if invited:
+        modeladmin.message_user(
+            request,
+            f"{invited} invitation(s) on their way: the invitation column says whether each went out.",
+            messages.SUCCESS,
+        )
+    if skipped:
+        modeladmin.message_user(request, "No invitation for " + "; ".join(skipped), messages.WARNING)
+
+
 @admin.register(m.TeamMember)
 class TeamMemberAdmin(SetupAdmin):
-    list_display = ["public_id", "display_name", "role", "business", "is_active", "weight", "max_open_leads"]
-    list_select_related = ["business"]
+    list_display = [
+        "public_id",
+        "display_name",
+        "role",
+        "business",
+        "is_active",
+        "weight",
+        "max_open_leads",
+        "invitation",
+    ]
+    list_select_related = ["business", "user"]
     list_filter = [BusinessFilter, "role", "is_active"]
+    actions = [members_invite]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Every row's invitations in one query, for the status column.
+        return super().get_queryset(request).prefetch_related("invitations")
+
+    def has_invite_permission(self, request: HttpRequest) -> bool:
+        return can_anywhere(request.user, "teammember.invite")
+
+    @admin.display(description="invitation")
+    def invitation(self, member: m.TeamMember) -> str:
+        return invitation_status(member, list(member.invitations.all()))
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        # A member added here who cannot sign in yet gets an invitation (sent after the commit).
+        if not change and invitation_refusal(obj) is None:
+            invitation_create(obj, sent_by=request.user)
 
 
 @admin.register(m.ServiceLine)

@@ -87,6 +87,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "appointment.outcome": SALES,
     "task.complete": EVERYONE,  # their own tasks only (the page lists no others)
     "lead.reassign": LEADERS,
+    # A new invitation for a team member who has not set a password yet.
+    "teammember.invite": LEADERS,
     "event.replay": LEADERS,
     "timer.retry": LEADERS,
     "webhook.replay": LEADERS,

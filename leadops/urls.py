@@ -10,6 +10,7 @@ from leadops import (
     booking_views,
     compliance,
     copilot_redirect,
+    invitations,
     metrics,
     portfolio,
     reports,
@@ -49,6 +50,8 @@ urlpatterns = [
     path("healthz/", views.healthz, name="healthz"),
     path("account/two-factor/", two_factor.setup, name="two-factor-setup"),
     path("account/verify/", two_factor.verify, name="two-factor-verify"),
+    # A new team member sets their password from the link in their invitation.
+    path("account/invitation/<str:uidb64>/<str:token>/", invitations.invitation_page, name="invitation"),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     # Prometheus' default path, without a slash; off unless METRICS_TOKEN is set.
     path("metrics", metrics.metrics_view, name="metrics"),

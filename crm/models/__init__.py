@@ -56,7 +56,7 @@ from crm.models.revenue import Appointment, Estimate, Invoice, Job, Payment, Ref
 from crm.models.reviews import Review, ReviewRequest
 from crm.models.spend import Campaign, CampaignSpend, SpendPlatform
 from crm.models.sync import SyncChange, SyncConnection, SyncLink
-from crm.models.team import Availability, ServiceArea, ServiceLine, TeamMember
+from crm.models.team import Availability, Invitation, ServiceArea, ServiceLine, TeamMember
 from crm.models.webhooks import (
     ALL_EVENTS,
     EventType,
@@ -102,6 +102,7 @@ __all__ = [
     "EventType",
     "ExceptionItem",
     "InboundEvent",
+    "Invitation",
     "Invoice",
     "Job",
     "KeptApartPair",

@@ -133,3 +133,44 @@ class Availability(models.Model):
 
     def __str__(self) -> str:
         return f"{self.public_id} ({', '.join(self.slots)})"
+
+
+class Invitation(models.Model):
+    """One invitation sent (or meant to be sent) to a team member: an email
+    with a link to set their password, or, where the operator runs single
+    sign-on, where to sign in. One row per sending, so the team page can say
+    when someone was invited and whether they came in, and a sweep can find
+    the ones that never went out (`sent_at` empty, `error` saying why)."""
+
+    # "inv" is the invoices' prefix: an evidence link reads a public id's
+    # prefix to find its page.
+    public_id = PublicIdField(prefix="invt")
+    member = models.ForeignKey(TeamMember, on_delete=models.PROTECT, related_name="invitations")
+    # Who asked for it; empty for a business file's load or a command.
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When the email left; empty until then, and for good when it could not.
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # Why it was not sent (the mail server's refusal, no address…); empty once sent.
+    error = models.CharField(max_length=300, blank=True)
+    # When the member set their password through a link of theirs.
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The sweep's question: what was never sent?
+            models.Index(fields=["created_at"], condition=models.Q(sent_at__isnull=True), name="crm_invitation_unsent"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(accepted_at__isnull=True) | models.Q(sent_at__isnull=False),
+                name="crm_invitation_accepted_after_sent",
+                violation_error_message="An invitation is accepted only after it was sent.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id

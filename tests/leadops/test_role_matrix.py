@@ -62,6 +62,13 @@ MATRIX: dict[str, tuple[str, str, str]] = {
     # Two-step sign-in: owners and managers add an app; whoever signed in may enter a code.
     "account/two-factor/": ("none", "200 200 403 403 200 302", "200 200 403 403 200 302"),
     "account/verify/": ("none", "200 200 200 200 200 302", "200 200 200 200 200 302"),
+    # An invitation's link: anyone holding a working one sets that member's password (tests/crm/
+    # test_invitations.py); a link that does not work answers 410, whoever is signed in.
+    "account/invitation/<str:uidb64>/<str:token>/": (
+        "link:invitation",
+        "410 410 410 410 410 410",
+        "410 410 410 410 410 410",
+    ),
     # Authenticator apps in the admin: the operator's (superuser) alone, to remove a lost one.
     "admin/otp_totp/totpdevice/<int:pk>/config/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
     "admin/otp_totp/totpdevice/<int:pk>/qrcode/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
@@ -952,6 +959,8 @@ def world() -> Samples:
         "link:review_request": SimpleNamespace(
             public_id=m.ReviewRequest.objects.filter(business=business).values_list("token", flat=True).first()
         ),
+        # An invitation link of no one (uid "1" in base64, no token of theirs).
+        "link:invitation": SimpleNamespace(public_id="MQ"),
         # A sync adapter's routes name the provider.
         "adapter:jobber": SimpleNamespace(public_id="jobber"),
         "adapter:housecall_pro": SimpleNamespace(public_id="housecall_pro"),

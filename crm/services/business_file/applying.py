@@ -40,6 +40,7 @@ from crm.services.business_file.parsing import (
 from crm.services.business_file.reading import BusinessFileError, Ref
 from crm.services.contact_numbers import source_numbers_refusals
 from crm.services.conversions import ConversionRefused, account_config_defaults, conversion_account_save
+from crm.services.invitations import invitation_create, invitation_refusal
 from crm.services.receipts import receipt_write
 from crm.services.webhooks import WebhookRefused, webhook_subscription_save
 
@@ -58,6 +59,8 @@ class BusinessLoadResult:
     # One line per created or changed record, naming changed fields (never values: secrets live here).
     changes: list[str] = field(default_factory=list)
     availability_rules: int = 0
+    # Usernames of the new members invited (an email once the load commits).
+    invited: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -92,6 +95,11 @@ class BusinessLoadResult:
                         f"{slug}: {label} " + ", ".join(_plural(n, kind) for kind, n in sorted(counts.items()))
                     )
         lines.append(f"availability: {self.availability_rules} rules in the file")
+        if self.invited:
+            lines.append(
+                f"invitations: {', '.join(self.invited)} (an email with a link to set a password; "
+                "`manage.py invite USERNAME --business SLUG` prints one)"
+            )
         return lines
 
 
@@ -296,6 +304,10 @@ def _apply_team(result: BusinessLoadResult, business: Business, team: list[Membe
             user.groups.add(*(groups[name] for name in roles - held))
             changed.append("groups")
         result.record("team member", row.key, created=created, fields=changed)
+        # A new member who cannot sign in yet is invited; the email goes after the commit.
+        if created and invitation_refusal(member) is None:
+            invitation_create(member)
+            result.invited.append(row.key)
 
 
 def _resolve(known: dict[str, Any], ref: Ref, what: str, member: str) -> Any:
