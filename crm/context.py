@@ -8,6 +8,11 @@ current, and the new leads whose first step runs at its end — is one
 keeps a ContextVar: a reader who wants to know what a call site depends on
 besides its arguments reads this file.
 
+The one other piece of ambient state is the id of the request being served
+(`request_id()`, set by leadops.request_id's middleware), which only log
+lines read: a request may run several units of work, and a line logged
+outside any of them must still name its request.
+
 Each part is switched on by the block that owns it (`receipts_batched`,
 `events_batched`, `reads_shared`, `lead_current`, `inline_steps_collected`);
 `None` means "not in such a block": write, read or schedule as usual. The
@@ -59,3 +64,21 @@ def unit_entered() -> Iterator[UnitOfWork]:
         yield made
     finally:
         _UNIT.reset(token)
+
+
+_REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def request_id() -> str | None:
+    """The id of the request being served (None outside one)."""
+    return _REQUEST_ID.get()
+
+
+@contextmanager
+def request_id_set(value: str | None) -> Iterator[None]:
+    """`value` is the request id for the block; the previous one after it."""
+    token = _REQUEST_ID.set(value)
+    try:
+        yield
+    finally:
+        _REQUEST_ID.reset(token)

@@ -2,8 +2,8 @@
 
 `RequestIdMiddleware` (first in MIDDLEWARE) takes the caller's `X-Request-ID`
 when it is a plain token (a proxy or load balancer in front usually sets one,
-so its logs and ours join up), makes one otherwise, keeps it in a context
-variable for the request's duration and answers with it in `X-Request-ID`.
+so its logs and ours join up), makes one otherwise, keeps it as the request's id
+(crm.context) for the request's duration and answers with it in `X-Request-ID`.
 `RequestIdFilter`, on the log handler, copies it onto every record, so the
 JSON logs (LOG_FORMAT=json) carry `request_id`; outside a request it is null.
 
@@ -18,15 +18,15 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from contextvars import ContextVar
 
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from crm.context import request_id as current_request_id
+from crm.context import request_id_set
+
 HEADER = "X-Request-ID"
 _SANE = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 
 def request_id_from(value: str | None) -> str:
@@ -46,12 +46,9 @@ class RequestIdMiddleware:
         # Also on the request: Django logs a 4xx/5xx answer (django.request,
         # with the request on the record) after every middleware has returned.
         request.request_id = request_id  # type: ignore[attr-defined]
-        token = request_id_var.set(request_id)
-        try:
+        # Unset when the block ends: a worker thread serves the next request with a clean slate.
+        with request_id_set(request_id):
             response = self.get_response(request)
-        finally:
-            # A worker thread serves the next request with a clean slate.
-            request_id_var.reset(token)
         response[HEADER] = request_id
         return response
 
@@ -61,7 +58,7 @@ class RequestIdFilter(logging.Filter):
     one of the request the record names (django.request), else None."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        request_id = request_id_var.get()
+        request_id = current_request_id()
         if request_id is None:
             request_id = getattr(getattr(record, "request", None), "request_id", None)
         record.request_id = request_id

@@ -84,7 +84,7 @@ def test_log_format_json_makes_every_line_a_json_object() -> None:
     """The settings themselves: a process started with LOG_FORMAT=json logs JSON; without it, the plain message."""
     script = (
         "import django, logging; django.setup();"
-        "from leadops.request_id import request_id_var; request_id_var.set('proc-1');"
+        "from crm.context import request_id_set; held = request_id_set('proc-1'); held.__enter__();"
         "logging.getLogger('leadops.test').warning('hello %s', 'there')"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "leadops.settings_test", "LOG_FORMAT": "json"}
