@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import phonenumbers
-from phonenumbers import geocoder
 
 from crm.models import Business
 from crm.us_states import STATE_CODES, US_STATE_NAMES
@@ -57,6 +56,10 @@ def caller_state(params: Mapping[str, str], number: str) -> str:
         return ""
     if phonenumbers.region_code_for_number(parsed) != "US":
         return ""
+    # Imported here: the geocoder's data takes seconds to load, and every
+    # process would pay it at startup.
+    from phonenumbers import geocoder
+
     place = geocoder.description_for_number(parsed, "en")  # "Chicago, IL" or "Oregon"
     tail = place.rsplit(", ", 1)[-1]
     return tail if tail in STATE_CODES else US_STATE_NAMES.get(place, "")

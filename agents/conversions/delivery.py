@@ -43,10 +43,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from agents.conversions.base import Answer, Built, Skip
-from agents.conversions.data_manager import data_manager_build, data_manager_check, data_manager_send
-from agents.conversions.google import google_build, google_send
 from agents.conversions.meta import meta_build, meta_send
 from agents.queue import task_enqueue
 from crm.models import ConversionAttempt, ConversionPlatform, ConversionUpload
@@ -92,12 +91,31 @@ class Platform:
     check: Callable[[ConversionUpload, Built], Answer] | None = None
 
 
+def _on_call(path: str) -> Callable[..., Any]:
+    """The function at `path`, imported at its first call: the Google Ads
+    libraries take seconds to load, and every process (each web worker,
+    cluster and command) imports this module at startup."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return import_string(path)(*args, **kwargs)
+
+    return call
+
+
+_GOOGLE, _DATA_MANAGER = "agents.conversions.google", "agents.conversions.data_manager"
 PLATFORMS = {
-    ConversionPlatform.GOOGLE: Platform(google_build, google_send, "Google Ads"),
+    ConversionPlatform.GOOGLE: Platform(
+        _on_call(f"{_GOOGLE}.google_build"), _on_call(f"{_GOOGLE}.google_send"), "Google Ads"
+    ),
     ConversionPlatform.META: Platform(meta_build, meta_send, "Meta"),
 }
 # A Google account whose `api` is data_manager.
-DATA_MANAGER = Platform(data_manager_build, data_manager_send, "Google Ads (Data Manager API)", data_manager_check)
+DATA_MANAGER = Platform(
+    _on_call(f"{_DATA_MANAGER}.data_manager_build"),
+    _on_call(f"{_DATA_MANAGER}.data_manager_send"),
+    "Google Ads (Data Manager API)",
+    _on_call(f"{_DATA_MANAGER}.data_manager_check"),
+)
 
 
 def platform_of(upload: ConversionUpload) -> Platform:

@@ -18,7 +18,6 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import phonenumbers
-from phonenumbers import geocoder
 from phonenumbers import timezone as number_timezones
 
 from agents.outbound.state_rules import StateRule, cap_for, rules_for
@@ -98,6 +97,10 @@ def recipient_state(phone: str) -> str:
     number = _number(phone)
     if number is None or phonenumbers.region_code_for_number(number) != "US":
         return ""
+    # Imported here: the geocoder's data takes seconds to load, and every
+    # process (each web worker, cluster and command) would pay it at startup.
+    from phonenumbers import geocoder
+
     place = geocoder.description_for_number(number, "en")
     if ", " in place:
         return place.rsplit(", ", 1)[1]

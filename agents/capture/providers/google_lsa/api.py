@@ -13,8 +13,6 @@ import google.api_core.exceptions
 import google.auth.exceptions
 import grpc
 from django.conf import settings
-from google.ads.googleads.errors import GoogleAdsException
-from google.ads.googleads.v26.services.types.google_ads_service import SearchGoogleAdsRequest
 
 from agents.google_ads_api import Access, Services, failure_text, google_ads_services
 from crm.models import ConversionAccount, ConversionPlatform, Source
@@ -105,6 +103,10 @@ def timeout() -> float:
 
 def google_call(services: Services, call: Callable[[], T]) -> T:
     """`call()` with a fresh token, Google's refusals raised as `Refused`."""
+    # The Google Ads library is imported where it is used: its types take
+    # seconds to load, and every process registers this provider at startup.
+    from google.ads.googleads.errors import GoogleAdsException
+
     try:
         services.token_refresh()
         return call()
@@ -134,6 +136,8 @@ def google_call(services: Services, call: Callable[[], T]) -> T:
 def search(source: Source, query: str) -> list[dict[str, Any]]:
     """Every row GAQL `query` returns for the source's account, each as the
     GoogleAdsRow's JSON object (snake_case fields, enums by name)."""
+    from google.ads.googleads.v26.services.types.google_ads_service import SearchGoogleAdsRequest
+
     services = services_for(source)
     request = SearchGoogleAdsRequest(customer_id=customer_id(source), query=query)
 

@@ -25,17 +25,12 @@ feedback someone gave in Google's own app, is never sent again.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
-from google.ads.googleads.v26.services.types.local_services_lead_service import (
-    ProvideLeadFeedbackRequest,
-    SurveyDissatisfied,
-    SurveySatisfied,
-)
 
 from agents.capture.providers.google_lsa import api
 from agents.capture.providers.google_lsa.poll import LEAD
@@ -44,6 +39,9 @@ from crm.models import Lead, LeadException, LeadTouch, Provider, Source, Stage, 
 from crm.services.receipts import receipt_write
 from crm.services.timers import timer_handler_register, timer_schedule
 from crm.work_queue import Backoff
+
+if TYPE_CHECKING:
+    from google.ads.googleads.v26.services.types.local_services_lead_service import ProvideLeadFeedbackRequest
 
 ACTOR = "agent:google_lsa"
 TIMER_KIND = "lsa.feedback"
@@ -123,6 +121,14 @@ def feedback_retry(*, now: datetime | None = None) -> int:
 
 
 def _request(payload: dict[str, Any]) -> ProvideLeadFeedbackRequest:
+    # Imported here: the Google Ads types take seconds to load, and every
+    # process registers this provider at startup.
+    from google.ads.googleads.v26.services.types.local_services_lead_service import (
+        ProvideLeadFeedbackRequest,
+        SurveyDissatisfied,
+        SurveySatisfied,
+    )
+
     request = ProvideLeadFeedbackRequest(resource_name=payload["lsa_lead"], survey_answer=payload["answer"])
     if payload["answer"] == "SATISFIED":
         request.survey_satisfied = SurveySatisfied(survey_satisfied_reason=payload["reason"])
