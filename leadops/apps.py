@@ -6,14 +6,8 @@ class LeadopsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.contrib import admin
-
-        # The product's name on every page; our own pages read these too
-        # (leadops.context_processors).
-        admin.site.site_header = "LeadOps"
-        admin.site.site_title = "LeadOps"
-        admin.site.index_title = "LeadOps back office"
-
+        # The product's name on every page is the admin site's
+        # (leadops.admin_site); our own pages read it too (leadops.context_processors).
         from django.contrib.auth.signals import user_logged_in
 
         from leadops.middleware import session_seen_at_login

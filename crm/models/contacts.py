@@ -380,6 +380,7 @@ class RejectedDelivery(models.Model):
     last_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "rejected deliveries"
         ordering = ["-day", "provider"]
         constraints = [
             models.UniqueConstraint(

@@ -187,6 +187,7 @@ class LeadTouch(models.Model):
     line_unknown = models.BooleanField(default=False)
 
     class Meta:
+        verbose_name_plural = "lead touches"
         ordering = ["received_at", "id"]
         indexes = [
             models.Index(fields=["business", "campaign_id"], name="crm_leadtouch_campaign_idx"),
