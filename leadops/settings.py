@@ -483,7 +483,11 @@ if INVITATION_HOURS < 1:
 # (leadops.authentication), per client address.
 AUTHENTICATION_BACKENDS = [
     "leadops.authentication.LoginThrottleBackend",
+    # LOCAL_PASSWORDS=false: refuses the password of anyone but a superuser.
+    "leadops.oidc.LocalPasswordsGate",
     "django.contrib.auth.backends.ModelBackend",
+    # Single sign-on (OpenID Connect); answers nothing while OIDC_ISSUER is empty.
+    "leadops.oidc.SingleSignOnBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = env.float("LOGIN_COOLOFF_HOURS", default=1.0)
@@ -497,6 +501,44 @@ AXES_CLIENT_IP_CALLABLE = "agents.capture.intake.client_address"
 # Locks are listed and lifted with the axes_list_attempts / axes_reset_* commands,
 # not through more admin pages.
 AXES_ENABLE_ADMIN = False
+
+# --- Single sign-on (OpenID Connect, mozilla-django-oidc; leadops/oidc.py) ----
+# Empty OIDC_ISSUER: off (the /oidc/ pages answer 404, the login page shows
+# no button). The endpoints and keys are read from the issuer's discovery
+# document at the first sign-in, never typed here.
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
+OIDC_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+# Empty for a public client: PKCE alone then proves the code is ours.
+OIDC_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
+OIDC_SCOPES = env.str("OIDC_SCOPES", default="openid email profile")
+# A list of "business-slug:role" strings; empty: roles are kept in LeadOps
+# (business files, the team page) and the provider only says who signs in.
+OIDC_ROLE_CLAIM = env.str("OIDC_ROLE_CLAIM", default="leadops_roles")
+# The claim that finds the LeadOps user: "email" matches the user's address
+# (a business file's or an invitation's), anything else their username.
+OIDC_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="email")
+# false: only a superuser (the operator's break-glass account) signs in with
+# a password; everyone else through single sign-on.
+LOCAL_PASSWORDS = env.bool("LOCAL_PASSWORDS", default=True)
+if OIDC_ISSUER:
+    _issuer = urlsplit(OIDC_ISSUER)
+    if _issuer.scheme != "https" and _issuer.hostname not in ("127.0.0.1", "localhost", "::1"):
+        # Discovery over plain HTTP would let the network choose the keys that sign tokens.
+        raise environ.ImproperlyConfigured(f"OIDC_ISSUER must be an https URL, not {OIDC_ISSUER!r}")
+    if not OIDC_CLIENT_ID:
+        raise environ.ImproperlyConfigured("OIDC_ISSUER is set: OIDC_CLIENT_ID must be too")
+    if "openid" not in OIDC_SCOPES.split():
+        raise environ.ImproperlyConfigured("OIDC_SCOPES must include openid")
+elif not LOCAL_PASSWORDS:
+    raise environ.ImproperlyConfigured("LOCAL_PASSWORDS=false needs single sign-on (OIDC_ISSUER)")
+# What mozilla-django-oidc reads itself; the rest our subclasses set per request.
+OIDC_RP_SCOPES = OIDC_SCOPES
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+# Sign-in callbacks are no password guesses: their failures lock nobody out
+# (an office behind one address would otherwise lose SSO to five refusals).
+AXES_WHITELIST_CALLABLE = "leadops.oidc.is_sso_attempt"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

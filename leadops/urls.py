@@ -52,6 +52,8 @@ urlpatterns = [
     path("account/verify/", two_factor.verify, name="two-factor-verify"),
     # A new team member sets their password from the link in their invitation.
     path("account/invitation/<str:uidb64>/<str:token>/", invitations.invitation_page, name="invitation"),
+    # Single sign-on (OpenID Connect, leadops/oidc.py): 404 while OIDC_ISSUER is empty.
+    path("oidc/", include("leadops.oidc")),
     path("healthz/queue/", views.healthz_queue, name="healthz-queue"),
     # Prometheus' default path, without a slash; off unless METRICS_TOKEN is set.
     path("metrics", metrics.metrics_view, name="metrics"),

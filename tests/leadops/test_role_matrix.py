@@ -69,6 +69,10 @@ MATRIX: dict[str, tuple[str, str, str]] = {
         "410 410 410 410 410 410",
         "410 410 410 410 410 410",
     ),
+    # Single sign-on's start and callback: off without OIDC_ISSUER (as here), whoever asks
+    # (tests/leadops/test_oidc.py signs in through them against a local provider).
+    "oidc/authenticate/": ("none", "404 404 404 404 404 404", "404 404 404 404 404 404"),
+    "oidc/callback/": ("none", "404 404 404 404 404 404", "404 404 404 404 404 404"),
     # Authenticator apps in the admin: the operator's (superuser) alone, to remove a lost one.
     "admin/otp_totp/totpdevice/<int:pk>/config/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
     "admin/otp_totp/totpdevice/<int:pk>/qrcode/": ("totpdevice", "403 403 403 403 403 302", "403 403 403 403 403 302"),
