@@ -29,6 +29,32 @@ from tests.redis_server import MISSING, redis_available, redis_server
 if _days := int(os.environ.get("TEST_CLOCK_SHIFT_DAYS") or 0):
     time_machine.travel(timezone.now() + timedelta(days=_days), tick=True).start()
 
+# The files that take a minute or more, slowest first: under pytest-xdist
+# they start first (`make pytest` passes --no-loadscope-reorder, which keeps
+# this order), so the other workers' short files fill their time instead of
+# one of them running alone at the end. Most of it is waiting (the fault
+# drill for the sweeps' bound, the multi-host run and the cluster tests for
+# their processes), not work. Figures: docs/operations.md, "Tests".
+SLOW_FIRST = (
+    "tests/leadops/test_fault_drill.py",
+    "tests/leadops/test_multi_host.py",
+    "tests/agents/test_cluster.py",
+    "tests/devtools/test_demo.py",
+    "tests/leadops/test_role_matrix.py",
+    "tests/agents/reader/test_reader.py",
+    "tests/browser/test_owner_pages.py",
+    "tests/devtools/test_simulated_estimates.py",
+    "tests/crm/test_secrets.py",
+    "tests/leadops/test_api_fuzz.py",
+    "tests/agents/webhooks/test_cluster.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(SLOW_FIRST)}
+    # Stable: every other test keeps its place, and every worker sorts alike.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)))
+
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
