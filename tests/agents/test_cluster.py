@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,19 +23,61 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
-    timer = timer_schedule(business=business, kind="cluster.probe", due_at=timezone.now() - timedelta(seconds=1))
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "Q_WORKERS": "1"}
+def cluster_start(**env: str) -> subprocess.Popen[bytes]:
     # Its own session, so teardown can end the whole process group: the
     # cluster's workers must not outlive the test and poll its database.
-    cluster = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "manage.py", "qcluster"],
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "DATABASE_URL": test_database_url(), "Q_WORKERS": "1", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+def stop(cluster: subprocess.Popen[bytes], signum: int) -> tuple[bool, bytes]:
+    """Send `signum` to the cluster's process group, as a terminal's Ctrl-C
+    or systemd's stop does: (whether every process ended within 30 s, output)."""
+    os.killpg(cluster.pid, signum)
+    try:
+        output, _ = cluster.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(cluster.pid, signal.SIGKILL)
+        output, _ = cluster.communicate()
+        return False, output
+    # A loop or worker of the group left behind? (Zombies are no one's: gone already.)
+    ps = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(cluster.pid)], capture_output=True, text=True)
+    left = [line for line in ps.stdout.splitlines() if line.split()[1:2] != ["Z"]]
+    if not left:
+        return True, output
+    os.killpg(cluster.pid, signal.SIGKILL)
+    return False, output + ("\nleft running:\n" + "\n".join(left)).encode()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_cluster_and_its_intake_loops_stop_on_a_signal_to_the_group(signum: int) -> None:
+    cluster = cluster_start(INTAKE_PROCESSES="2")
+    assert cluster.stdout is not None
+    seen = b""
+    deadline = timezone.now() + timedelta(seconds=60)
+    # Running: django-q2 says so once its sentinel and workers are up (the loops started before).
+    while b"running" not in seen.lower() and timezone.now() < deadline and cluster.poll() is None:
+        seen += cluster.stdout.readline()
+    assert b"running" in seen.lower(), seen.decode()[-2000:]
+    # Settled: each loop and the main process waiting for their next poll,
+    # where a signal used to find them (a handler that set the stop event
+    # there deadlocked).
+    time.sleep(3)
+
+    stopped, output = stop(cluster, signum)
+
+    assert stopped, (seen + output).decode()[-2000:]
+
+
+def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
+    timer = timer_schedule(business=business, kind="cluster.probe", due_at=timezone.now() - timedelta(seconds=1))
+    cluster = cluster_start()
     try:
         deadline = timezone.now() + timedelta(seconds=90)
         while timezone.now() < deadline:
@@ -50,12 +93,9 @@ def test_cluster_runs_the_timer_schedule_against_the_database(business) -> None:
                 continue
             pytest.fail(f"the cluster exited early:\n{cluster.stdout.read().decode() if cluster.stdout else ''}")
     finally:
-        os.killpg(cluster.pid, signal.SIGTERM)
-        try:
-            output, _ = cluster.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(cluster.pid, signal.SIGKILL)
-            output, _ = cluster.communicate()
+        stopped, output = stop(cluster, signal.SIGTERM)
+    # A systemd stop (SIGTERM to the group) ends the cluster and its intake loops.
+    assert stopped, output.decode()[-2000:]
     # No handler is registered for this kind in the cluster: it must be
     # claimed and marked failed with that reason, not left pending or lost.
     assert timer.status == Timer.Status.FAILED, output.decode()[-2000:]

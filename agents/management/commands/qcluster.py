@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from multiprocessing.synchronize import Event
 from typing import Any
 
@@ -34,12 +35,21 @@ from agents.capture.processing import POLL_SECONDS, intake_serve
 FORK = multiprocessing.get_context("fork")
 
 
+def stop_soon(stop: Event) -> None:
+    """Set `stop` from a signal handler. Never in the handler itself: the
+    signal interrupts this very thread, usually inside `stop.wait()`, and a
+    multiprocessing Event's set() waits for every waiter to wake, this one
+    included, which cannot until the handler returns (Ctrl-C hung the
+    cluster for good). A thread of its own sets it once the handler is back."""
+    threading.Thread(target=stop.set, name="stop", daemon=True).start()
+
+
 def intake_process(stop: Event) -> None:
     """One intake loop, in a process of its own, until `stop` is set (by the
     main process, or by a signal sent to the whole group)."""
 
     def stopping(signum: int, frame: Any) -> None:
-        stop.set()
+        stop_soon(stop)
 
     signal.signal(signal.SIGTERM, stopping)
     signal.signal(signal.SIGINT, stopping)
@@ -77,7 +87,7 @@ class Command(ClusterCommand):
         # The cluster's own handler stops the sentinel and its workers; ours
         # also stops the loops.
         def stopping(signum: int, frame: Any) -> None:
-            stop.set()
+            stop_soon(stop)
             cluster.sig_handler(signum, frame)
 
         signal.signal(signal.SIGTERM, stopping)
