@@ -109,7 +109,9 @@ def main() -> int:
             make.wait(timeout=60)
             stopped_in = "yes"
         except subprocess.TimeoutExpired:
-            stopped_in = "no (killed)"
+            # What did not stop, for the figures' reader to chase.
+            group = subprocess.run([PS, "-o", "pid=,stat=,etime=,args=", "-g", str(make.pid)], capture_output=True)  # noqa: S603
+            stopped_in = "no (killed); left running:\n" + group.stdout.decode(errors="replace").rstrip()
             os.killpg(make.pid, signal.SIGKILL)
     time.sleep(1)
     port_closed = not _login_page_served()
