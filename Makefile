@@ -62,14 +62,20 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 # Ctrl-C stops them all, then the embedded PostgreSQL (the background jobs
 # first: they hold connections to it). Their ids are kept as they start:
 # /bin/sh (dash) runs `$(jobs -p)` in a subshell, which sees no jobs.
-run: demo
+# After migrating, the demo loads while the servers start (they need only the
+# schema): the static files first, which the web server reads once at start.
+run: $(STAMP)
 	@pids=""; \
 	trap 'trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
+	$(PY) manage.py migrate --no-input || exit 1; \
+	$(PY) manage.py load_demo & demo=$$!; pids="$$pids $$demo"; \
+	$(PY) manage.py collectstatic --no-input -v0 || exit 1; \
 	export $(DEMO_ENV) Q_LOG_LEVEL=$${Q_LOG_LEVEL:-WARNING}; \
 	$(PY) manage.py standins & pids="$$pids $$!"; \
 	$(PY) manage.py qcluster & pids="$$pids $$!"; \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & pids="$$pids $$!"; \
 	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & pids="$$pids $$!"; \
+	wait $$demo || exit 1; \
 	$(PY) manage.py demo_ready; \
 	wait
 
