@@ -60,18 +60,21 @@ DEMO_ENV := META_APP_SECRET=$${META_APP_SECRET:-demo-meta-app-secret} \
 # server answers, the last lines printed say where to go and the demo logins
 # (`manage.py demo_ready`); the clusters log warnings only, so they stay last.
 # Ctrl-C stops them all, then the embedded PostgreSQL (the background jobs
-# first: they hold connections to it). Their ids are kept as they start:
-# /bin/sh (dash) runs `$(jobs -p)` in a subshell, which sees no jobs.
+# first: they hold connections to it). The stand-ins stop last: a cluster
+# finishes the task in hand before it stops, and a task calling a stand-in
+# that is gone would wait for its timeout (up to a minute). Their ids are
+# kept as they start: /bin/sh (dash) runs `$(jobs -p)` in a subshell, which
+# sees no jobs.
 # After migrating, the demo loads while the servers start (they need only the
 # schema): the static files first, which the web server reads once at start.
 run: $(STAMP)
 	@pids=""; \
-	trap 'trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
+	trap 'trap - INT TERM EXIT; kill $$pids 2>/dev/null; wait $$pids 2>/dev/null; kill $$standins 2>/dev/null; wait; $(PY) -m leadops.embedded_db stop' INT TERM EXIT; \
 	$(PY) manage.py migrate --no-input || exit 1; \
 	$(PY) manage.py load_demo & demo=$$!; pids="$$pids $$demo"; \
 	$(PY) manage.py collectstatic --no-input -v0 || exit 1; \
 	export $(DEMO_ENV) Q_LOG_LEVEL=$${Q_LOG_LEVEL:-WARNING}; \
-	$(PY) manage.py standins & pids="$$pids $$!"; \
+	$(PY) manage.py standins & standins=$$!; \
 	$(PY) manage.py qcluster & pids="$$pids $$!"; \
 	Q_CLUSTER_NAME=leadops-webhooks $(PY) manage.py qcluster & pids="$$pids $$!"; \
 	$(PY) -m gunicorn leadops.wsgi:application -c python:leadops.gunicorn_conf & pids="$$pids $$!"; \
