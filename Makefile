@@ -12,7 +12,7 @@ ifeq ($(shell grep -s '^SECRET_KEY=' .env),)
 export SECRET_KEY ?= demo-only-insecure-key-never-use-it-to-serve-anything-0123456789
 endif
 
-.PHONY: run test check pytest migrate demo simulate stop-db reset clean
+.PHONY: run test check pytest migrate demo simulate stop-db reset clean upgrade
 
 # What the product runs on, for `make run`; the test and lint tools on top,
 # for `make test` (scripts/install-requirements: uv, pip as the fallback).
@@ -108,6 +108,16 @@ pytest: $(DEV_STAMP)
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: check pytest
+
+# Upgrade in place: new requirements, a backup, the migrations, then the
+# checks a healthy database passes. Stops at the first failure; the backup
+# named above it is the way back (manage.py restore, docs/operations.md).
+upgrade: $(STAMP)
+	$(PY) manage.py backup
+	@$(PY) manage.py migrate || { echo "migrate failed: restore the backup named above (manage.py restore)"; exit 1; }
+	@$(PY) manage.py check || { echo "check failed after migrating: the backup named above holds the data from before"; exit 1; }
+	@$(PY) manage.py verify_receipts || { echo "verify_receipts failed: the backup named above holds the data from before"; exit 1; }
+	@$(PY) manage.py audit_leads || { echo "audit_leads failed: the backup named above holds the data from before"; exit 1; }
 
 stop-db: $(STAMP)
 	$(PY) -m leadops.embedded_db stop

@@ -75,6 +75,9 @@ JOBS: list[Job] = [
     Job("leadops.reviews_pull", "agents.tasks.reviews_pull", 15, 80, timedelta(hours=1)),
     # Team members' invitations that never went out, sent again (crm.services.invitations).
     Job("leadops.invitations_sweep", "agents.tasks.invitations_sweep", 15, 80, timedelta(hours=1)),
+    # Hourly: a backup when the newest is BACKUP_SCHEDULE_HOURS old (0, the
+    # default: never; crm.services.backups).
+    Job("leadops.backup", "agents.tasks.backup", 60, 80, timedelta(hours=3)),
     # Rate-limit counters of windows gone by, kept in the database cache table
     # (agents.capture.ratelimit; Redis expires its own).
     Job("leadops.prune_rate_limits", "agents.tasks.prune_rate_limits", 1, 55, timedelta(minutes=5)),

@@ -235,6 +235,15 @@ def invitations_sweep() -> dict[str, int]:
     return sweep(now=timezone.now())
 
 
+@_job("leadops.backup")
+def backup() -> dict[str, Any]:
+    """A backup of the database when one is due (crm.services.backups)."""
+    from crm.services.backups import backup_due
+
+    made = backup_due(now=timezone.now())
+    return {"backup": made.path.name if made else "", "bytes": made.size if made else 0}
+
+
 @_job("leadops.prune_rate_limits")
 def prune_rate_limits() -> dict[str, int]:
     from agents.capture.ratelimit import counters_prune

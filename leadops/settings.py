@@ -471,6 +471,14 @@ if SESSION_IDLE_HOURS <= 0:
 SESSION_COOKIE_AGE = int(SESSION_IDLE_HOURS * 3600)
 # How often a request writes the session to push its end back.
 SESSION_REFRESH_SECONDS = min(300, SESSION_COOKIE_AGE // 2)
+# Backups (crm.services.backups, `manage.py backup`): where they go, how many
+# are kept, and every how many hours the cluster makes one (0: never; run
+# `manage.py backup` from cron, or use the provider's point-in-time recovery).
+BACKUP_DIR = Path(env.str("BACKUP_DIR", default=str(BASE_DIR / ".data" / "backups")))
+BACKUP_KEEP = env.int("BACKUP_KEEP", default=14)
+BACKUP_SCHEDULE_HOURS = env.int("BACKUP_SCHEDULE_HOURS", default=0)
+if BACKUP_KEEP < 1 or BACKUP_SCHEDULE_HOURS < 0:
+    raise environ.ImproperlyConfigured("BACKUP_KEEP must be at least 1 and BACKUP_SCHEDULE_HOURS at least 0")
 # A team member's invitation link (crm.services.invitations) works for this
 # many hours, and only until they have set their password.
 INVITATION_HOURS = env.int("INVITATION_HOURS", default=72)

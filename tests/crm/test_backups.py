@@ -1,0 +1,134 @@
+"""Backups restore: a dump of a seeded database, restored into a fresh one,
+holds the same rows and passes the receipt and lead checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from django.utils import timezone
+
+from crm.models import Business, Role
+from crm.services import lead_sync
+from crm.services.backups import backup_due, backups_prune
+from crm.services.next_action import next_action_set
+from tests.factories import lead_create, member_create
+
+COPY = "test_leadops_bak_restore"
+TABLES = ("crm_lead", "crm_contact", "crm_receipt")
+
+
+def _admin() -> psycopg.Connection[tuple[object, ...]]:
+    params = settings.DATABASES["default"]
+    return psycopg.connect(
+        host=params["HOST"] or "127.0.0.1",
+        port=params["PORT"] or 5432,
+        user=params["USER"],
+        password=params["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+def _url(name: str) -> str:
+    params = settings.DATABASES["default"]
+    return f"postgres://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{name}"
+
+
+def _counts(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, int]:
+    counts = {}
+    for table in TABLES:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        assert row is not None
+        counts[table] = int(str(row[0]))
+    return counts
+
+
+@pytest.fixture
+def empty_copy() -> Iterator[str]:
+    with _admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{COPY}"')
+        admin.execute(f'CREATE DATABASE "{COPY}"')
+    yield _url(COPY)
+    with _admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{COPY}" WITH (FORCE)')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_backup_restores_whole(tmp_path: Path, empty_copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    business = Business.objects.create(slug="bak", name="Backup Co", timezone="America/Chicago", region="US")
+    setter = member_create(business, Role.SETTER)
+    for n in range(3):
+        lead = lead_create(business, first_name=f"Pat{n}", phone=f"+1212555014{n}")
+        # A worked lead (an owner, one next action): what audit_leads expects of every active one.
+        lead = lead_sync.lead_assign(lead, setter, actor="t", reason="t")
+        next_action_set(lead, "Call", timezone.now() + timedelta(hours=1), actor="t", reason="t")
+    with connection.cursor() as cursor:
+        source = {}
+        for table in TABLES:
+            cursor.execute(f"SELECT count(*) FROM {table}")
+            source[table] = cursor.fetchone()[0]
+    assert source["crm_lead"] == 3 and source["crm_receipt"] > 0
+
+    call_command("backup", to=str(tmp_path))
+    dumps = list(tmp_path.glob("leadops-*.dump"))
+    assert len(dumps) == 1 and dumps[0].stat().st_size > 0
+    assert not list(tmp_path.glob("*.partial"))
+
+    capsys.readouterr()
+    call_command("restore", str(dumps[0]), database_url=empty_copy)
+    out = capsys.readouterr().out
+    assert "verify_receipts: ok" in out and "audit_leads: ok" in out, out
+    with psycopg.connect(empty_copy) as copy:
+        assert _counts(copy) == source
+
+    # The copy now has tables: a second restore into it is refused.
+    with pytest.raises(CommandError, match="restore into an empty one"):
+        call_command("restore", str(dumps[0]), database_url=empty_copy)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failed_dump_leaves_no_file(tmp_path: Path) -> None:
+    params = settings.DATABASES["default"]
+    port = params["PORT"]
+    params["PORT"] = "1"  # nothing listens there
+    connection.close()
+    try:
+        with pytest.raises(CommandError, match="cannot reach"):
+            call_command("backup", to=str(tmp_path))
+    finally:
+        params["PORT"] = port
+        connection.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prune_keeps_the_newest(tmp_path: Path) -> None:
+    names = [f"leadops-2026120{day}-030000.dump" for day in range(1, 6)]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("kept")
+    removed = backups_prune(tmp_path, 2)
+    assert sorted(p.name for p in removed) == names[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*names[3:], "notes.txt"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_scheduled_backup_runs_only_when_due(tmp_path: Path, settings: Any) -> None:
+    settings.BACKUP_DIR = tmp_path
+    settings.BACKUP_SCHEDULE_HOURS = 0
+    assert backup_due(now=timezone.now()) is None and list(tmp_path.iterdir()) == []
+    settings.BACKUP_SCHEDULE_HOURS = 24
+    made = backup_due(now=timezone.now())
+    assert made is not None and made.path.exists()
+    # The newest is an hour old: not due yet.
+    assert backup_due(now=timezone.now() + timedelta(hours=1)) is None
+    assert backup_due(now=timezone.now() + timedelta(hours=25)) is not None
+    assert len(list(tmp_path.glob("leadops-*.dump"))) == 2
