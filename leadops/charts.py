@@ -3,7 +3,10 @@ readable without colour (each bar carries its number)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -17,8 +20,15 @@ CHART_WIDTH = 620
 def bar_chart(
     bars: Sequence[tuple[str, float, str]], *, chart_id: str, title: str, unit: str = "", color: str = "#417690"
 ) -> SafeString:
-    """Horizontal bars, one per (label, value, caption); the caption is printed
-    at the bar's end (e.g. "120 · 45%")."""
+    """Horizontal bars, one per (label, value, caption), scaled to the largest
+    value; the caption is printed at the bar's end (e.g. "120 · 45%").
+
+    Labels are user data (source keys, campaign names): every piece goes
+    through `format_html`. The picture is followed by a visually hidden table
+    of the same rows, so a screen reader reads figures, not an image; with
+    no rows there is no picture, only a sentence saying so."""
+    if not bars:
+        return format_html('<p class="chart-empty" id="{}">No data for this period.</p>', chart_id)
     peak = max((value for _, value, _ in bars), default=0) or 1
     plot = CHART_WIDTH - LABEL_WIDTH - 90
     height = len(bars) * (BAR_HEIGHT + GAP) + GAP + 24
@@ -48,20 +58,78 @@ def bar_chart(
             )
         )
     body = mark_safe("".join(rows))  # noqa: S308 - every piece above is built by format_html
-    return format_html(
-        '<svg id="{}" class="chart" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg" '
-        'viewBox="0 0 {} {}" width="{}" height="{}"><title>{}</title>'
-        '<text x="0" y="16" class="chart-title">{}</text>{}</svg>',
+    # The svg is one image named by its <title>: its texts are not read one by one.
+    svg = format_html(
+        '<svg id="{}" class="chart" role="img" aria-labelledby="{}-title" xmlns="http://www.w3.org/2000/svg" '
+        'viewBox="0 0 {} {}" width="{}" height="{}"><title id="{}-title">{}</title>'
+        '<text x="0" y="16" class="chart-title" aria-hidden="true">{}</text>{}</svg>',
         chart_id,
-        title,
+        chart_id,
         CHART_WIDTH,
         height,
         CHART_WIDTH,
         height,
+        chart_id,
         title,
         title,
         body,
     )
+    return format_html("{}{}", svg, chart_table(bars, chart_id=chart_id, title=title, unit=unit))
+
+
+def chart_table(bars: Sequence[tuple[str, float, str]], *, chart_id: str, title: str, unit: str = "") -> SafeString:
+    """The chart's text alternative: the same rows as a table, hidden from
+    sight (the admin's `visually-hidden`) but read by assistive technology."""
+    cells = mark_safe(  # noqa: S308 - each row is built by format_html
+        "".join(
+            format_html('<tr><th scope="row">{}</th><td>{}</td></tr>', label, caption or f"{value:g}{unit}")
+            for label, value, caption in bars
+        )
+    )
+    return format_html(
+        '<table class="visually-hidden chart-data" id="{}-data"><caption>{}</caption>'
+        '<thead><tr><th scope="col">item</th><th scope="col">value</th></tr></thead><tbody>{}</tbody></table>',
+        chart_id,
+        title,
+        cells,
+    )
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A headline number beside the same number for the previous period of
+    equal length, drawn with the daily brief's `headlines` markup."""
+
+    key: str
+    label: str
+    text: str
+    change: str  # "+3", "−$120.00", "same", or "—" when either side is missing
+    trend: str  # up, down or flat: colours the arrow, never the only signal
+
+
+def figure(
+    key: str,
+    label: str,
+    value: int | Decimal | None,
+    previous: int | Decimal | None,
+    fmt: Callable[[int | Decimal | None], str] = lambda v: "—" if v is None else f"{v:,}",
+) -> Figure:
+    """`value` against `previous`, both formatted with `fmt` (money, counts,
+    ratios); the change is signed so it reads without the arrow's colour."""
+    if value is None or previous is None:
+        return Figure(key, label, fmt(value), "—", "flat")
+    delta = Decimal(value) - Decimal(previous)
+    if not delta:
+        return Figure(key, label, fmt(value), "same", "flat")
+    sign = "+" if delta > 0 else "\u2212"
+    shown = abs(delta) if isinstance(value, Decimal) or isinstance(previous, Decimal) else int(abs(delta))
+    return Figure(key, label, fmt(value), sign + fmt(shown), "up" if delta > 0 else "down")
+
+
+def before_words(length: timedelta) -> str:
+    """The previous period of equal length, as the headlines name it."""
+    days = length.days
+    return f"the {days} days before" if days > 1 else "the day before" if days == 1 else "the period before"
 
 
 def percent(value: float | None) -> str:

@@ -45,7 +45,7 @@ from crm.models import (
 )
 from crm.permissions import business_ids_where, can_anywhere
 from crm.selectors import lead_list_visible, scoped
-from leadops.charts import bar_chart, percent, seconds
+from leadops.charts import Figure, bar_chart, before_words, figure, percent, seconds
 
 DEFAULT_DAYS = 90
 EXCEPTION_WINDOW = timedelta(days=7)
@@ -438,6 +438,17 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
     export = request.GET.get("format")
     if export in ("csv", "xlsx"):
         return _funnel_export(request, funnel, export)
+    # The period before, of the same length, counted by the same function, so
+    # a headline's change compares like with like.
+    length = filters.until - filters.since
+    previous = funnel_report(
+        _scoped_leads(request, filters),
+        since=filters.since - length,
+        until=filters.since,
+        period=filters.period,
+        by=filters.by,
+        tz=filters.tz,
+    )
     total = funnel.total
     conversions = dict(total.conversions)
     bars = [
@@ -465,9 +476,21 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
             "recovery": percent(funnel.rates.recovery_rate),
         },
         table=[_funnel_cells(row) for row in [*funnel.by_key, total]],
+        figures=funnel_figures(total.counts, previous.total.counts),
+        compared=before_words(length),
         exports={kind: _with_format(request, kind) for kind in ("csv", "xlsx")},
     )
     return render(request, "leadops/reports/funnel.html", context)
+
+
+# The funnel's headline stages, with the daily brief's words for them.
+FUNNEL_HEADLINES = (("leads", "New leads"), ("booked", "Booked"), ("won", "Won"), ("paid", "Paid"))
+
+
+def funnel_figures(counts: dict[str, int], previous: dict[str, int]) -> list[Figure]:
+    """The headline stages from the funnel's own totals (the table's last
+    row), each against the previous period's."""
+    return [figure(key, label, counts[key], previous[key]) for key, label in FUNNEL_HEADLINES]
 
 
 def _with_format(request: HttpRequest, kind: str) -> str:

@@ -7,6 +7,8 @@ as the API endpoint. For one business it shows spend beside the revenue
 from __future__ import annotations
 
 from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.contrib.admin.views.decorators import staff_member_required
@@ -14,12 +16,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
-from agents.reporting.spend import CampaignReturns, campaign_returns, returns_table
+from agents.reporting.spend import CampaignReturns, campaign_returns, money_text, returns_table
 from crm.api.revenue import report_businesses, revenue_for
 from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_csv_rows, revenue_table
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
 from crm.localtime import zone_name
 from crm.models import Business
+from leadops.charts import Figure, bar_chart, before_words, figure
+
+# Campaigns drawn in the paid-revenue chart; the table below lists them all.
+CHART_CAMPAIGNS = 8
 
 
 @staff_member_required
@@ -71,11 +77,15 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
     days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
     spend_csv, spend_xlsx = request.GET.copy(), request.GET.copy()
     spend_csv["format"], spend_xlsx["format"] = "spend_csv", "spend_xlsx"
+    previous, compared = _previous(request.user, params, report)
     return render(
         request,
         "leadops/revenue.html",
         {
             **context,
+            "figures": revenue_figures(report, returns, *previous),
+            "compared": compared,
+            "chart": _campaign_chart(returns) if returns is not None else None,
             "report": report,
             "selected": businesses,
             "csv_query": query.urlencode(),
@@ -99,3 +109,56 @@ def _returns(report: RevenueReport, businesses: list[Business]) -> CampaignRetur
     # `until` is exclusive: its day is the one before.
     until: date | None = (report.until.astimezone(zone) - timedelta(microseconds=1)).date() if report.until else None
     return campaign_returns(business, since, until, repeat=report.repeat, known_report=report)
+
+
+def _previous(
+    user: Any, params: dict[str, str], report: RevenueReport
+) -> tuple[tuple[RevenueReport | None, CampaignReturns | None], str]:
+    """The same report for the period of equal length just before this one
+    (same function, same filters): the headlines' comparison. An open-ended
+    period has none."""
+    if report.since is None or report.until is None:
+        return (None, None), ""
+    length = report.until - report.since
+    # Exact times, not dates: `until` is then taken as given, not as a day to include.
+    earlier = {**params, "since": (report.since - length).isoformat(), "until": report.since.isoformat()}
+    previous, businesses = revenue_for(user, earlier)
+    return (previous, _returns(previous, businesses)), before_words(length)
+
+
+def revenue_figures(
+    report: RevenueReport,
+    returns: CampaignReturns | None,
+    previous: RevenueReport | None,
+    previous_returns: CampaignReturns | None,
+) -> list[Figure]:
+    """The page's headlines, each read from a total the page shows: for one
+    business the spend table's total row (paid revenue by click, spend, ROAS,
+    cost per booked lead); for several, the revenue table's net collected."""
+
+    def money(value: int | Decimal | None) -> str:
+        return money_text(None if value is None else Decimal(value), report.currency)
+
+    def ratio(value: int | Decimal | None) -> str:
+        return "—" if value is None else f"{value:.2f}×"
+
+    if returns is None:
+        before = previous.totals.net if previous is not None else None
+        return [figure("net", "Collected, net", report.totals.net, before, money)]
+    paid = returns.paid
+    was = previous_returns.paid if previous_returns is not None else None
+    return [
+        figure("revenue", "Paid revenue", paid.revenue, was.revenue if was else None, money),
+        figure("spend", "Spend", paid.spend, was.spend if was else None, money),
+        figure("roas", "Return on ad spend", paid.roas, was.roas if was else None, ratio),
+        figure("cost_per_booked", "Cost per booked", paid.cost_per_booked, was.cost_per_booked if was else None, money),
+    ]
+
+
+def _campaign_chart(returns: CampaignReturns) -> Any:
+    """Paid revenue by click for the campaigns that earned most, by name."""
+    earning = sorted((r for r in returns.campaigns if r.revenue > 0), key=lambda r: (-r.revenue, r.label))
+    bars = [(row.label, float(row.revenue), row.revenue_text) for row in earning[:CHART_CAMPAIGNS]]
+    return bar_chart(
+        bars, chart_id="revenue-chart", title=f"Paid revenue by campaign, top {CHART_CAMPAIGNS} ({returns.currency})"
+    )

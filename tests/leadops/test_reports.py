@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from agents.reporting.funnel import STAGES
 from agents.reporting.pipeline_qa import pipeline_qa_run
 from approvals.services import approval_request_open
 from crm.exports import XLSX_TYPE
@@ -186,7 +187,8 @@ def test_a_setter_sees_exceptions_only_on_their_own_leads(world, setter):
 
 def test_the_funnel_page_draws_its_chart_in_bounded_queries(world, manager, django_assert_max_num_queries):
     client = client_for(manager)
-    with django_assert_max_num_queries(12):
+    # Two funnels (this period and the one before, for the headlines), each a fixed number of queries.
+    with django_assert_max_num_queries(15):
         response = client.get(reverse("report-funnel"), {"period": "week"})
     assert response.status_code == 200
     page = response.content.decode()
@@ -195,6 +197,36 @@ def test_the_funnel_page_draws_its_chart_in_bounded_queries(world, manager, djan
     assert (total["leads"], total["held"], total["won"], total["paid"]) == (5, 1, 1, 1)
     speed = {s.key: (s.n, s.median_seconds) for s in response.context["funnel"].speed_by_source}
     assert speed == {"site": (2, 360.0)}
+
+
+def test_the_funnel_headlines_are_the_tables_totals_against_the_period_before(world, business, source, manager):
+    # One lead, booked, in the ten days before the page's period: the "before" side of each change.
+    earlier = sourced_lead(business, source, phone="+12125550299")
+    held(earlier)
+    Lead.objects.filter(pk=earlier.pk).update(created_at=timezone.now() - timedelta(days=15))
+    today = timezone.localdate()
+    response = client_for(manager).get(
+        reverse("report-funnel"), {"since": str(today - timedelta(days=9)), "until": str(today + timedelta(days=1))}
+    )
+    assert response.status_code == 200
+    total_row = response.context["table"][-1]
+    assert total_row["key"] == "all"
+    totals = dict(zip([key for key, _ in STAGES], [n for n, _share in total_row["cells"]], strict=True))
+    figures = {f.key: (f.label, f.text, f.change) for f in response.context["figures"]}
+    assert figures == {
+        "leads": ("New leads", str(totals["leads"]), "+4"),
+        "booked": ("Booked", str(totals["booked"]), "same"),
+        "won": ("Won", str(totals["won"]), "+1"),
+        "paid": ("Paid", str(totals["paid"]), "+1"),
+    }
+    assert (totals["leads"], totals["booked"], totals["won"], totals["paid"]) == (5, 1, 1, 1)
+    assert response.context["compared"] == "the 10 days before"
+    page = response.content.decode()
+    headlines = page.split('id="funnel-headlines"')[1].split("</dl>")[0]
+    assert "<dt>New leads</dt>" in headlines and '<dd class="headline-value">5</dd>' in headlines
+    assert "+4 vs the 10 days before" in headlines
+    assert page.index('id="funnel-headlines"') < page.index('<svg id="funnel-chart"') < page.index('id="funnel-table"')
+    assert '<table class="visually-hidden chart-data" id="funnel-chart-data">' in page
 
 
 def test_the_funnel_downloads_as_csv_and_xlsx_with_the_pages_counts(world, manager):
