@@ -87,6 +87,7 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
             "compared": compared,
             "chart": _campaign_chart(returns) if returns is not None else None,
             "report": report,
+            "named_rows": _named_rows(report, returns),
             "selected": businesses,
             "csv_query": query.urlencode(),
             "xlsx_query": xlsx.urlencode(),
@@ -153,6 +154,14 @@ def revenue_figures(
         figure("roas", "Return on ad spend", paid.roas, was.roas if was else None, ratio),
         figure("cost_per_booked", "Cost per booked", paid.cost_per_booked, was.cost_per_booked if was else None, money),
     ]
+
+
+def _named_rows(report: RevenueReport, returns: CampaignReturns | None) -> list[tuple[str, Any]]:
+    """The report's rows with the name a person knows each by: a campaign's
+    name as its ad account reports it (the id stays in the full table and
+    the exports), else the key itself (a source's key, "(none)")."""
+    names = {row.key: row.label for row in returns.campaigns} if returns is not None and report.by == "campaign" else {}
+    return [(names.get(row.key, row.key), row) for row in report.rows]
 
 
 def _campaign_chart(returns: CampaignReturns) -> Any:

@@ -115,3 +115,30 @@ def test_an_agency_reads_its_portfolio(live_server, browser_context, shots) -> N
     lakeside = page.locator("#portfolio-table tbody tr", has_text="Lakeside Plumbing")
     assert lakeside.locator("td[data-key=spend]").inner_text() == "no spend data"
     both_widths(page, shots, "portfolio")
+
+
+def test_the_owner_reads_revenue_in_eight_columns_of_money_with_the_rest_one_click_away(
+    live_server, browser_context, shots
+) -> None:
+    demo_load()
+    page = browser_context.new_page()
+    log_in(page, live_server.url, "olivia")
+
+    page.goto(f"{live_server.url}/admin/revenue/?business=acme-hvac&by=campaign")
+
+    assert page.locator("#revenue-headlines .headline").count() == 4
+    assert page.locator(".report-chart svg[role=img]").count() == 1
+    # Their words, not as the admin's style capitalises them.
+    headers = [text.strip() for text in page.locator("#revenue-summary thead th").all_text_contents()]
+    assert headers == ["Campaign", "Leads", "Contacted", "Booked", "Won", "Collected", "Net", "Net by click"]
+    # Campaigns by their names (the ids stay in the full table and the exports).
+    assert "Fall tune-up" in page.locator("#revenue-summary tbody").inner_text()
+    # Money as people read it, in the business's currency.
+    assert re.fullmatch(r"-?\$[\d,]+\.\d\d", page.locator("#revenue-summary tfoot td").nth(5).inner_text())
+    # The seventeen columns are there, folded until asked for.
+    assert not page.locator("#revenue-table").is_visible()
+    page.click("#revenue-all-columns summary")
+    assert page.locator("#revenue-table").is_visible()
+    assert page.locator("#revenue-table thead th").count() == 17
+    page.click("#revenue-all-columns summary")
+    both_widths(page, shots, "revenue")
