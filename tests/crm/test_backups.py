@@ -21,8 +21,8 @@ from crm.services import lead_sync
 from crm.services.backups import backup_due, backups_prune
 from crm.services.next_action import next_action_set
 from tests.factories import lead_create, member_create
+from tests.helpers.database import test_database_url
 
-COPY = "test_leadops_bak_restore"
 TABLES = ("crm_lead", "crm_contact", "crm_receipt")
 
 
@@ -39,8 +39,16 @@ def _admin() -> psycopg.Connection[tuple[object, ...]]:
 
 
 def _url(name: str) -> str:
-    params = settings.DATABASES["default"]
-    return f"postgres://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{name}"
+    """This run's test database URL (TCP or the embedded server's socket) with another name."""
+    own = connection.settings_dict["NAME"]
+    url = test_database_url()
+    assert url.count(f"/{own}") == 1, url
+    return url.replace(f"/{own}", f"/{name}")
+
+
+def _copy_name() -> str:
+    # Beside this worker's own test database: two workers, or two runs, never share one.
+    return f"{connection.settings_dict['NAME']}_restored"
 
 
 def _counts(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, int]:
@@ -54,12 +62,13 @@ def _counts(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, int]:
 
 @pytest.fixture
 def empty_copy() -> Iterator[str]:
+    copy = _copy_name()
     with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{COPY}"')
-        admin.execute(f'CREATE DATABASE "{COPY}"')
-    yield _url(COPY)
+        admin.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{copy}"')
+    yield _url(copy)
     with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{COPY}" WITH (FORCE)')
+        admin.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
 
 
 @pytest.mark.django_db(transaction=True)
