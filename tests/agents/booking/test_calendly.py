@@ -34,7 +34,7 @@ SAMPLES = Path(__file__).parent / "samples"
 CREATED = (SAMPLES / "calendly_invitee_created.json").read_bytes()
 CANCELED = (SAMPLES / "calendly_invitee_canceled.json").read_bytes()
 NO_SHOW = (SAMPLES / "calendly_no_show.json").read_bytes()
-# The "calendly" entry of /work/shared/providers/signature_vectors.json.
+# The signature test vector Calendly's documentation gives.
 VECTOR_KEY = "test_calendly_signing_key_0123456789"
 VECTOR_CREATED = "t=1773500713,v1=8a8477f9ed2164ab3fd8942ebbbc8c2b0617e2a96d9294c952b0db871393a160"
 VECTOR_NO_SHOW = "t=1773786005,v1=7e4c1bc8d400ad48b4fe34286789d4f5a8a7b5cff5b9b511bc5bff18389fd26e"

@@ -22,7 +22,7 @@ from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 
-# A copy of /work/shared/providers/google_ads_lead.json (Google's "SEND TEST DATA" shape).
+# A lead in Google's "SEND TEST DATA" shape.
 SAMPLE = (Path(__file__).parent / "samples" / "google_ads_lead.json").read_bytes()
 SAMPLE_KEY = "test-google-key-not-a-secret"
 SAMPLE_LEAD_ID = "TeSter-123-ABCDEFGHIJKLMNOPQRSTUVWXYZ-abcdefghijklmnopqrstuvwxyz-0123456789-AaBbCcDdEe"

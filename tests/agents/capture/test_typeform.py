@@ -21,7 +21,7 @@ from tests.helpers.capture import run_queued_events
 
 pytestmark = pytest.mark.django_db
 
-# A copy of /work/shared/providers/typeform_response.json; its published
+# A Typeform response in its documented shape; its published
 # signature and secret are the "typeform" entry of signature_vectors.json.
 SAMPLE = (Path(__file__).parent / "samples" / "typeform_response.json").read_bytes()
 VECTOR_SECRET = "test_typeform_secret_0123456789"
