@@ -387,22 +387,35 @@ def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpRespons
     query.pop("page", None)
     xlsx = query.copy()
     xlsx["format"] = "xlsx"
+    counts = [{**c, "label": kind_words(c["kind"]).label} for c in data["counts"]]
+    total_open, failed_total = sum(c["n"] for c in data["counts"]), data["failed_events"].count()
     return render(
         request,
         "leadops/reports/exceptions.html",
         {
             **data,
             "title": "Exception report",
+            # A queue is read as it stands now: no earlier period to compare with.
+            "figures": [
+                figure("open", "Open exceptions", total_open, None),
+                figure("failed_events", "Failed inbound events", failed_total, None),
+            ],
+            "chart": bar_chart(
+                [(c["label"], float(c["n"]), f"{c['n']:,}") for c in counts],
+                chart_id="exceptions-chart",
+                title="Exceptions by kind",
+                color="#ba2121",
+            ),
             "stuck_minutes": int(STUCK_SEND.total_seconds() // 60),
             "page": page,
             "rows": in_words,
-            "counts": [{**c, "label": kind_words(c["kind"]).label} for c in data["counts"]],
-            "failed_total": data["failed_events"].count(),
+            "counts": counts,
+            "failed_total": failed_total,
             "failed_events": list(data["failed_events"][:20]),
             "waiting": list(data["waiting"][:50]),
             "csv_query": query.urlencode(),
             "xlsx_query": xlsx.urlencode(),
-            "total_open": sum(c["n"] for c in data["counts"]),
+            "total_open": total_open,
         },
     )
 

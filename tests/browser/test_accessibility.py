@@ -44,6 +44,7 @@ def test_the_pages_people_use_have_no_critical_or_serious_violation(
         "funnel": ("mia", "/admin/reports/funnel/"),
         "revenue": ("mia", "/admin/revenue/"),
         "admin index": ("mia", "/admin/"),
+        "exception report": ("mia", "/admin/reports/exceptions/"),
     }
     report = {}
     for name, (username, path) in pages.items():

@@ -133,6 +133,11 @@ def test_the_exception_report_lists_every_section_in_bounded_queries(world, mana
     assert "Out of area?" in page
     kinds = {c["kind"]: c["n"] for c in response.context["counts"]}
     assert kinds["no_owner"] == 1
+    # Headline first: the open items and failed events as the sections below count them, then the chart.
+    figures = {f.key: f.text for f in response.context["figures"]}
+    assert figures == {"open": f"{sum(kinds.values()):,}", "failed_events": f"{response.context['failed_total']:,}"}
+    assert page.index('id="exception-headlines"') < page.index('id="exceptions-chart"') < page.index("exception-items")
+    assert 'role="img"' in page and "visually-hidden" in page
 
 
 def test_the_exception_report_filters_and_exports_csv(world, manager):
