@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from crm.models import PeriodicRun, Timer
 from crm.services.timers import timer_schedule
+from devtools.polling import poll_until
 from tests.helpers.database import test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,6 +36,12 @@ def cluster_start(**env: str) -> subprocess.Popen[bytes]:
     )
 
 
+def group_states(pgid: int) -> list[str]:
+    """The process states (ps STAT) of the cluster's group, zombies left out."""
+    ps = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True)
+    return [state for state in ps.stdout.split() if not state.startswith("Z")]
+
+
 def stop(cluster: subprocess.Popen[bytes], signum: int) -> tuple[bool, bytes]:
     """Send `signum` to the cluster's process group, as a terminal's Ctrl-C
     or systemd's stop does: (whether every process ended within 30 s, output)."""
@@ -47,12 +53,11 @@ def stop(cluster: subprocess.Popen[bytes], signum: int) -> tuple[bool, bytes]:
         output, _ = cluster.communicate()
         return False, output
     # A loop or worker of the group left behind? (Zombies are no one's: gone already.)
-    ps = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(cluster.pid)], capture_output=True, text=True)
-    left = [line for line in ps.stdout.splitlines() if line.split()[1:2] != ["Z"]]
+    left = group_states(cluster.pid)
     if not left:
         return True, output
     os.killpg(cluster.pid, signal.SIGKILL)
-    return False, output + ("\nleft running:\n" + "\n".join(left)).encode()
+    return False, output + f"\n{len(left)} left running: {left}".encode()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -65,10 +70,11 @@ def test_the_cluster_and_its_intake_loops_stop_on_a_signal_to_the_group(signum: 
     while b"running" not in seen.lower() and timezone.now() < deadline and cluster.poll() is None:
         seen += cluster.stdout.readline()
     assert b"running" in seen.lower(), seen.decode()[-2000:]
-    # Settled: each loop and the main process waiting for their next poll,
-    # where a signal used to find them (a handler that set the stop event
-    # there deadlocked).
-    time.sleep(3)
+    # Settled: every process of the group asleep (the loops and the main
+    # process waiting for their next poll), where a signal used to find them
+    # (a handler that set the stop event there deadlocked).
+    asleep = poll_until(lambda: all(state.startswith("S") for state in group_states(cluster.pid)), timeout=30)
+    assert asleep, group_states(cluster.pid)
 
     stopped, output = stop(cluster, signum)
 
