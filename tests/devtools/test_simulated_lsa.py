@@ -85,17 +85,30 @@ def test_lsa_simulate_serves_until_the_servers_poller_has_read_every_lead(busine
     assert report == ["google_lsa: 4 leads planted over 1 account(s), 4 read by the server's poller"]
 
 
+def _neighbouring_free_ports() -> int:
+    """A free port whose next port is free too: the stand-in's and its token endpoint's.
+
+    Under xdist another worker may hold the port after the one the kernel hands out,
+    so a pair that fails to bind is given back and another tried."""
+    for _ in range(50):
+        with socket.socket() as probe, socket.socket() as second:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two neighbouring free ports on 127.0.0.1")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_simulate_command_serves_local_services_leads_to_the_servers_poller(
     business: Business, settings: Any
 ) -> None:
     Source.objects.create(business=business, key="lsa", provider="google_lsa", config={"customer_id": CUSTOMER})
     _credentials(settings)
-    with socket.socket() as probe, socket.socket() as second:
-        # Two neighbouring free ports: the stand-in's and its token endpoint's.
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        second.bind(("127.0.0.1", port + 1))
+    port = _neighbouring_free_ports()
     settings.GOOGLE_ADS_ENDPOINT = f"127.0.0.1:{port}"
     settings.GOOGLE_OAUTH_TOKEN_URL = f"http://127.0.0.1:{port + 1}/token"
     google_services_reset()
