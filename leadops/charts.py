@@ -3,9 +3,7 @@ readable without colour (each bar carries its number)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Sequence
 from decimal import Decimal
 
 from django.utils.html import format_html
@@ -95,45 +93,13 @@ def chart_table(bars: Sequence[tuple[str, float, str]], *, chart_id: str, title:
     )
 
 
-@dataclass(frozen=True)
-class Figure:
-    """A headline number beside the same number for the previous period of
-    equal length, drawn with the daily brief's `headlines` markup."""
-
-    key: str
-    label: str
-    text: str
-    change: str  # "+3", "−$120.00", "same", or "—" when either side is missing
-    trend: str  # up, down or flat: colours the arrow, never the only signal
-
-
-def figure(
-    key: str,
-    label: str,
-    value: int | Decimal | None,
-    previous: int | Decimal | None,
-    fmt: Callable[[int | Decimal | None], str] = lambda v: "—" if v is None else f"{v:,}",
-) -> Figure:
-    """`value` against `previous`, both formatted with `fmt` (money, counts,
-    ratios); the change is signed so it reads without the arrow's colour."""
-    if value is None or previous is None:
-        return Figure(key, label, fmt(value), "—", "flat")
-    delta = Decimal(value) - Decimal(previous)
-    if not delta:
-        return Figure(key, label, fmt(value), "same", "flat")
-    sign = "+" if delta > 0 else "\u2212"
-    shown = abs(delta) if isinstance(value, Decimal) or isinstance(previous, Decimal) else int(abs(delta))
-    return Figure(key, label, fmt(value), sign + fmt(shown), "up" if delta > 0 else "down")
-
-
-def before_words(length: timedelta) -> str:
-    """The previous period of equal length, as the headlines name it."""
-    days = length.days
-    return f"the {days} days before" if days > 1 else "the day before" if days == 1 else "the period before"
-
-
-def percent(value: float | None) -> str:
+def percent(value: float | Decimal | None) -> str:
     return "—" if value is None else f"{value * 100:.0f}%"
+
+
+def points(value: float | Decimal | None) -> str:
+    """A change of a rate, in percentage points ("3 pts"): "+3%" would read as a relative change."""
+    return "—" if value is None else f"{value * 100:.0f} pts"
 
 
 def seconds(value: float | None) -> str:

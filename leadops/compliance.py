@@ -22,14 +22,17 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.followup.sequences.pauses import sequence_resume
 from agents.reporting.evidence_pack import MISSING, evidence_pack
-from agents.reporting.sms_health import EXCEPTION_KIND, limits_of, over_limits, sms_health
+from agents.reporting.sms_health import EXCEPTION_KIND, WINDOW, Health, limits_of, over_limits, sms_health
+from crm.figures import Figure, before_words, figure, rate
 from crm.models import Business, Sequence
 from crm.permissions import business_ids_where, can, can_anywhere
 from crm.services.exceptions import manager_exceptions_resolve
+from leadops.charts import bar_chart, percent, points
 
 
 @staff_member_required
@@ -83,7 +86,9 @@ def sms_health_page(request: HttpRequest) -> HttpResponse:
     chosen = businesses.filter(slug=request.GET.get("business", "")).first() or businesses.first()
     if chosen is None:
         raise PermissionDenied("no business of yours")
-    health = sms_health(chosen, until=timezone.now())
+    now = timezone.now()
+    health = sms_health(chosen, until=now)
+    previous = sms_health(chosen, until=now - WINDOW)
     limits = limits_of(chosen)
     return render(
         request,
@@ -91,6 +96,8 @@ def sms_health_page(request: HttpRequest) -> HttpResponse:
         {
             "title": f"SMS health — {chosen.name}",
             "health": health,
+            "figures": health_figures(health, previous),
+            "chart": health_chart(health),
             "business": chosen,
             "businesses": businesses,
             "limits": limits,
@@ -115,3 +122,44 @@ def sequence_resume_view(request: HttpRequest, public_id: str) -> HttpResponse:
         )
         messages.success(request, f"The {sequence.key} sequence is running again.")
     return HttpResponseRedirect(reverse("sms-health") + f"?business={sequence.business.slug}")
+
+
+def health_figures(health: Health, previous: Health) -> list[Figure]:
+    """The week's four numbers against the week before; rates change in points."""
+    against = before_words(WINDOW)
+    total, was = health.total, previous.total
+    return [
+        figure("sent", "Texts sent", total.sent, (was.sent, against)),
+        figure(
+            "delivery",
+            "Delivered",
+            rate(total.delivery_rate),
+            (rate(was.delivery_rate), against),
+            fmt=percent,
+            delta_fmt=points,
+        ),
+        figure(
+            "opt_outs",
+            "Opt-outs per 100 texts",
+            rate(total.opt_outs_per_100),
+            (rate(was.opt_outs_per_100), against),
+            fmt=lambda v: "—" if v is None else f"{v:.1f}",
+            lower_is_better=True,
+        ),
+        figure(
+            "replied",
+            "Replied",
+            rate(health.reply_rate),
+            (rate(previous.reply_rate), against),
+            fmt=percent,
+            delta_fmt=points,
+        ),
+    ]
+
+
+def health_chart(health: Health) -> SafeString:
+    """Opt-outs per 100 texts by sequence step: what pauses a sequence, worst first."""
+    measured = [row for row in health.steps if row.opt_outs_per_100 is not None]
+    worst = sorted(measured, key=lambda row: (-(row.opt_outs_per_100 or 0), row.key))[:10]
+    bars = [(row.key, row.opt_outs_per_100 or 0.0, f"{row.opt_outs_per_100:.1f} ({row.sent:,} sent)") for row in worst]
+    return bar_chart(bars, chart_id="health-chart", title="Opt-outs per 100 texts, by sequence step", color="#ba2121")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -30,9 +31,10 @@ from agents.reporting.daily_brief import BRIEF_ROLES, KINDS, brief_build, brief_
 from agents.reporting.exception_words import kind_words
 from agents.reporting.funnel import GROUPS, PERIODS, STAGES, funnel_report
 from agents.reporting.pipeline_qa import IN_FLIGHT, QA_KINDS, STUCK_SEND
-from agents.reporting.trace import KEYS, QUESTIONS, lead_for_trace, lead_trace, leak_audit
+from agents.reporting.trace import KEYS, QUESTIONS, LeakAudit, lead_for_trace, lead_trace, leak_audit
 from approvals.models import ApprovalRequest
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
+from crm.figures import Figure, before_words, figure, rate
 from crm.models import (
     Business,
     Campaign,
@@ -45,7 +47,7 @@ from crm.models import (
 )
 from crm.permissions import business_ids_where, can_anywhere
 from crm.selectors import lead_list_visible, scoped
-from leadops.charts import Figure, bar_chart, before_words, figure, percent, seconds
+from leadops.charts import bar_chart, percent, points, seconds
 
 DEFAULT_DAYS = 90
 EXCEPTION_WINDOW = timedelta(days=7)
@@ -397,8 +399,8 @@ def exceptions_page(request: HttpRequest) -> HttpResponse | StreamingHttpRespons
             "title": "Exception report",
             # A queue is read as it stands now: no earlier period to compare with.
             "figures": [
-                figure("open", "Open exceptions", total_open, None),
-                figure("failed_events", "Failed inbound events", failed_total, None),
+                figure("open", "Open exceptions", total_open),
+                figure("failed_events", "Failed inbound events", failed_total),
             ],
             "chart": bar_chart(
                 [(c["label"], float(c["n"]), f"{c['n']:,}") for c in counts],
@@ -489,8 +491,7 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
             "recovery": percent(funnel.rates.recovery_rate),
         },
         table=[_funnel_cells(row) for row in [*funnel.by_key, total]],
-        figures=funnel_figures(total.counts, previous.total.counts),
-        compared=before_words(length),
+        figures=funnel_figures(total.counts, previous.total.counts, before_words(length)),
         exports={kind: _with_format(request, kind) for kind in ("csv", "xlsx")},
     )
     return render(request, "leadops/reports/funnel.html", context)
@@ -500,10 +501,10 @@ def funnel_page(request: HttpRequest) -> HttpResponse:
 FUNNEL_HEADLINES = (("leads", "New leads"), ("booked", "Booked"), ("won", "Won"), ("paid", "Paid"))
 
 
-def funnel_figures(counts: dict[str, int], previous: dict[str, int]) -> list[Figure]:
+def funnel_figures(counts: dict[str, int], previous: dict[str, int], against: str) -> list[Figure]:
     """The headline stages from the funnel's own totals (the table's last
     row), each against the previous period's."""
-    return [figure(key, label, counts[key], previous[key]) for key, label in FUNNEL_HEADLINES]
+    return [figure(key, label, counts[key], (previous[key], against)) for key, label in FUNNEL_HEADLINES]
 
 
 def _with_format(request: HttpRequest, kind: str) -> str:
@@ -570,6 +571,10 @@ def leaks_page(request: HttpRequest) -> HttpResponse:
     audit = leak_audit(
         _scoped_leads(request, filters), since=filters.since, until=filters.until, period=filters.period, tz=filters.tz
     )
+    length = filters.until - filters.since
+    previous = leak_audit(
+        _scoped_leads(request, filters), since=filters.since - length, until=filters.since, period=filters.period
+    )
     bars = [(key, float(audit.totals[key]), str(audit.totals[key])) for key in KEYS]
     bars.append(("no break", float(audit.totals[""]), str(audit.totals[""])))
     context.update(
@@ -577,6 +582,32 @@ def leaks_page(request: HttpRequest) -> HttpResponse:
         filters=filters,
         keys=KEYS,
         rows=[{"row": r, "cells": [r.breaks.get(k, 0) for k in KEYS]} for r in audit.rows],
+        figures=leak_figures(audit, previous, before_words(length)),
         chart=bar_chart(bars, chart_id="leak-chart", title="First break, all leads", color="#ba2121"),
     )
     return render(request, "leadops/reports/leaks.html", context)
+
+
+def leak_figures(audit: LeakAudit, previous: LeakAudit, against: str) -> list[Figure]:
+    """The audit's totals row as headlines: how many leads, how many stop
+    answering somewhere, and that as a share (its change in points)."""
+
+    def broken(a: LeakAudit) -> int:
+        return a.leads - a.totals[""]
+
+    def share(a: LeakAudit) -> Decimal | None:
+        return rate(broken(a) / a.leads) if a.leads else None
+
+    return [
+        figure("leads", "Leads", audit.leads, (previous.leads, against)),
+        figure("broken", "With a break", broken(audit), (broken(previous), against), lower_is_better=True),
+        figure(
+            "share",
+            "Share with a break",
+            share(audit),
+            (share(previous), against),
+            fmt=percent,
+            delta_fmt=points,
+            lower_is_better=True,
+        ),
+    ]

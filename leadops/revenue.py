@@ -20,9 +20,10 @@ from agents.reporting.spend import CampaignReturns, campaign_returns, money_text
 from crm.api.revenue import report_businesses, revenue_for
 from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_csv_rows, revenue_table
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
+from crm.figures import Figure, before_words, figure
 from crm.localtime import zone_name
 from crm.models import Business
-from leadops.charts import Figure, bar_chart, before_words, figure
+from leadops.charts import bar_chart
 
 # Campaigns drawn in the paid-revenue chart; the table below lists them all.
 CHART_CAMPAIGNS = 8
@@ -77,14 +78,13 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
     days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
     spend_csv, spend_xlsx = request.GET.copy(), request.GET.copy()
     spend_csv["format"], spend_xlsx["format"] = "spend_csv", "spend_xlsx"
-    previous, compared = _previous(request.user, params, report)
+    previous, previous_returns, against = _previous(request.user, params, report)
     return render(
         request,
         "leadops/revenue.html",
         {
             **context,
-            "figures": revenue_figures(report, returns, *previous),
-            "compared": compared,
+            "figures": revenue_figures(report, returns, previous, previous_returns, against),
             "chart": _campaign_chart(returns) if returns is not None else None,
             "report": report,
             "named_rows": _named_rows(report, returns),
@@ -114,17 +114,17 @@ def _returns(report: RevenueReport, businesses: list[Business]) -> CampaignRetur
 
 def _previous(
     user: Any, params: dict[str, str], report: RevenueReport
-) -> tuple[tuple[RevenueReport | None, CampaignReturns | None], str]:
+) -> tuple[RevenueReport | None, CampaignReturns | None, str]:
     """The same report for the period of equal length just before this one
-    (same function, same filters): the headlines' comparison. An open-ended
-    period has none."""
+    (same function, same filters), and its name: the headlines' comparison.
+    An open-ended period has none."""
     if report.since is None or report.until is None:
-        return (None, None), ""
+        return None, None, ""
     length = report.until - report.since
     # Exact times, not dates: `until` is then taken as given, not as a day to include.
     earlier = {**params, "since": (report.since - length).isoformat(), "until": report.since.isoformat()}
     previous, businesses = revenue_for(user, earlier)
-    return (previous, _returns(previous, businesses)), before_words(length)
+    return previous, _returns(previous, businesses), before_words(length)
 
 
 def revenue_figures(
@@ -132,10 +132,12 @@ def revenue_figures(
     returns: CampaignReturns | None,
     previous: RevenueReport | None,
     previous_returns: CampaignReturns | None,
+    against: str,
 ) -> list[Figure]:
     """The page's headlines, each read from a total the page shows: for one
     business the spend table's total row (paid revenue by click, spend, ROAS,
-    cost per booked lead); for several, the revenue table's net collected."""
+    cost per booked lead); for several, the revenue table's net collected.
+    Without a previous period (an open-ended one) they stand alone."""
 
     def money(value: int | Decimal | None) -> str:
         return money_text(None if value is None else Decimal(value), report.currency)
@@ -143,16 +145,30 @@ def revenue_figures(
     def ratio(value: int | Decimal | None) -> str:
         return "—" if value is None else f"{value:.2f}×"
 
+    def before(value: int | Decimal | None) -> tuple[tuple[int | Decimal | None, str], ...]:
+        return ((value, against),) if against else ()
+
     if returns is None:
-        before = previous.totals.net if previous is not None else None
-        return [figure("net", "Collected, net", report.totals.net, before, money)]
-    paid = returns.paid
+        was_net = None if previous is None else previous.totals.net
+        return [figure("net", "Collected, net", report.totals.net, *before(was_net), fmt=money)]
+    now = returns.paid
     was = previous_returns.paid if previous_returns is not None else None
+    headlines = (
+        ("revenue", "Paid revenue", money, False),
+        ("spend", "Spend", money, False),
+        ("roas", "Return on ad spend", ratio, False),
+        ("cost_per_booked", "Cost per booked", money, True),
+    )
     return [
-        figure("revenue", "Paid revenue", paid.revenue, was.revenue if was else None, money),
-        figure("spend", "Spend", paid.spend, was.spend if was else None, money),
-        figure("roas", "Return on ad spend", paid.roas, was.roas if was else None, ratio),
-        figure("cost_per_booked", "Cost per booked", paid.cost_per_booked, was.cost_per_booked if was else None, money),
+        figure(
+            key,
+            label,
+            getattr(now, key),
+            *before(None if was is None else getattr(was, key)),
+            fmt=fmt,
+            lower_is_better=lower,
+        )
+        for key, label, fmt, lower in headlines
     ]
 
 

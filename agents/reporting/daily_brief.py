@@ -47,6 +47,7 @@ from django.utils import timezone
 from agents.reporting.trace import first_source_key
 from approvals.models import ApprovalRequest
 from crm.attribution import RevenueRow, revenue_report
+from crm.figures import Figure, count_text, figure
 from crm.localtime import zone_label
 from crm.models import (
     CLOSED_STAGES,
@@ -104,44 +105,6 @@ class MoneyLine:
 HEADLINES = (("leads", "New leads"), ("booked", "Booked"), ("won", "Won"), ("net", "Collected"))
 
 
-@dataclass(frozen=True)
-class Headline:
-    key: str
-    label: str
-    value: int | Decimal
-    day_before: int | Decimal
-    last_week: int | Decimal
-    currency: str = ""  # set for money
-    region: str = "US"
-
-    def text(self, value: int | Decimal | None = None) -> str:
-        shown = self.value if value is None else value
-        if self.currency:
-            return money_text(Decimal(shown), self.currency, region=self.region, whole=True)
-        return f"{shown:,}"
-
-    def change(self, other: int | Decimal) -> str:
-        """ "+3", "−$120" or "same": this figure against another day's."""
-        delta = Decimal(self.value) - Decimal(other)
-        if not delta:
-            return "same"
-        sign = "+" if delta > 0 else "\u2212"
-        return sign + self.text(abs(delta) if self.currency else int(abs(delta)))
-
-    @property
-    def change_day_before(self) -> str:
-        return self.change(self.day_before)
-
-    @property
-    def change_last_week(self) -> str:
-        return self.change(self.last_week)
-
-    @property
-    def trend(self) -> str:
-        """up, down or flat, against the same weekday a week earlier."""
-        return "up" if self.value > self.last_week else "down" if self.value < self.last_week else "flat"
-
-
 @dataclass
 class Brief:
     member: TeamMember
@@ -152,13 +115,16 @@ class Brief:
     money: list[MoneyLine] = field(default_factory=list)
     # The zone the items' times are in, named ("America/Denver (MST)").
     zone_label: str = "UTC"
-    headlines: list[Headline] = field(default_factory=list)
-    # The two days the headlines are compared with ("Tuesday", "last Wednesday").
-    compared: tuple[str, str] = ("", "")
+    # Yesterday's numbers, each against the day before and the same weekday a week earlier.
+    headlines: list[Figure] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
         return not self.items
+
+    @property
+    def headlines_label(self) -> str:
+        return "Yesterday" if self.member.role in FULL_VIEW else "Yesterday, your leads"
 
     def money_by_period(self) -> dict[str, list[MoneyLine]]:
         out: dict[str, list[MoneyLine]] = {"yesterday": [], "this month": []}
@@ -367,8 +333,6 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
     month_start = today_start.replace(day=1)
     yesterday_start = today_start - timedelta(days=1)
     brief.headlines = headlines(member, yesterday_start)
-    day_before, last_week = yesterday_start - timedelta(days=1), yesterday_start - timedelta(days=7)
-    brief.compared = (f"{day_before:%A}", f"last {last_week:%A}")
     brief.money = [
         *money_lines(member, "yesterday", yesterday_start, today_start),
         *money_lines(member, "this month", month_start, today_end),
@@ -388,18 +352,22 @@ def _figures(member: TeamMember, start: datetime) -> RevenueRow:
     return mine[0] if mine else RevenueRow(key=member.user.get_username())
 
 
-def headlines(member: TeamMember, yesterday_start: datetime) -> list[Headline]:
+def headlines(member: TeamMember, yesterday_start: datetime) -> list[Figure]:
     """Yesterday's headline numbers beside the day before and the same
     weekday a week earlier: three queries, one per day."""
     days = [_figures(member, yesterday_start - timedelta(days=n)) for n in (0, 1, 7)]
+    day_before = f"{yesterday_start - timedelta(days=1):%A}"
+    last_week = f"last {yesterday_start - timedelta(days=7):%A}"
     business = member.business
+
+    def money(value: int | Decimal | None) -> str:
+        return money_text(value, business.currency, region=business.region or "US", whole=True)
+
     out = []
     for key, label in HEADLINES:
-        value, day_before, last_week = (getattr(day, key) for day in days)
-        currency = business.currency if key == "net" else ""
-        out.append(
-            Headline(key, label, value, day_before, last_week, currency=currency, region=business.region or "US")
-        )
+        value, before, week = (getattr(day, key) for day in days)
+        fmt = money if key == "net" else count_text
+        out.append(figure(key, label, value, (before, day_before), (week, last_week), fmt=fmt))
     return out
 
 
@@ -463,12 +431,10 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
 def headline_text(brief: Brief) -> str:
     """Yesterday's headline numbers in words; "" for a business with no
     figures on any of the three days (an empty day stays one line)."""
-    figures = [v for h in brief.headlines for v in (h.value, h.day_before, h.last_week)]
-    if not any(figures):
+    if all(h.is_zero for h in brief.headlines):
         return ""
-    day_before, last_week = brief.compared
     return "Yesterday: " + "; ".join(
-        f"{h.label.lower()} {h.text()} ({h.change_day_before} vs {day_before}, {h.change_last_week} vs {last_week})"
+        f"{h.label.lower()} {h.text} (" + ", ".join(f"{c.text} vs {c.against}" for c in h.changes) + ")"
         for h in brief.headlines
     )
 

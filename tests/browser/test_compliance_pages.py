@@ -30,8 +30,10 @@ def test_the_manager_reads_the_week_s_sms_health_and_resumes_the_paused_sequence
 
     page.goto(f"{live_server.url}/admin/reports/sms-health/")
 
-    assert int(page.locator("#health-sent").inner_text()) > 100
-    assert page.locator("#health-delivery").inner_text().endswith("%")
+    sent = page.locator('#health-figures [data-key="sent"] .headline-value').inner_text()
+    assert int(sent.replace(",", "")) > 100
+    assert page.locator('#health-figures [data-key="delivery"] .headline-value').inner_text().endswith("%")
+    assert "pts vs the 7 days before" in page.locator('#health-figures [data-key="delivery"]').inner_text()
     errors = page.locator("#health-numbers").inner_text()
     assert "filtered (30007)" in errors and "unreachable (30003)" in errors
     paused = page.locator("#health-paused tbody tr")

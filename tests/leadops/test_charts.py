@@ -8,7 +8,8 @@ from datetime import timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
 
-from leadops.charts import bar_chart, before_words, figure
+from crm.figures import before_words, figure
+from leadops.charts import bar_chart
 
 
 class _Table(HTMLParser):
@@ -74,12 +75,25 @@ def test_the_text_alternative_lists_every_row_with_its_value():
 
 
 def test_a_figure_says_its_change_with_a_sign():
-    assert (figure("w", "Won", 7, 4).change, figure("w", "Won", 7, 4).trend) == ("+3", "up")
-    assert figure("w", "Won", 2, 4).change == "\u22122"
-    assert figure("w", "Won", 4, 4).change == "same"
-    money = figure("p", "Paid", Decimal("10.50"), Decimal("12.00"), lambda v: f"${v}")
+    before = "the 7 days before"
+    assert (figure("w", "Won", 7, (4, before)).change, figure("w", "Won", 7, (4, before)).trend) == ("+3", "up")
+    assert figure("w", "Won", 2, (4, before)).change == "\u22122"
+    assert figure("w", "Won", 4, (4, before)).change == "same"
+    money = figure("p", "Paid", Decimal("10.50"), (Decimal("12.00"), before), fmt=lambda v: f"${v}")
     assert (money.text, money.change, money.trend) == ("$10.50", "\u2212$1.50", "down")
-    assert figure("r", "ROAS", None, Decimal("2")).change == "—"
+    assert figure("r", "ROAS", None, (Decimal("2"), before)).change == "—"
+
+
+def test_a_figure_compared_twice_colours_its_arrow_by_the_last_comparison():
+    leads = figure("leads", "New leads", 5, (2, "Tuesday"), (9, "last Wednesday"))
+    assert [(c.text, c.against) for c in leads.changes] == [("+3", "Tuesday"), ("\u22124", "last Wednesday")]
+    assert leads.trend == "down"
+    queue = figure("open", "Open exceptions", 3)
+    assert (queue.changes, queue.change, queue.trend) == ((), "", "flat")
+    assert leads.tone == "bad"
+    opt_outs = figure("opt_outs", "Opt-outs", 3, (1, "the 7 days before"), lower_is_better=True)
+    assert (opt_outs.trend, opt_outs.tone) == ("up", "bad")
+    assert figure("x", "X", 0, (0, "Tuesday")).is_zero and not figure("x", "X", 0, (1, "Tuesday")).is_zero
 
 
 def test_the_previous_period_is_named_by_its_length():

@@ -70,6 +70,30 @@ def test_an_agency_sees_each_of_its_businesses_and_nothing_else() -> None:
     html = page.content.decode()
     assert "$900.00" in html and "no spend data" in html
     assert f'href="/admin/revenue/?business={north.slug}"' in html
+    # The headlines sum the table's columns; one currency, so money is summed too.
+    figures = {f.key: (f.text, f.change) for f in page.context["figures"]}
+    assert figures == {
+        "leads": ("4", "+3"),
+        "booked": ("0", "same"),
+        "won": ("0", "same"),
+        "net": ("$900", "+$900"),
+    }
+    assert '<svg id="portfolio-chart"' in html and "Collected by business" in html
+
+
+def test_businesses_in_two_currencies_are_never_summed_as_money() -> None:
+    north = shop("north-hvac", leads=2, paid="100.00")
+    maple = shop("maple-roofing", leads=1)
+    Business.objects.filter(pk=maple.pk).update(currency="CAD")
+    agency = member_create(north, Role.OWNER, username="ana")
+    member_create(maple, Role.OWNER, username="ana")
+    client = Client()
+    client.force_login(agency.user)
+
+    page = client.get("/admin/reports/portfolio/")
+
+    assert [f.key for f in page.context["figures"]] == ["leads", "booked", "won"]
+    assert "New leads by business" in page.content.decode()
 
 
 def test_a_setter_gets_no_portfolio() -> None:

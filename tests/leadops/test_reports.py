@@ -225,7 +225,7 @@ def test_the_funnel_headlines_are_the_tables_totals_against_the_period_before(wo
         "paid": ("Paid", str(totals["paid"]), "+1"),
     }
     assert (totals["leads"], totals["booked"], totals["won"], totals["paid"]) == (5, 1, 1, 1)
-    assert response.context["compared"] == "the 10 days before"
+    assert {c.against for f in response.context["figures"] for c in f.changes} == {"the 10 days before"}
     page = response.content.decode()
     headlines = page.split('id="funnel-headlines"')[1].split("</dl>")[0]
     assert "<dt>New leads</dt>" in headlines and '<dd class="headline-value">5</dd>' in headlines
@@ -264,7 +264,8 @@ def test_bad_funnel_filters_are_a_400_with_the_reason(world, manager):
 
 def test_the_leak_audit_page_counts_first_breaks(world, manager, django_assert_max_num_queries):
     client = client_for(manager)
-    with django_assert_max_num_queries(8):
+    # The audit of this period and of the one before it (each with JIT off: two queries).
+    with django_assert_max_num_queries(10):
         response = client.get(reverse("report-leaks"))
     assert response.status_code == 200
     audit = response.context["audit"]
@@ -272,6 +273,10 @@ def test_the_leak_audit_page_counts_first_breaks(world, manager, django_assert_m
     # The won, paid lead has no break; the others have no consent on record.
     assert {k: n for k, n in audit.totals.items() if n} == {"": 1, "may_contact": 4}
     assert '<svg id="leak-chart"' in response.content.decode()
+    # The headlines are the totals row, against the period before (no leads then).
+    figures = {f.key: (f.text, f.change) for f in response.context["figures"]}
+    assert figures == {"leads": ("5", "+5"), "broken": ("4", "+4"), "share": ("80%", "—")}
+    assert 'id="leak-headlines"' in response.content.decode()
 
 
 def test_the_trace_page_links_the_evidence(world, manager, django_assert_max_num_queries):

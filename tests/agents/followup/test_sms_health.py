@@ -236,7 +236,10 @@ def test_the_page_shows_the_figures_to_leaders_and_resume_is_theirs_alone(
 
     client.force_login(TeamMember.objects.get(user__username="mia").user)
     page = client.get("/admin/reports/sms-health/").content.decode()
-    assert 'id="health-sent">40<' in page and "no_reply step 1" in page and "Resume" in page
+    sent = page.split('data-key="sent"')[1].split("</div>")[0]
+    assert '<dd class="headline-value">40</dd>' in sent and "+40 vs the 7 days before" in sent
+    assert "no_reply step 1" in page and "Resume" in page
+    assert 'id="health-chart"' in page  # the steps' opt-outs, drawn
 
     client.force_login(owner.user)  # a setter
     assert client.get("/admin/reports/sms-health/").status_code == 403

@@ -100,9 +100,9 @@ def test_the_brief_opens_with_yesterday_against_the_day_before_and_last_week(wee
     brief = brief_build(owner, now=today + timedelta(hours=7))
 
     collected = next(h for h in brief.headlines if h.key == "net")
-    assert (collected.text(), collected.change(collected.day_before), collected.trend) == ("$400", "+$400", "up")
+    assert (collected.text, collected.change, collected.trend) == ("$400", "+$400", "up")
     leads = next(h for h in brief.headlines if h.key == "leads")
-    assert (leads.day_before, leads.last_week, leads.change(leads.day_before)) == (0, 0, "+4")
+    assert [(c.previous, c.text) for c in leads.changes] == [(0, "+4"), (0, "+4")]
     first = brief_text(brief).splitlines()[1]  # under the first line
     day_before = f"{start - timedelta(days=1):%A}"
     assert first.startswith(f"Yesterday: new leads 4 (+4 vs {day_before}, +4 vs last {start:%A});")
