@@ -36,7 +36,7 @@ scripts/bench_revenue.py); the values are always parameters.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
@@ -149,25 +149,32 @@ TOUCH_VALUE = {
 }
 
 
-def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
-    """The CTE `lead_key (lead_id, key, clicked_at, repeat)`: every lead of
-    the businesses once. DISTINCT ON picks each lead's first (or latest)
-    touch in one sorted pass, instead of a correlated subquery per row; a
-    contact's first payment is one grouped pass too."""
+def _lead_keys(bys: Sequence[str], touch: str, t: dict[str, str]) -> str:
+    """The CTE `lead_key (lead_id, key_<by> for each grouping, clicked_at,
+    repeat)`: every lead of the businesses once, keyed every way asked. DISTINCT
+    ON picks each lead's first (or latest) touch in one sorted pass, instead
+    of a correlated subquery per row; a contact's first payment is one
+    grouped pass too. Keying the leads is most of a report's work, so the
+    groupings a page shows side by side share it (`revenue_reports`)."""
     # Only table names and the fixed expressions above are interpolated; every
     # value (businesses, times, currency, labels) is a query parameter.
     order = "ASC" if touch == "first" else "DESC"
-    value = "NULL::text" if by in ("owner", "business") else TOUCH_VALUE[by]
+    values = [f"{TOUCH_VALUE[by]} AS v_{by}" for by in bys if by in TOUCH_VALUE] or ["NULL::text AS v_none"]
     repeat = "COALESCE(fp.at < l.created_at AND fp.lead_id <> l.id, FALSE)"
     owner = ""
-    if by == "owner":
-        key = "COALESCE(u.username, %(none)s)"
-        owner = f"""LEFT JOIN {t["member"]} m ON m.id = l.owner_id
+    keys = []
+    for by in bys:
+        if by == "owner":
+            keys.append("COALESCE(u.username, %(none)s) AS key_owner")
+            owner = f"""LEFT JOIN {t["member"]} m ON m.id = l.owner_id
             LEFT JOIN {t["user"]} u ON u.id = m.user_id"""
-    elif by == "business":
-        key = "l.business_id::text"
-    else:
-        key = f"CASE WHEN %(exclude_repeat)s AND {repeat} THEN %(repeat)s ELSE COALESCE(tk.key, %(none)s) END"
+        elif by == "business":
+            keys.append("l.business_id::text AS key_business")
+        else:
+            keys.append(
+                f"CASE WHEN %(exclude_repeat)s AND {repeat} THEN %(repeat)s ELSE COALESCE(tk.v_{by}, %(none)s) END"
+                f" AS key_{by}"
+            )
     # A contact's first payment, and whose it was: a lead is a repeat customer's
     # when another lead of the contact was paid before it came in.
     return f"""first_paid AS (
@@ -176,12 +183,12 @@ def _lead_keys(by: str, touch: str, t: dict[str, str]) -> str:
             WHERE p.business_id = ANY(%(businesses)s)
             ORDER BY pl.contact_id, p.received_at, p.id),
         touch_key AS (
-            SELECT DISTINCT ON (t.lead_id) t.lead_id, {value} AS key, t.received_at AS clicked_at
+            SELECT DISTINCT ON (t.lead_id) t.lead_id, {", ".join(values)}, t.received_at AS clicked_at
             FROM {t["touch"]} t LEFT JOIN {t["source"]} s ON s.id = t.source_id
             WHERE t.business_id = ANY(%(businesses)s)
             ORDER BY t.lead_id, t.received_at {order}, t.id {order}),
         lead_key AS (
-            SELECT l.id AS lead_id, {key} AS key,
+            SELECT l.id AS lead_id, {", ".join(keys)},
                 COALESCE(tk.clicked_at, l.created_at) AS clicked_at, {repeat} AS repeat
             FROM {t["lead"]} l LEFT JOIN touch_key tk ON tk.lead_id = l.id
             LEFT JOIN first_paid fp ON fp.contact_id = l.contact_id
@@ -194,29 +201,27 @@ class _Metric:
     name: str
     source: str  # FROM clause: the record as `r` (and what it needs)
     lead: str  # the lead the record belongs to (may be NULL: unattributed money)
-    at: str  # when it counts
+    at: str  # when it counts; "k.clicked_at": when its lead was clicked
     where: str = "TRUE"
-    count: str = "COUNT(*)"
-    total: str = "NULL::numeric"
+    distinct: bool = False  # count leads, not records
+    amount: str = "NULL::numeric"  # the money each record adds to the total
+
+
+# The figures counted by the date their lead was clicked: their period is
+# known only once the lead is keyed.
+BY_CLICK = "k.clicked_at"
 
 
 def _metrics(t: dict[str, str]) -> list[_Metric]:
     # Test leads (a provider's "send test data") are no one's demand.
     lead_with = "JOIN {lead} l ON l.id = r.lead_id".format(lead=t["lead"])
     return [
-        # `total` counts the repeat customers among them (one pass over the leads for both).
-        _Metric(
-            "leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test", total="COUNT(*) FILTER (WHERE k.repeat)"
-        ),
+        # Its total counts the repeat customers among them (see revenue_sql).
+        _Metric("leads", f"{t['lead']} r", "r.id", "r.created_at", "NOT r.is_test"),
         _Metric("contacted", f"{t['lead']} r", "r.id", "r.first_response_at", "NOT r.is_test"),
         _Metric("won", f"{t['lead']} r", "r.id", "r.closed_at", f"NOT r.is_test AND r.stage = '{Stage.WON}'"),
         _Metric(
-            "booked",
-            f"{t['appointment']} r {lead_with}",
-            "r.lead_id",
-            "r.created_at",
-            "NOT l.is_test",
-            "COUNT(DISTINCT r.lead_id)",
+            "booked", f"{t['appointment']} r {lead_with}", "r.lead_id", "r.created_at", "NOT l.is_test", distinct=True
         ),
         _Metric(
             "held",
@@ -224,7 +229,7 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.lead_id",
             "COALESCE(r.outcome_at, r.starts_at)",
             f"NOT l.is_test AND r.status = '{Appointment.Status.HELD}'",
-            "COUNT(DISTINCT r.lead_id)",
+            distinct=True,
         ),
         _Metric(
             "estimates",
@@ -232,7 +237,8 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.lead_id",
             "r.sent_at",
             f"r.status NOT IN ('{Estimate.Status.DRAFT}', '{Estimate.Status.PENDING_APPROVAL}')",
-            total="SUM(r.amount) FILTER (WHERE r.currency = %(currency)s)",
+            # Every estimate counts; only those in the report's currency add up.
+            amount="CASE WHEN r.currency = %(currency)s THEN r.amount END",
         ),
         _Metric(
             "jobs_completed", f"{t['job']} r", "r.lead_id", "r.completed_at", f"r.status = '{Job.Status.COMPLETED}'"
@@ -243,7 +249,7 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.lead_id",
             "r.issued_at",
             f"r.currency = %(currency)s AND r.status IN ('{Invoice.Status.ISSUED}', '{Invoice.Status.PAID}')",
-            total="SUM(r.amount)",
+            amount="r.amount",
         ),
         _Metric(
             "collected",
@@ -251,7 +257,7 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "r.lead_id",
             "r.received_at",
             "r.currency = %(currency)s",
-            total="SUM(r.amount)",
+            amount="r.amount",
         ),
         _Metric(
             "refunded",
@@ -259,53 +265,79 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
             "p.lead_id",
             "r.refunded_at",
             "r.currency = %(currency)s",
-            total="SUM(r.amount)",
+            amount="r.amount",
         ),
-        # Money by the date of its lead's click (`k`: the lead's key row).
+        # Money by the date of its lead's click.
         _Metric(
             "collected_by_click",
             f"{t['payment']} r",
             "r.lead_id",
-            "k.clicked_at",
+            BY_CLICK,
             "r.currency = %(currency)s AND r.lead_id IS NOT NULL",
-            total="SUM(r.amount)",
+            amount="r.amount",
         ),
         _Metric(
             "refunded_by_click",
             f"{t['refund']} r JOIN {t['payment']} p ON p.id = r.payment_id",
             "p.lead_id",
-            "k.clicked_at",
+            BY_CLICK,
             "r.currency = %(currency)s AND p.lead_id IS NOT NULL",
-            total="SUM(r.amount)",
+            amount="r.amount",
         ),
     ]
 
 
-def revenue_sql(by: str, touch: str, *, since: bool, until: bool) -> str:
-    """The whole report as one query: the leads' keys once (a CTE), then one
-    grouped SELECT per figure, each over its own records and its own time."""
-    if by not in GROUPINGS:
-        raise ReportError(f"by must be one of {', '.join(BY_CHOICES)}")
+def revenue_sql(bys: Sequence[str], touch: str, *, since: bool, until: bool) -> str:
+    """The whole report, grouped each way of `bys`, as one query: each
+    figure's records in its own period (`facts`: metric, lead, amount), then
+    one join of them all to the leads' keys, grouped by figure and key. The
+    keyed leads are read once, not once per figure, which is most of a
+    report's work on a business with many leads."""
+    for by in bys:
+        if by not in GROUPINGS:
+            raise ReportError(f"by must be one of {', '.join(BY_CHOICES)}")
     if touch not in TOUCH_CHOICES:
         raise ReportError(f"touch must be one of {', '.join(TOUCH_CHOICES)}")
     t = _tables()
-    parts = []
-    # Money no lead explains: its own row, or (by business) its business's.
-    unexplained = "r.business_id::text" if by == "business" else "%(unattributed)s"
-    for m in _metrics(t):
-        period = f"{m.at} IS NOT NULL"
-        period += f" AND {m.at} >= %(since)s" if since else ""
-        period += f" AND {m.at} < %(until)s" if until else ""
-        parts.append(
-            f"""SELECT '{m.name}' AS metric,
-                CASE WHEN {m.lead} IS NULL THEN {unexplained} ELSE COALESCE(k.key, %(none)s) END AS key,
-                {m.count} AS n, {m.total} AS total
-            FROM {m.source} LEFT JOIN lead_key k ON k.lead_id = {m.lead}
-            WHERE r.business_id = ANY(%(businesses)s) AND {period} AND {m.where}
-            GROUP BY 2"""  # noqa: S608
+
+    def within(at: str) -> str:
+        return (
+            f"{at} IS NOT NULL"
+            + (f" AND {at} >= %(since)s" if since else "")
+            + (f" AND {at} < %(until)s" if until else "")
         )
-    union = "\n        UNION ALL\n        ".join(parts)
-    return f"WITH {_lead_keys(by, touch, t)}\n        {union}"
+
+    metrics = _metrics(t)
+    facts = "\n            UNION ALL\n            ".join(
+        f"""SELECT '{m.name}' AS metric, {m.lead} AS lead_id, r.business_id, {m.amount} AS amount
+            FROM {m.source}
+            WHERE r.business_id = ANY(%(businesses)s)
+                AND {"TRUE" if m.at == BY_CLICK else within(m.at)} AND {m.where}"""  # noqa: S608
+        for m in metrics
+    )
+    by_click = ", ".join(f"'{m.name}'" for m in metrics if m.at == BY_CLICK)
+    distinct = ", ".join(f"'{m.name}'" for m in metrics if m.distinct)
+    groupings = []
+    for by in bys:
+        # Money no lead explains: its own row, or (by business) its business's.
+        unexplained = "f.business_id::text" if by == "business" else "%(unattributed)s"
+        groupings.append(
+            f"""SELECT '{by}' AS grouping, f.metric,
+                CASE WHEN f.lead_id IS NULL THEN {unexplained} ELSE COALESCE(f.key_{by}, %(none)s) END AS key,
+                CASE WHEN f.metric IN ({distinct}) THEN COUNT(DISTINCT f.lead_id) ELSE COUNT(*) END AS n,
+                CASE WHEN f.metric = 'leads' THEN COUNT(*) FILTER (WHERE f.repeat) ELSE SUM(f.amount) END AS total
+            FROM joined f
+            GROUP BY 2, 3"""  # noqa: S608
+        )
+    keys = ", ".join(f"k.key_{by}" for by in bys)
+    return f"""WITH {_lead_keys(bys, touch, t)},
+        facts AS (
+            {facts}),
+        joined AS (
+            SELECT f.metric, f.lead_id, f.business_id, f.amount, k.repeat, {keys}
+            FROM facts f LEFT JOIN lead_key k ON k.lead_id = f.lead_id
+            WHERE f.metric NOT IN ({by_click}) OR ({within(BY_CLICK)}))
+        {" UNION ALL ".join(groupings)}"""  # noqa: S608 - table names and fixed expressions only
 
 
 def revenue_report(
@@ -322,9 +354,27 @@ def revenue_report(
     other currencies is left out, never converted. One query, whatever the
     number of leads. `repeat`: whether repeat customers are credited to their
     touch ("include") or counted apart ("exclude", the default)."""
+    return revenue_reports(
+        business_ids, currency=currency, bys=(by,), touch=touch, since=since, until=until, repeat=repeat
+    )[by]
+
+
+def revenue_reports(
+    business_ids: Iterable[int],
+    *,
+    currency: str,
+    bys: Sequence[str],
+    touch: str = "first",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    repeat: str = "exclude",
+) -> dict[str, RevenueReport]:
+    """The same report grouped each way of `bys` (by campaign and by source
+    for the revenue page), in one query: the leads are keyed once for all."""
     if repeat not in REPEAT_CHOICES:
         raise ReportError(f"repeat must be one of {', '.join(REPEAT_CHOICES)}")
-    sql = revenue_sql(by, touch, since=since is not None, until=until is not None)
+    bys = list(dict.fromkeys(bys))
+    sql = revenue_sql(bys, touch, since=since is not None, until=until is not None)
     params: dict[str, Any] = {
         "exclude_repeat": repeat == "exclude",
         "repeat": REPEAT,
@@ -335,11 +385,11 @@ def revenue_report(
         "none": NO_VALUE,
         "unattributed": UNATTRIBUTED,
     }
-    rows: dict[str, RevenueRow] = {}
+    grouped: dict[str, dict[str, RevenueRow]] = {by: {} for by in bys}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for metric, key, count, total in cursor.fetchall():
-            row = rows.setdefault(key, RevenueRow(key=key))
+        for grouping, metric, key, count, total in cursor.fetchall():
+            row = grouped[grouping].setdefault(key, RevenueRow(key=key))
             if metric in MONEY:
                 setattr(row, metric, total if total is not None else ZERO)
             elif metric == "estimates":
@@ -348,9 +398,12 @@ def revenue_report(
                 row.leads, row.repeat_leads = count, int(total or 0)
             else:
                 setattr(row, metric, count)
-    report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until, repeat=repeat)
-    report.rows = sorted(rows.values(), key=lambda r: (-r.net, -r.leads, r.key))
-    return report
+    reports = {}
+    for by, rows in grouped.items():
+        report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until, repeat=repeat)
+        report.rows = sorted(rows.values(), key=lambda r: (-r.net, -r.leads, r.key))
+        reports[by] = report
+    return reports
 
 
 def revenue_table(report: RevenueReport) -> list[list[Any]]:

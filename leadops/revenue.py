@@ -14,10 +14,12 @@ from zoneinfo import ZoneInfo
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.http import urlencode
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from agents.reporting.spend import CampaignReturns, campaign_returns, money_text, returns_table
-from crm.api.revenue import report_businesses, revenue_for
+from crm.api.revenue import report_businesses, revenue_for, revenue_with
 from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_csv_rows, revenue_table
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
 from crm.figures import Figure, before_words, figure
@@ -27,21 +29,27 @@ from leadops.charts import bar_chart
 
 # Campaigns drawn in the paid-revenue chart; the table below lists them all.
 CHART_CAMPAIGNS = 8
+# The page's period when the query names none (the API's is all time).
+DEFAULT_DAYS = timedelta(days=30)
 
 
 @staff_member_required
 def revenue_page(request: HttpRequest) -> HttpResponse:
     params = request.GET.dict()
     params.pop("format", None)
+    mine = report_businesses(request.user)
+    if "since" not in params and "until" not in params:
+        params.update(_default_period(mine, params.get("business", "")))
     context = {
-        "businesses": report_businesses(request.user),
+        "businesses": mine,
         "by_choices": BY_CHOICES,
         "touch_choices": TOUCH_CHOICES,
         "repeat_choices": REPEAT_CHOICES,
         "params": params,
     }
     try:
-        report, businesses = revenue_for(request.user, params)
+        # By campaign and by source too: the spend section's, in the same query.
+        report, others, businesses = revenue_with(request.user, params, also=("campaign", "source"))
     except PermissionDenied as exc:
         return render(request, "leadops/revenue.html", {**context, "error": str(exc.detail)}, status=403)
     except ValidationError as exc:
@@ -49,7 +57,7 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         error = "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in detail.items())
         return render(request, "leadops/revenue.html", {**context, "error": error}, status=400)
     name = "revenue-" + "-".join(b.slug for b in businesses)[:80] + f"-{report.by}-{report.touch}"
-    returns = _returns(report, businesses)
+    returns = _returns(report, businesses, known=[report, *others])
     if returns is not None and request.GET.get("format") in ("spend_csv", "spend_xlsx"):
         spend_name = f"spend-{businesses[0].slug}"
         if request.GET["format"] == "spend_csv":
@@ -71,14 +79,10 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(xlsx_bytes("Revenue", header, rows, money=report.currency), content_type=XLSX_TYPE)
         response["Content-Disposition"] = f'attachment; filename="{name}.xlsx"'
         return response
-    query = request.GET.copy()
-    query["format"] = "csv"
-    xlsx = request.GET.copy()
-    xlsx["format"] = "xlsx"
+    # The exports download what the page shows: its period too, when it is the default.
+    exports = {kind: urlencode({**params, "format": kind}) for kind in ("csv", "xlsx", "spend_csv", "spend_xlsx")}
     days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
-    spend_csv, spend_xlsx = request.GET.copy(), request.GET.copy()
-    spend_csv["format"], spend_xlsx["format"] = "spend_csv", "spend_xlsx"
-    previous, previous_returns, against = _previous(request.user, params, report)
+    previous, previous_returns, against = _previous(request.user, params, report, businesses)
     return render(
         request,
         "leadops/revenue.html",
@@ -89,17 +93,30 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
             "report": report,
             "named_rows": _named_rows(report, returns),
             "selected": businesses,
-            "csv_query": query.urlencode(),
-            "xlsx_query": xlsx.urlencode(),
+            "csv_query": exports["csv"],
+            "xlsx_query": exports["xlsx"],
             "days_zone": days_zone,
             "returns": returns,
-            "spend_csv_query": spend_csv.urlencode(),
-            "spend_xlsx_query": spend_xlsx.urlencode(),
+            "spend_csv_query": exports["spend_csv"],
+            "spend_xlsx_query": exports["spend_xlsx"],
         },
     )
 
 
-def _returns(report: RevenueReport, businesses: list[Business]) -> CampaignReturns | None:
+def _default_period(mine: list[Business], slug: str) -> dict[str, str]:
+    """The last 30 days to today, in the business's days (one business asked
+    for, or the only one) or the viewer's: what an owner asks first, and a
+    period the headlines can compare with the 30 days before. Emptying both
+    dates in the form shows all time."""
+    chosen = [b for b in mine if b.slug == slug] if slug else mine
+    zone = ZoneInfo(chosen[0].timezone) if len(chosen) == 1 else timezone.get_current_timezone()
+    today = timezone.now().astimezone(zone).date()
+    return {"since": (today - DEFAULT_DAYS + timedelta(days=1)).isoformat(), "until": today.isoformat()}
+
+
+def _returns(
+    report: RevenueReport, businesses: list[Business], *, known: list[RevenueReport], with_sources: bool = True
+) -> CampaignReturns | None:
     """Spend and return for the report's period, for one business (spend is
     per business, in its own currency); None for several."""
     if len(businesses) != 1:
@@ -109,22 +126,34 @@ def _returns(report: RevenueReport, businesses: list[Business]) -> CampaignRetur
     since: date | None = report.since.astimezone(zone).date() if report.since else None
     # `until` is exclusive: its day is the one before.
     until: date | None = (report.until.astimezone(zone) - timedelta(microseconds=1)).date() if report.until else None
-    return campaign_returns(business, since, until, repeat=report.repeat, known_report=report)
+    return campaign_returns(business, since, until, repeat=report.repeat, known=known, with_sources=with_sources)
 
 
 def _previous(
-    user: Any, params: dict[str, str], report: RevenueReport
+    user: Any, params: dict[str, str], report: RevenueReport, businesses: list[Business]
 ) -> tuple[RevenueReport | None, CampaignReturns | None, str]:
-    """The same report for the period of equal length just before this one
-    (same function, same filters), and its name: the headlines' comparison.
-    An open-ended period has none."""
+    """What the headlines compare with: the period of equal length just
+    before this one, by the same functions with the same filters, and its
+    name. For one business only the campaigns' total (its headlines are the
+    spend table's total row); for several, the report's. An open-ended
+    period has none."""
     if report.since is None or report.until is None:
         return None, None, ""
     length = report.until - report.since
+    earlier = RevenueReport(
+        currency=report.currency,
+        by=report.by,
+        touch=report.touch,
+        since=report.since - length,
+        until=report.since,
+        repeat=report.repeat,
+    )
+    if len(businesses) == 1:
+        return None, _returns(earlier, businesses, known=[], with_sources=False), before_words(length)
     # Exact times, not dates: `until` is then taken as given, not as a day to include.
-    earlier = {**params, "since": (report.since - length).isoformat(), "until": report.since.isoformat()}
-    previous, businesses = revenue_for(user, earlier)
-    return previous, _returns(previous, businesses), before_words(length)
+    params = {**params, "since": (report.since - length).isoformat(), "until": report.since.isoformat()}
+    previous, _ = revenue_for(user, params)
+    return previous, None, before_words(length)
 
 
 def revenue_figures(

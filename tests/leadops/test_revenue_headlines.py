@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.test import Client
@@ -70,10 +71,26 @@ def test_the_revenue_headlines_are_the_spend_totals_against_the_period_before(bu
     assert Decimal(re.search(r'data-value="([0-9.]+)"', chart).group(1)) == Decimal("500")
 
 
-def test_an_open_ended_period_has_headlines_but_no_comparison(business, sources, google, manager):
+def test_the_page_opens_on_the_last_30_days_against_the_30_before(business, sources, google, manager):
     client = Client()
     client.force_login(manager.user)
     response = client.get("/admin/revenue/", {"business": business.slug})
+    assert response.status_code == 200
+    today = timezone.now().astimezone(ZoneInfo(business.timezone)).date()
+    params = response.context["params"]
+    assert (params["since"], params["until"]) == (str(today - timedelta(days=29)), str(today))
+    assert {c.against for f in response.context["figures"] for c in f.changes} == {"the 30 days before"}
+    html = response.content.decode()
+    assert f'name="since" value="{today - timedelta(days=29)}"' in html
+    # The exports download the period the page shows.
+    assert f"since={today - timedelta(days=29)}" in response.context["csv_query"]
+
+
+def test_an_open_ended_period_has_headlines_but_no_comparison(business, sources, google, manager):
+    client = Client()
+    client.force_login(manager.user)
+    # Both dates emptied in the form: all time.
+    response = client.get("/admin/revenue/", {"business": business.slug, "since": "", "until": ""})
     assert response.status_code == 200
     assert [f.changes for f in response.context["figures"]] == [()] * len(response.context["figures"])
     assert "headline-change" not in response.content.decode()

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.reporting.spend import campaign_returns
-from crm.attribution import revenue_report
+from crm.attribution import revenue_report, revenue_reports
 from crm.models import Business, ConversionAccount, Lead, Source
 from crm.services.records import appointment_record, contact_create, lead_open, payment_record
 from crm.services.spend import SpendRow, campaign_spend_record
@@ -172,7 +172,8 @@ def test_the_returns_cost_the_same_queries_for_one_campaign_or_twenty(business, 
     with CaptureQueriesContext(connection) as queries:
         returns = campaign_returns(business, today - timedelta(days=6), today)
 
-    assert len(queries.captured_queries) == 4
+    # The spend, both groupings of the revenue report in one query, the sources' providers.
+    assert len(queries.captured_queries) == 3
     assert len([r for r in returns.campaigns if r.spend]) == n
     assert returns.paid.spend == Decimal("30.00") * n and returns.paid.roas == Decimal("3.33")
 
@@ -182,9 +183,18 @@ def test_the_returns_cost_the_same_queries_for_one_campaign_or_twenty(business, 
     end = datetime.combine(today + timedelta(days=1), time.min, tzinfo=zone)
     shown = revenue_report([business.pk], currency="USD", by="campaign", since=start, until=end)
     with CaptureQueriesContext(connection) as queries:
-        again = campaign_returns(business, today - timedelta(days=6), today, known_report=shown)
-    assert len(queries.captured_queries) == 3
+        again = campaign_returns(business, today - timedelta(days=6), today, known=[shown])
+    assert len(queries.captured_queries) == 3  # the spend, the report by source, the providers
     assert [r.as_dict() for r in again.campaigns] == [r.as_dict() for r in returns.campaigns]
+    both = revenue_reports([business.pk], currency="USD", bys=("campaign", "source"), since=start, until=end).values()
+    with CaptureQueriesContext(connection) as queries:
+        known = campaign_returns(business, today - timedelta(days=6), today, known=both)
+    assert len(queries.captured_queries) == 2  # the spend, the providers
+    assert [r.as_dict() for r in known.sources] == [r.as_dict() for r in returns.sources]
+    with CaptureQueriesContext(connection) as queries:
+        paid_only = campaign_returns(business, today - timedelta(days=6), today, with_sources=False)
+    assert len(queries.captured_queries) == 2 and paid_only.sources == []  # the spend, the report by campaign
+    assert paid_only.paid.as_dict() == returns.paid.as_dict()
 
 
 @pytest.mark.django_db
