@@ -84,9 +84,13 @@ def test_the_owner_reads_the_review_figures_and_the_shop_s_google_reviews(live_s
 
     page.goto(f"{live_server.url}/admin/reviews/")
 
-    assert page.inner_text("#review-sent") == "1"
-    assert page.inner_text("#review-clicked") == "1"
-    assert (page.inner_text("#review-count"), page.inner_text("#review-matched")) == ("3", "1")
+    def headline(key: str) -> str:
+        return page.inner_text(f'#review-figures [data-key="{key}"] .headline-value')
+
+    assert (headline("sent"), headline("clicked_requests")) == ("1", "1")
+    assert (headline("reviews"), headline("reviews_matched")) == ("3", "1")
+    # The stars chart's text alternative: one 5-star, one 4-star, one 2-star review.
+    assert page.locator("#stars-chart-data tbody tr").count() == 5
     listed = page.locator("#review-list tbody tr")
     assert listed.count() == 3
     assert "not matched" in page.locator("#review-list tbody tr", has_text="Dana Kowalski").inner_text()

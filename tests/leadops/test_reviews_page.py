@@ -78,7 +78,9 @@ def test_an_owner_reads_the_figures_and_the_reviews_with_a_reply_prefilled(busin
 
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'id="review-figures"' in html and 'id="review-count">2<' in html
+    reviews = html.split('data-key="reviews"')[1].split("</div>")[0]
+    assert '<dd class="headline-value">2</dd>' in reviews and "+2 vs the 30 days before" in reviews
+    assert 'id="stars-chart"' in html
     assert "Fast and friendly." in html and "Nobody came." in html
     assert "Reviews of <strong>Acme Heating &amp; Air</strong>, last read" in html
     # The positive review's form holds the playbook's text; the negative one the built-in prefill.
