@@ -45,6 +45,10 @@ def test_the_pages_people_use_have_no_critical_or_serious_violation(
         "revenue": ("mia", "/admin/revenue/"),
         "admin index": ("mia", "/admin/"),
         "exception report": ("mia", "/admin/reports/exceptions/"),
+        "leak audit": ("mia", "/admin/reports/leaks/"),
+        "portfolio": ("mia", "/admin/reports/portfolio/"),
+        "sms health": ("mia", "/admin/reports/sms-health/"),
+        "reviews": ("mia", "/admin/reviews/"),
     }
     report = {}
     for name, (username, path) in pages.items():
