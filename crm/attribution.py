@@ -37,7 +37,7 @@ scripts/bench_revenue.py); the values are always parameters.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -287,12 +287,14 @@ def _metrics(t: dict[str, str]) -> list[_Metric]:
     ]
 
 
-def revenue_sql(bys: Sequence[str], touch: str, *, since: bool, until: bool) -> str:
+def revenue_sql(bys: Sequence[str], touch: str, *, since: bool, until: bool, split: bool = False) -> str:
     """The whole report, grouped each way of `bys`, as one query: each
-    figure's records in its own period (`facts`: metric, lead, amount), then
-    one join of them all to the leads' keys, grouped by figure and key. The
-    keyed leads are read once, not once per figure, which is most of a
-    report's work on a business with many leads."""
+    figure's records in its own period (`facts`: metric, lead, amount, when),
+    then one join of them all to the leads' keys, grouped by figure and key.
+    The keyed leads are read once, not once per figure, which is most of a
+    report's work on a business with many leads. With `split`, the records
+    from `since` to `split` and from `split` to `until` are two periods,
+    told apart by the `current` column (a page and its previous period)."""
     for by in bys:
         if by not in GROUPINGS:
             raise ReportError(f"by must be one of {', '.join(BY_CHOICES)}")
@@ -309,7 +311,8 @@ def revenue_sql(bys: Sequence[str], touch: str, *, since: bool, until: bool) -> 
 
     metrics = _metrics(t)
     facts = "\n            UNION ALL\n            ".join(
-        f"""SELECT '{m.name}' AS metric, {m.lead} AS lead_id, r.business_id, {m.amount} AS amount
+        f"""SELECT '{m.name}' AS metric, {m.lead} AS lead_id, r.business_id, {m.amount} AS amount,
+                {"NULL::timestamptz" if m.at == BY_CLICK else m.at} AS at
             FROM {m.source}
             WHERE r.business_id = ANY(%(businesses)s)
                 AND {"TRUE" if m.at == BY_CLICK else within(m.at)} AND {m.where}"""  # noqa: S608
@@ -322,19 +325,20 @@ def revenue_sql(bys: Sequence[str], touch: str, *, since: bool, until: bool) -> 
         # Money no lead explains: its own row, or (by business) its business's.
         unexplained = "f.business_id::text" if by == "business" else "%(unattributed)s"
         groupings.append(
-            f"""SELECT '{by}' AS grouping, f.metric,
+            f"""SELECT '{by}' AS grouping, {"f.at >= %(split)s" if split else "TRUE"} AS current, f.metric,
                 CASE WHEN f.lead_id IS NULL THEN {unexplained} ELSE COALESCE(f.key_{by}, %(none)s) END AS key,
                 CASE WHEN f.metric IN ({distinct}) THEN COUNT(DISTINCT f.lead_id) ELSE COUNT(*) END AS n,
                 CASE WHEN f.metric = 'leads' THEN COUNT(*) FILTER (WHERE f.repeat) ELSE SUM(f.amount) END AS total
             FROM joined f
-            GROUP BY 2, 3"""  # noqa: S608
+            GROUP BY 2, 3, 4"""  # noqa: S608
         )
     keys = ", ".join(f"k.key_{by}" for by in bys)
     return f"""WITH {_lead_keys(bys, touch, t)},
         facts AS (
             {facts}),
         joined AS (
-            SELECT f.metric, f.lead_id, f.business_id, f.amount, k.repeat, {keys}
+            SELECT f.metric, f.lead_id, f.business_id, f.amount, k.repeat, {keys},
+                COALESCE(f.at, k.clicked_at) AS at
             FROM facts f LEFT JOIN lead_key k ON k.lead_id = f.lead_id
             WHERE f.metric NOT IN ({by_click}) OR ({within(BY_CLICK)}))
         {" UNION ALL ".join(groupings)}"""  # noqa: S608 - table names and fixed expressions only
@@ -371,25 +375,54 @@ def revenue_reports(
 ) -> dict[str, RevenueReport]:
     """The same report grouped each way of `bys` (by campaign and by source
     for the revenue page), in one query: the leads are keyed once for all."""
-    if repeat not in REPEAT_CHOICES:
-        raise ReportError(f"repeat must be one of {', '.join(REPEAT_CHOICES)}")
     bys = list(dict.fromkeys(bys))
     sql = revenue_sql(bys, touch, since=since is not None, until=until is not None)
+    shape = RevenueReport(currency=currency, by="", touch=touch, since=since, until=until, repeat=repeat)
+    return _reports(sql, business_ids, bys, shape, {"since": since, "until": until})[True]
+
+
+def revenue_reports_and_before(
+    business_ids: Iterable[int],
+    *,
+    currency: str,
+    bys: Sequence[str],
+    since: datetime,
+    until: datetime,
+    touch: str = "first",
+    repeat: str = "exclude",
+) -> tuple[dict[str, RevenueReport], dict[str, RevenueReport]]:
+    """`revenue_reports` for since..until and for the period of equal length
+    just before it, in the same one query: what a page's headlines compare
+    with, for the price of one report (the leads are keyed once for both)."""
+    bys = list(dict.fromkeys(bys))
+    earlier = since - (until - since)
+    sql = revenue_sql(bys, touch, since=True, until=True, split=True)
+    shape = RevenueReport(currency=currency, by="", touch=touch, since=since, until=until, repeat=repeat)
+    found = _reports(sql, business_ids, bys, shape, {"since": earlier, "until": until, "split": since})
+    before = {by: replace(report, since=earlier, until=since) for by, report in found[False].items()}
+    return found[True], before
+
+
+def _reports(
+    sql: str, business_ids: Iterable[int], bys: list[str], shape: RevenueReport, bounds: dict[str, Any]
+) -> dict[bool, dict[str, RevenueReport]]:
+    """Run a report's query; its rows by period (`current`) and grouping."""
+    if shape.repeat not in REPEAT_CHOICES:
+        raise ReportError(f"repeat must be one of {', '.join(REPEAT_CHOICES)}")
     params: dict[str, Any] = {
-        "exclude_repeat": repeat == "exclude",
+        "exclude_repeat": shape.repeat == "exclude",
         "repeat": REPEAT,
         "businesses": list(business_ids),
-        "currency": currency,
-        "since": since,
-        "until": until,
+        "currency": shape.currency,
         "none": NO_VALUE,
         "unattributed": UNATTRIBUTED,
+        **bounds,
     }
-    grouped: dict[str, dict[str, RevenueRow]] = {by: {} for by in bys}
+    grouped: dict[bool, dict[str, dict[str, RevenueRow]]] = {period: {by: {} for by in bys} for period in (True, False)}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for grouping, metric, key, count, total in cursor.fetchall():
-            row = grouped[grouping].setdefault(key, RevenueRow(key=key))
+        for grouping, current, metric, key, count, total in cursor.fetchall():
+            row = grouped[current][grouping].setdefault(key, RevenueRow(key=key))
             if metric in MONEY:
                 setattr(row, metric, total if total is not None else ZERO)
             elif metric == "estimates":
@@ -398,11 +431,12 @@ def revenue_reports(
                 row.leads, row.repeat_leads = count, int(total or 0)
             else:
                 setattr(row, metric, count)
-    reports = {}
-    for by, rows in grouped.items():
-        report = RevenueReport(currency=currency, by=by, touch=touch, since=since, until=until, repeat=repeat)
-        report.rows = sorted(rows.values(), key=lambda r: (-r.net, -r.leads, r.key))
-        reports[by] = report
+    reports: dict[bool, dict[str, RevenueReport]] = {True: {}, False: {}}
+    for period, by_grouping in grouped.items():
+        for by, rows in by_grouping.items():
+            report = replace(shape, by=by)
+            report.rows = sorted(rows.values(), key=lambda r: (-r.net, -r.leads, r.key))
+            reports[period][by] = report
     return reports
 
 

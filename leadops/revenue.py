@@ -19,7 +19,7 @@ from django.utils.http import urlencode
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from agents.reporting.spend import CampaignReturns, campaign_returns, money_text, returns_table
-from crm.api.revenue import report_businesses, revenue_for, revenue_with
+from crm.api.revenue import report_businesses, revenue_with
 from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_csv_rows, revenue_table
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
 from crm.figures import Figure, before_words, figure
@@ -48,8 +48,11 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
         "params": params,
     }
     try:
-        # By campaign and by source too: the spend section's, in the same query.
-        report, others, businesses = revenue_with(request.user, params, also=("campaign", "source"))
+        # By campaign and by source too (the spend section's), and the period
+        # before (the headlines'), all in the same query.
+        report, others, before, businesses = revenue_with(
+            request.user, params, also=("campaign", "source"), before=True
+        )
     except PermissionDenied as exc:
         return render(request, "leadops/revenue.html", {**context, "error": str(exc.detail)}, status=403)
     except ValidationError as exc:
@@ -82,7 +85,7 @@ def revenue_page(request: HttpRequest) -> HttpResponse:
     # The exports download what the page shows: its period too, when it is the default.
     exports = {kind: urlencode({**params, "format": kind}) for kind in ("csv", "xlsx", "spend_csv", "spend_xlsx")}
     days_zone = businesses[0].timezone if len(businesses) == 1 else zone_name()
-    previous, previous_returns, against = _previous(request.user, params, report, businesses)
+    previous, previous_returns, against = _previous(report, before, businesses)
     return render(
         request,
         "leadops/revenue.html",
@@ -130,30 +133,19 @@ def _returns(
 
 
 def _previous(
-    user: Any, params: dict[str, str], report: RevenueReport, businesses: list[Business]
+    report: RevenueReport, before: dict[str, RevenueReport], businesses: list[Business]
 ) -> tuple[RevenueReport | None, CampaignReturns | None, str]:
     """What the headlines compare with: the period of equal length just
-    before this one, by the same functions with the same filters, and its
-    name. For one business only the campaigns' total (its headlines are the
-    spend table's total row); for several, the report's. An open-ended
-    period has none."""
-    if report.since is None or report.until is None:
+    before this one, counted in the page's own query, and its name. For one
+    business the campaigns' total (its headlines are the spend table's total
+    row); for several, the report's. An open-ended period has none."""
+    if report.since is None or report.until is None or not before:
         return None, None, ""
-    length = report.until - report.since
-    earlier = RevenueReport(
-        currency=report.currency,
-        by=report.by,
-        touch=report.touch,
-        since=report.since - length,
-        until=report.since,
-        repeat=report.repeat,
-    )
+    earlier = before[report.by]
+    against = before_words(report.until - report.since)
     if len(businesses) == 1:
-        return None, _returns(earlier, businesses, known=[], with_sources=False), before_words(length)
-    # Exact times, not dates: `until` is then taken as given, not as a day to include.
-    params = {**params, "since": (report.since - length).isoformat(), "until": report.since.isoformat()}
-    previous, _ = revenue_for(user, params)
-    return previous, None, before_words(length)
+        return None, _returns(earlier, businesses, known=list(before.values()), with_sources=False), against
+    return earlier, None, against
 
 
 def revenue_figures(

@@ -21,7 +21,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from crm.api.common import AUTH_ERRORS, ErrorSerializer
-from crm.attribution import BY_CHOICES, REPEAT_CHOICES, TOUCH_CHOICES, RevenueReport, revenue_reports
+from crm.attribution import (
+    BY_CHOICES,
+    REPEAT_CHOICES,
+    TOUCH_CHOICES,
+    RevenueReport,
+    revenue_reports,
+    revenue_reports_and_before,
+)
 from crm.models import Business
 from crm.permissions import business_ids_where
 
@@ -126,17 +133,19 @@ def report_time(value: str, zone: ZoneInfo, *, end: bool = False) -> datetime | 
 def revenue_for(user: Any, params: dict[str, Any]) -> tuple[RevenueReport, list[Business]]:
     """Validate the query (`ValidationError` for a bad value, `PermissionDenied`
     for a business the user may not read) and compute the report."""
-    report, _, businesses = revenue_with(user, params)
+    report, _, _, businesses = revenue_with(user, params)
     return report, businesses
 
 
 def revenue_with(
-    user: Any, params: dict[str, Any], *, also: Sequence[str] = ()
-) -> tuple[RevenueReport, list[RevenueReport], list[Business]]:
+    user: Any, params: dict[str, Any], *, also: Sequence[str] = (), before: bool = False
+) -> tuple[RevenueReport, list[RevenueReport], dict[str, RevenueReport], list[Business]]:
     """`revenue_for`, and the same report grouped each way of `also` when the
     query is by first touch (the revenue page's spend section wants it by
-    campaign and by source): one query for all, as keying the leads is most
-    of the work. A report by latest touch comes alone."""
+    campaign and by source), and with `before` every grouping again for the
+    period of equal length just before (empty for an open-ended period):
+    one query for all, as keying the leads is most of the work. A report by
+    latest touch comes without `also`."""
     query = RevenueQuerySerializer(data=params)
     query.is_valid(raise_exception=True)
     data = query.validated_data
@@ -162,16 +171,19 @@ def revenue_with(
             raise ValidationError({"currency": [f"these businesses keep {', '.join(currencies)}: name one"]})
         currency = currencies[0]
     by, touch = data.get("by") or "source", data.get("touch") or "first"
-    reports = revenue_reports(
-        [b.pk for b in businesses],
-        currency=currency,
-        bys=[by, *also] if touch == "first" else [by],
-        touch=touch,
-        since=since,
-        until=until,
-        repeat=data.get("repeat") or "exclude",
-    )
-    return reports.pop(by), list(reports.values()), businesses
+    asked: dict[str, Any] = {
+        "currency": currency,
+        "bys": [by, *also] if touch == "first" else [by],
+        "touch": touch,
+        "repeat": data.get("repeat") or "exclude",
+    }
+    ids = [b.pk for b in businesses]
+    earlier: dict[str, RevenueReport] = {}
+    if before and since is not None and until is not None:
+        reports, earlier = revenue_reports_and_before(ids, since=since, until=until, **asked)
+    else:
+        reports = revenue_reports(ids, since=since, until=until, **asked)
+    return reports.pop(by), list(reports.values()), earlier, businesses
 
 
 def report_json(report: RevenueReport, businesses: list[Business]) -> dict[str, Any]:

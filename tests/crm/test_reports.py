@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from agents.capture.base import PaymentHints
 from agents.revenue.jobs import invoice_issue, job_complete
 from agents.revenue.payments import payment_manual_record, payment_receive, refund_add
-from crm.attribution import NO_VALUE, UNATTRIBUTED, revenue_report
+from crm.attribution import NO_VALUE, UNATTRIBUTED, revenue_report, revenue_reports_and_before
 from crm.exports import XLSX_TYPE
 from crm.models import Appointment, Business, Lead, Payment, Refund, Role, Source, Stage
 from crm.services import lead_sync
@@ -391,3 +391,30 @@ def test_a_repeat_customer_is_not_credited_to_the_campaign_unless_asked(business
     body = client.get("/api/v1/reports/revenue/", {"by": "campaign", "repeat": "include"}).json()
     assert next(r for r in body["rows"] if r["key"] == "fall")["net"] == "900.00"
     assert client.get("/api/v1/reports/revenue/", {"repeat": "sometimes"}).status_code == 400
+
+
+def test_a_period_and_the_one_before_in_one_query_are_the_two_reports(business, sources):
+    """The revenue page's headlines compare with the period before, counted in
+    the page's own query: every row of both periods, every grouping, equals
+    what two separate reports count, by-click money included."""
+    start = datetime(2026, 4, 1, tzinfo=UTC)
+    middle, end = start + timedelta(days=10), start + timedelta(days=20)
+    booked = (Stage.CONTACTED, Stage.BOOKED)
+    early = walk(lead_from(business, sources["gads"], at=start + timedelta(days=2), campaign="c1"), *booked)
+    pay(early, "500.00", at=middle + timedelta(days=3))  # clicked before, paid in the later period
+    late = walk(lead_from(business, sources["fb"], at=middle + timedelta(days=1), campaign="c2"), *booked)
+    pay(late, "120.00", at=middle + timedelta(days=2))
+
+    with CaptureQueriesContext(connection) as queries:
+        now, before = revenue_reports_and_before(
+            [business.pk], currency="USD", bys=("campaign", "source"), since=middle, until=end
+        )
+    assert len(queries.captured_queries) == 1
+    for by in ("campaign", "source"):
+        alone_now = revenue_report([business.pk], currency="USD", by=by, since=middle, until=end)
+        alone_before = revenue_report([business.pk], currency="USD", by=by, since=start, until=middle)
+        assert [r.as_dict() for r in now[by].rows] == [r.as_dict() for r in alone_now.rows]
+        assert [r.as_dict() for r in before[by].rows] == [r.as_dict() for r in alone_before.rows]
+        assert (before[by].since, before[by].until) == (start, middle)
+    assert (row(before["campaign"], "c1").net, row(before["campaign"], "c1").net_by_click) == (D("0"), D("500.00"))
+    assert (row(now["campaign"], "c1").net, row(now["campaign"], "c1").net_by_click) == (D("500.00"), D("0"))
