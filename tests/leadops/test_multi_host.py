@@ -50,7 +50,11 @@ PEOPLE = len(NAMES)
 # touches); every fourth delivery is repeated by the "provider" to the other
 # web process (the same nonce: one event).
 TWICE = range(0, PEOPLE, 3)
-DEADLINE_S = 60
+# Only a guard against a hang, not a speed target: alone the test takes 27 s,
+# its process starts included, but `make test` runs it beside the fault drill (four more
+# clusters and web servers on the same two cores), where it took 48 s and, once,
+# over 60.
+DEADLINE_S = 180
 
 
 def burst() -> list[tuple[int, str, bytes]]:
