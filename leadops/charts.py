@@ -9,6 +9,8 @@ from decimal import Decimal
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from crm.figures import Figure, figure, rate
+
 BAR_HEIGHT = 22
 GAP = 8
 LABEL_WIDTH = 150
@@ -100,6 +102,21 @@ def percent(value: float | Decimal | None) -> str:
 def points(value: float | Decimal | None) -> str:
     """A change of a rate, in percentage points ("3 pts"): "+3%" would read as a relative change."""
     return "—" if value is None else f"{value * 100:.0f} pts"
+
+
+def rate_figure(
+    key: str, label: str, value: float | None, previous: float | None, against: str, *, lower_is_better: bool = False
+) -> Figure:
+    """A headline share ("92%") against an earlier one, its change in points."""
+    return figure(
+        key,
+        label,
+        rate(value),
+        (rate(previous), against),
+        fmt=percent,
+        delta_fmt=points,
+        lower_is_better=lower_is_better,
+    )
 
 
 def seconds(value: float | None) -> str:

@@ -32,7 +32,7 @@ from crm.figures import Figure, before_words, figure, rate
 from crm.models import Business, Sequence
 from crm.permissions import business_ids_where, can, can_anywhere
 from crm.services.exceptions import manager_exceptions_resolve
-from leadops.charts import bar_chart, percent, points
+from leadops.charts import bar_chart, rate_figure
 
 
 @staff_member_required
@@ -130,14 +130,7 @@ def health_figures(health: Health, previous: Health) -> list[Figure]:
     total, was = health.total, previous.total
     return [
         figure("sent", "Texts sent", total.sent, (was.sent, against)),
-        figure(
-            "delivery",
-            "Delivered",
-            rate(total.delivery_rate),
-            (rate(was.delivery_rate), against),
-            fmt=percent,
-            delta_fmt=points,
-        ),
+        rate_figure("delivery", "Delivered", total.delivery_rate, was.delivery_rate, against),
         figure(
             "opt_outs",
             "Opt-outs per 100 texts",
@@ -146,14 +139,7 @@ def health_figures(health: Health, previous: Health) -> list[Figure]:
             fmt=lambda v: "—" if v is None else f"{v:.1f}",
             lower_is_better=True,
         ),
-        figure(
-            "replied",
-            "Replied",
-            rate(health.reply_rate),
-            (rate(previous.reply_rate), against),
-            fmt=percent,
-            delta_fmt=points,
-        ),
+        rate_figure("replied", "Replied", health.reply_rate, previous.reply_rate, against),
     ]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -34,7 +33,7 @@ from agents.reporting.pipeline_qa import IN_FLIGHT, QA_KINDS, STUCK_SEND
 from agents.reporting.trace import KEYS, QUESTIONS, LeakAudit, lead_for_trace, lead_trace, leak_audit
 from approvals.models import ApprovalRequest
 from crm.exports import XLSX_TYPE, SafeCsvWriter, xlsx_bytes
-from crm.figures import Figure, before_words, figure, rate
+from crm.figures import Figure, before_words, figure
 from crm.models import (
     Business,
     Campaign,
@@ -47,7 +46,7 @@ from crm.models import (
 )
 from crm.permissions import business_ids_where, can_anywhere
 from crm.selectors import lead_list_visible, scoped
-from leadops.charts import bar_chart, percent, points, seconds
+from leadops.charts import bar_chart, percent, rate_figure, seconds
 
 DEFAULT_DAYS = 90
 EXCEPTION_WINDOW = timedelta(days=7)
@@ -595,19 +594,11 @@ def leak_figures(audit: LeakAudit, previous: LeakAudit, against: str) -> list[Fi
     def broken(a: LeakAudit) -> int:
         return a.leads - a.totals[""]
 
-    def share(a: LeakAudit) -> Decimal | None:
-        return rate(broken(a) / a.leads) if a.leads else None
+    def share(a: LeakAudit) -> float | None:
+        return broken(a) / a.leads if a.leads else None
 
     return [
         figure("leads", "Leads", audit.leads, (previous.leads, against)),
         figure("broken", "With a break", broken(audit), (broken(previous), against), lower_is_better=True),
-        figure(
-            "share",
-            "Share with a break",
-            share(audit),
-            (share(previous), against),
-            fmt=percent,
-            delta_fmt=points,
-            lower_is_better=True,
-        ),
+        rate_figure("share", "Share with a break", share(audit), share(previous), against, lower_is_better=True),
     ]
