@@ -21,29 +21,9 @@ from crm.services import lead_sync
 from crm.services.backups import backup_due, backups_prune
 from crm.services.next_action import next_action_set
 from tests.factories import lead_create, member_create
-from tests.helpers.database import test_database_url
+from tests.helpers.database import admin_connection, sibling_database_url
 
 TABLES = ("crm_lead", "crm_contact", "crm_receipt")
-
-
-def _admin() -> psycopg.Connection[tuple[object, ...]]:
-    params = settings.DATABASES["default"]
-    return psycopg.connect(
-        host=params["HOST"] or "127.0.0.1",
-        port=params["PORT"] or 5432,
-        user=params["USER"],
-        password=params["PASSWORD"] or None,
-        dbname="postgres",
-        autocommit=True,
-    )
-
-
-def _url(name: str) -> str:
-    """This run's test database URL (TCP or the embedded server's socket) with another name."""
-    own = connection.settings_dict["NAME"]
-    url = test_database_url()
-    assert url.count(f"/{own}") == 1, url
-    return url.replace(f"/{own}", f"/{name}")
 
 
 def _copy_name() -> str:
@@ -63,11 +43,11 @@ def _counts(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, int]:
 @pytest.fixture
 def empty_copy() -> Iterator[str]:
     copy = _copy_name()
-    with _admin() as admin:
+    with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{copy}"')
-    yield _url(copy)
-    with _admin() as admin:
+    yield sibling_database_url(copy)
+    with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
 
 

@@ -10,13 +10,13 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from crm.models import Business, Role
 from crm.services import lead_sync
 from crm.services.next_action import next_action_set
 from tests.factories import lead_create, member_create
+from tests.helpers.migration_paths import migrate_by_originals
 
 # The previous release's migration heads (what `git show 496289e:crm/migrations/` lists).
 PREVIOUS = [("crm", "0052_message_deferral_reason")]
@@ -32,15 +32,8 @@ def _counts() -> dict[str, int]:
         return counts
 
 
-def _migrate(targets: list[tuple[str, str]]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_previous_release_migrates_forward_without_loss() -> None:
-    latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
     business = Business.objects.create(slug="upg", name="Upgrade Co", timezone="America/Chicago", region="US")
     setter = member_create(business, Role.SETTER)
     for n in range(3):
@@ -50,12 +43,12 @@ def test_the_previous_release_migrates_forward_without_loss() -> None:
         next_action_set(lead, "Call", timezone.now() + timedelta(hours=1), actor="t", reason="t")
     before = _counts()
     # Down to the previous release with the data in it, and forward again.
-    _migrate(PREVIOUS)
+    migrate_by_originals(connection, PREVIOUS)
     try:
         assert "crm_invitation" not in connection.introspection.table_names()
         assert _counts() == before
     finally:
-        _migrate(latest)
+        migrate_by_originals(connection)
     assert _counts() == before
     call_command("verify_receipts", stdout=StringIO())
     call_command("audit_leads", stdout=StringIO())
