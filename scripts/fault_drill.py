@@ -533,10 +533,15 @@ class Drill:
                 poll(sending, 60, "a text in flight")
             except TimeoutError:
                 self.report.detail.append("no quiet moment with a text in flight: killed at the deadline")
-            flying = self.query(lambda: Message.objects.filter(status="sending").count())
+            # The provider's count is read at the kill, not after it: a text
+            # answered while the kill (or a query before it) took its time
+            # was still in flight when the cluster died. The sending rows do
+            # not change once the cluster is dead, so they are read after.
+            at_provider = self.twilio.in_flight
             self.clusters[-1].kill9()
+            flying = self.query(lambda: Message.objects.filter(status="sending").count())
             self.report.detail.append(
-                f"killed the cluster with {flying} messages sending, {self.twilio.in_flight} at the provider"
+                f"killed the cluster with {flying} messages sending, {at_provider} at the provider"
             )
             self.twilio.behave("ok")
             self.cluster_start()
