@@ -153,13 +153,13 @@ def _send_locked(invitation: Invitation) -> Invitation:
     member = invitation.member
     if refusal := invitation_refusal(member):
         return _unsent(invitation, refusal)
-    if not recipient_of(member):
+    if not (recipient := recipient_of(member)):
         return _unsent(invitation, "no email address: add one, or hand over the link from `manage.py invite`")
     if settings.EMAIL_BACKEND == _NOTHING_SENT_BACKEND:
         return _unsent(invitation, "no mail server (EMAIL_URL unset): hand over the link from `manage.py invite`")
     subject, body = invitation_message(invitation)
     try:
-        send_mail(subject, body, None, [recipient_of(member)])
+        send_mail(subject, body, None, [recipient])
     except Exception as exc:  # noqa: BLE001 (any backend's failure: refused, timed out, unreachable)
         logger.warning("invitation %s not sent: %s", invitation.public_id, type(exc).__name__)
         return _unsent(invitation, f"the mail server refused it: {type(exc).__name__}: {exc}")
