@@ -96,7 +96,9 @@ def main(argv: list[str]) -> int:
     client.force_login(user)
     for label, url in (
         ("API /api/v1/reports/revenue/", f"/api/v1/reports/revenue/?business={business.slug}&by=source"),
-        ("page /admin/revenue/", f"/admin/revenue/?business={business.slug}&by=campaign"),
+        ("page /admin/revenue/ (30 days)", f"/admin/revenue/?business={business.slug}&by=campaign"),
+        # Both dates emptied: all time, every record of every lead.
+        ("page /admin/revenue/ (all time)", f"/admin/revenue/?business={business.slug}&by=campaign&since=&until="),
         ("CSV /admin/revenue/?format=csv", f"/admin/revenue/?business={business.slug}&by=source&format=csv"),
     ):
         seconds, queries, response = timed(lambda url=url: client.get(url))
