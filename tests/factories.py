@@ -41,7 +41,9 @@ class ServiceLineFactory(factory.django.DjangoModelFactory[ServiceLine]):
 
     business = factory.SubFactory(BusinessFactory)
     slug = factory.Sequence(lambda n: f"line-{n}")
-    name = factory.Faker("word")
+    # Unique per business (case-insensitive, crm_serviceline_unique_name): a
+    # random word repeats now and then, and the second line of a test failed.
+    name = factory.Sequence(lambda n: f"Line {n}")
 
 
 def member_create(business: Business, role: str = Role.SETTER, username: str | None = None, **kw: Any) -> TeamMember:
