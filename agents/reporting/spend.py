@@ -38,13 +38,14 @@ from django.db.models.functions import Coalesce
 
 from crm.attribution import NO_VALUE, REPEAT, UNATTRIBUTED, RevenueReport, RevenueRow, revenue_reports
 from crm.exports import CURRENCY_SYMBOLS
-from crm.models import Business, Campaign, Source, SpendPlatform
+from crm.models import Business, Campaign, Provider, Source, SpendPlatform
 
 ZERO = Decimal("0.00")
 CENT = Decimal("0.01")
 # The source providers whose spend an ad platform reports.
 PLATFORM_OF_PROVIDER = {"google_ads": SpendPlatform.GOOGLE_ADS, "meta": SpendPlatform.META}
 PLATFORM_NAMES = dict(SpendPlatform.choices)
+PROVIDER_NAMES = dict(Provider.choices)
 
 
 def money_text(amount: Decimal | None, currency: str) -> str:
@@ -67,7 +68,7 @@ def _per(spend: Decimal | None, count: int) -> Decimal | None:
 @dataclass
 class ReturnRow:
     key: str  # the campaign id, or the source key / platform
-    label: str  # the campaign's name, the platform's, or the source key
+    label: str  # the campaign's name, the platform's, or the source's provider ("Website form")
     platform: str  # google_ads | meta | "" (no ad platform)
     currency: str
     spend: Decimal | None = None  # None: no spend data
@@ -115,6 +116,11 @@ class ReturnRow:
     @property
     def revenue_text(self) -> str:
         return money_text(self.revenue, self.currency)
+
+    @property
+    def platform_name(self) -> str:
+        """ "Google Ads", "Meta"; "" for no ad platform (the page shows words, the exports the code)."""
+        return PLATFORM_NAMES.get(self.platform, self.platform)
 
     @property
     def roas_text(self) -> str:
@@ -271,9 +277,9 @@ def campaign_returns(
         if platform and platform in platform_spend:
             row = sources.setdefault(platform, platform_spend[platform])
         else:
-            row = sources.setdefault(
-                found.key, ReturnRow(key=found.key, label=_label(found.key), platform="", currency=currency)
-            )
+            # A source is known by its key (the business file's); its provider says what it is.
+            label = PROVIDER_NAMES.get(provider, _label(found.key))
+            row = sources.setdefault(found.key, ReturnRow(key=found.key, label=label, platform="", currency=currency))
         row.sources.append(found.key)
         _add(row, found)
     for platform, row in platform_spend.items():
