@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -21,6 +22,8 @@ from django.db import connection
 from tests.helpers.catalogue import schema_catalogue
 from tests.helpers.database import admin_connection, sibling_database_url
 from tests.processes import process_env
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # 0041 renamed JobRun to PeriodicRun: RenameModel renames the table, not the
 # primary key and check constraints PostgreSQL named after the old one. The
@@ -33,15 +36,14 @@ def _normalised(catalogue: dict[str, set[tuple[object, ...]]]) -> dict[str, set[
     return {kind: {tuple(str(v).replace(old, new) for v in row) for row in rows} for kind, rows in catalogue.items()}
 
 
-def _built(suffix: str, module: str) -> str:
-    """A new database beside this run's, migrated by `python -m module` in its own process."""
+def _built(suffix: str, *args: str) -> str:
+    """A new database beside this run's, migrated by `python *args` in its own process."""
     name = f"{connection.settings_dict['NAME']}_{suffix}"
     with admin_connection() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
-    url = sibling_database_url(name)
-    command = [sys.executable, "-m", module] if module != "migrate" else [sys.executable, "manage.py", "migrate"]
-    subprocess.run(command, env=process_env(DATABASE_URL=url), check=True, capture_output=True, timeout=300)
+    env = process_env(DATABASE_URL=sibling_database_url(name))
+    subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     return name
 
 
@@ -49,8 +51,8 @@ def _built(suffix: str, module: str) -> str:
 def two_databases(django_db_setup: None) -> Iterator[tuple[str, str]]:
     names = []
     try:
-        names.append(_built("squashed", "migrate"))
-        names.append(_built("originals", "tests.helpers.migration_paths"))
+        names.append(_built("squashed", "manage.py", "migrate"))
+        names.append(_built("originals", "-m", "tests.helpers.migration_paths"))
         yield names[0], names[1]
     finally:
         with admin_connection() as admin:
