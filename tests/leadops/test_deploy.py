@@ -54,6 +54,10 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         "DEBUG": "",
         "FIELD_ENCRYPTION_KEYS": "",
         "DATABASE_URL": UNREACHABLE_DB,
+        # Where compiled modules go (the Makefile keeps them under .venv), so
+        # these processes neither compile everything again nor leave
+        # __pycache__ beside the sources.
+        **{name: os.environ[name] for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE") if name in os.environ},
     }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
