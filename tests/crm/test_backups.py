@@ -3,6 +3,8 @@ holds the same rows and passes the receipt and lead checks."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +24,9 @@ from crm.services.backups import backup_due, backups_prune
 from crm.services.next_action import next_action_set
 from tests.factories import lead_create, member_create
 from tests.helpers.database import admin_connection, sibling_database_url
+from tests.processes import process_env
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLES = ("crm_lead", "crm_contact", "crm_receipt")
 
@@ -121,3 +126,19 @@ def test_the_scheduled_backup_runs_only_when_due(tmp_path: Path, settings: Any) 
     assert backup_due(now=timezone.now() + timedelta(hours=1)) is None
     assert backup_due(now=timezone.now() + timedelta(hours=25)) is not None
     assert len(list(tmp_path.glob("leadops-*.dump"))) == 2
+
+
+def test_finding_the_dump_tool_warns_nothing_where_no_runtime_directory_is_set() -> None:
+    """With DATABASE_URL (no embedded server started), a backup finds pg_dump
+    without importing the embedded wheel, whose import asks platformdirs for
+    a runtime directory and warns where XDG_RUNTIME_DIR is unset (containers,
+    CI, a systemd service): a warning in every scheduled backup's log. In a
+    process of its own, as this one may have imported the wheel already."""
+    code = "import django; django.setup()\nfrom crm.services.backups import pg_tool\nprint(pg_tool('pg_dump', 15)[0])\n"
+    env = {k: v for k, v in process_env().items() if k != "XDG_RUNTIME_DIR"}
+    env["DJANGO_SETTINGS_MODULE"] = "leadops.settings_test"
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert Path(result.stdout.strip()).name == "pg_dump"
