@@ -32,7 +32,7 @@ at most one brief a day however often it runs; the timer runner sends it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 from decimal import Decimal
 from typing import Any
@@ -41,6 +41,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 
@@ -56,9 +57,11 @@ from crm.models import (
     Lead,
     Message,
     Payment,
+    Provider,
     Refund,
     Role,
     Sequence,
+    Source,
     Task,
     TeamMember,
     Timer,
@@ -76,6 +79,9 @@ FULL_VIEW = (Role.OWNER, Role.MANAGER)
 BRIEF_ROLES = (Role.OWNER, Role.MANAGER, Role.SETTER)
 ANSWERED = ("dry_run", "queued", "sending", "sent", "delivered", "unknown")
 EMPTY_LINE = "Nothing needs your action today."
+# The money line's key for payments whose lead has no source.
+UNATTRIBUTED = "unattributed"
+PROVIDER_NAMES = dict(Provider.choices)
 
 
 @dataclass(frozen=True)
@@ -95,10 +101,23 @@ class MoneyLine:
     currency: str
     collected: Decimal
     refunded: Decimal
+    # What people call the source: its provider ("Website form"), or the key
+    # itself for one the business file no longer lists; the key stays beside it.
+    source_name: str = ""
 
     @property
     def net(self) -> Decimal:
         return self.collected - self.refunded
+
+    @property
+    def key_shown(self) -> bool:
+        """Whether the key goes beside the name (not when it is the name, nor for no source)."""
+        return self.source not in (self.source_name, UNATTRIBUTED)
+
+    @property
+    def label(self) -> str:
+        """ "Website form (site)", "No source": the email's words for the source."""
+        return f"{self.source_name} ({self.source})" if self.key_shown else self.source_name
 
 
 # Yesterday's headline numbers: (the revenue report's figure, its label).
@@ -256,7 +275,7 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
                 BriefItem(
                     3,
                     "task",
-                    f"{others} overdue task(s) on the rest of the team",
+                    f"{others} overdue task{pluralize(others)} on the rest of the team",
                     reverse("admin:crm_task_changelist") + "?status__exact=open",
                     "",
                     None,
@@ -321,7 +340,8 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
             "payment",
             unmatched,
             lambda p: (
-                f"Match payment {p.amount} {p.currency} ({p.match_status}, {p.provider})",
+                f"Match payment {money_text(p.amount, p.currency, region=business.region or 'US')}"
+                f" ({p.match_status}, {p.provider})",
                 reverse("admin:crm_payment_change", args=[p.pk]),
                 p.public_id,
                 p.received_at,
@@ -333,11 +353,23 @@ def brief_build(member: TeamMember, *, now: datetime | None = None, zone: tzinfo
     month_start = today_start.replace(day=1)
     yesterday_start = today_start - timedelta(days=1)
     brief.headlines = headlines(member, yesterday_start)
-    brief.money = [
-        *money_lines(member, "yesterday", yesterday_start, today_start),
-        *money_lines(member, "this month", month_start, today_end),
-    ]
+    brief.money = _named(
+        business,
+        [
+            *money_lines(member, "yesterday", yesterday_start, today_start),
+            *money_lines(member, "this month", month_start, today_end),
+        ],
+    )
     return brief
+
+
+def _named(business: Business, lines: list[MoneyLine]) -> list[MoneyLine]:
+    """Each line with its source's name (one query for all of them)."""
+    keys = {line.source for line in lines}
+    providers = dict(Source.objects.filter(business_id=business.pk, key__in=keys).values_list("key", "provider"))
+    names = {key: PROVIDER_NAMES.get(providers.get(key, ""), "") for key in keys}
+    names[UNATTRIBUTED] = "No source"
+    return [replace(line, source_name=names[line.source] or line.source) for line in lines]
 
 
 def _figures(member: TeamMember, start: datetime) -> RevenueRow:
@@ -375,14 +407,14 @@ def money_lines(member: TeamMember, period: str, since: datetime, until: datetim
     """Payments minus refunds in [since, until), by the lead's first source and currency."""
     payments = (
         Payment.objects.filter(business_id=member.business_id, received_at__gte=since, received_at__lt=until)
-        .annotate(src=first_source_key("lead_id", default="unattributed"))
+        .annotate(src=first_source_key("lead_id", default=UNATTRIBUTED))
         .values("src", "currency")
         .annotate(total=Sum("amount"))
         .order_by()
     )
     refunds = (
         Refund.objects.filter(business_id=member.business_id, refunded_at__gte=since, refunded_at__lt=until)
-        .annotate(src=first_source_key("payment__lead_id", default="unattributed"))
+        .annotate(src=first_source_key("payment__lead_id", default=UNATTRIBUTED))
         .values("src", "currency")
         .annotate(total=Sum("amount"))
         .order_by()
@@ -407,9 +439,7 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
     if brief.is_empty:
         lines.append(EMPTY_LINE)
     else:
-        lines.append(
-            f"{brief.business.name} — {brief.local_date:%A %d %B %Y}: {len(brief.items)} thing(s) need you now."
-        )
+        lines.append(f"{brief.business.name} — {brief.local_date:%A %d %B %Y}: {_things(len(brief.items))} now.")
         for n, item in enumerate(brief.items, 1):
             lines.append(f"{n}. [{KINDS[item.kind][1]}] {item.title} — {base}{item.link}")
         for kind, (count, link) in brief.more.items():
@@ -422,10 +452,14 @@ def brief_text(brief: Brief, *, base_url: str | None = None) -> str:
     for period, money in brief.money_by_period().items():
         if money:
             parts = [
-                f"{m.source} {m.net} {m.currency}" + (f" (refunds {m.refunded})" if m.refunded else "") for m in money
+                f"{m.label} {m.net} {m.currency}" + (f" (refunds {m.refunded})" if m.refunded else "") for m in money
             ]
             lines.append(f"Collected {period}: " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def _things(count: int) -> str:
+    return "1 thing needs you" if count == 1 else f"{count} things need you"
 
 
 def headline_text(brief: Brief) -> str:

@@ -99,21 +99,21 @@ def test_a_setter_gets_only_their_own_items_most_urgent_first(day, setter):
 def test_a_manager_gets_the_business_with_approvals_and_unmatched_payments(day, manager):
     brief = brief_build(manager, now=NOW)
     assert [i.kind for i in brief.items] == ["sla", "reply", "task", "approval", "appointment", "payment"]
-    assert brief.items[2].title == "2 overdue task(s) on the rest of the team"
+    assert brief.items[2].title == "2 overdue tasks on the rest of the team"
     assert brief.items[3].title == "Decide: Commercial job: take it?"
-    assert brief.items[5].title == "Match payment 100.00 USD (unmatched, manual)"
-    month = [(m.source, m.net) for m in brief.money if m.period == "this month"]
-    assert month == [("site", Decimal("200.00")), ("unattributed", Decimal("100.00"))]
+    assert brief.items[5].title == "Match payment $100.00 (unmatched, manual)"
+    month = [(m.source, m.source_name, m.net) for m in brief.money if m.period == "this month"]
+    assert month == [("site", "Website form", Decimal("200.00")), ("unattributed", "No source", Decimal("100.00"))]
     text = brief_text(brief, base_url="https://ops.example.com")
     lines = text.splitlines()
-    assert lines[0] == "Acme Heating & Air — Tuesday 10 March 2026: 6 thing(s) need you now."
+    assert lines[0] == "Acme Heating & Air — Tuesday 10 March 2026: 6 things need you now."
     # Then yesterday's headline numbers, against Sunday and the Monday before.
     assert lines[1].startswith("Yesterday: new leads ")
     assert "collected $200 (+$200 vs Sunday, +$100 vs last Monday)" in lines[1]
     assert lines[2].startswith("1. [SLA breached] First response overdue: Ann Doe")
     assert lines[2].endswith(f"https://ops.example.com/admin/crm/lead/{day['breached'].pk}/change/")
-    assert lines[-2] == "Collected yesterday: site 200.00 USD (refunds 50.00)"
-    assert lines[-1] == "Collected this month: site 200.00 USD (refunds 50.00); unattributed 100.00 USD"
+    assert lines[-2] == "Collected yesterday: Website form (site) 200.00 USD (refunds 50.00)"
+    assert lines[-1] == "Collected this month: Website form (site) 200.00 USD (refunds 50.00); No source 100.00 USD"
 
 
 def test_an_empty_day_says_so_in_one_line(db):
