@@ -124,6 +124,17 @@ def test_an_empty_day_says_so_in_one_line(db):
     assert brief_text(brief) == EMPTY_LINE
 
 
+def test_one_item_is_counted_in_the_singular(db):
+    quiet = BusinessFactory.create(slug="quiet", name="Quiet Co")
+    olga = member_create(quiet, Role.OWNER, username="quiet-owner")
+    task_create(
+        lead=None, business=quiet, owner=olga, title="Call the supplier", due_at=NOW - timedelta(hours=2), actor="t"
+    )
+    brief = brief_build(olga, now=NOW)
+    assert [i.kind for i in brief.items] == ["task"]
+    assert brief_text(brief).splitlines()[0] == "Quiet Co — Tuesday 10 March 2026: 1 thing needs you now."
+
+
 def test_the_brief_reads_a_bounded_number_of_queries(day, manager, django_assert_max_num_queries):
     manager = type(manager).objects.select_related("business").get(pk=manager.pk)
     with django_assert_max_num_queries(16):
