@@ -45,6 +45,7 @@ from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.reporting.spend import provider_name
 from agents.reporting.trace import first_source_key
 from approvals.models import ApprovalRequest
 from crm.attribution import RevenueRow, revenue_report
@@ -57,7 +58,6 @@ from crm.models import (
     Lead,
     Message,
     Payment,
-    Provider,
     Refund,
     Role,
     Sequence,
@@ -80,8 +80,7 @@ BRIEF_ROLES = (Role.OWNER, Role.MANAGER, Role.SETTER)
 ANSWERED = ("dry_run", "queued", "sending", "sent", "delivered", "unknown")
 EMPTY_LINE = "Nothing needs your action today."
 # The money line's key for payments whose lead has no source.
-UNATTRIBUTED = "unattributed"
-PROVIDER_NAMES = dict(Provider.choices)
+NO_SOURCE = "unattributed"
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,8 @@ class MoneyLine:
     currency: str
     collected: Decimal
     refunded: Decimal
-    # What people call the source: its provider ("Website form"), or the key
-    # itself for one the business file no longer lists; the key stays beside it.
+    # What people call the source (spend.provider_name: "Website form"), or
+    # the key itself when it names no provider; the key stays beside it.
     source_name: str = ""
 
     @property
@@ -112,7 +111,7 @@ class MoneyLine:
     @property
     def key_shown(self) -> bool:
         """Whether the key goes beside the name (not when it is the name, nor for no source)."""
-        return self.source not in (self.source_name, UNATTRIBUTED)
+        return self.source not in (self.source_name, NO_SOURCE)
 
     @property
     def label(self) -> str:
@@ -367,9 +366,9 @@ def _named(business: Business, lines: list[MoneyLine]) -> list[MoneyLine]:
     """Each line with its source's name (one query for all of them)."""
     keys = {line.source for line in lines}
     providers = dict(Source.objects.filter(business_id=business.pk, key__in=keys).values_list("key", "provider"))
-    names = {key: PROVIDER_NAMES.get(providers.get(key, ""), "") for key in keys}
-    names[UNATTRIBUTED] = "No source"
-    return [replace(line, source_name=names[line.source] or line.source) for line in lines]
+    names = {key: provider_name(key, providers) or key for key in keys}
+    names[NO_SOURCE] = "No source"
+    return [replace(line, source_name=names[line.source]) for line in lines]
 
 
 def _figures(member: TeamMember, start: datetime) -> RevenueRow:
@@ -407,14 +406,14 @@ def money_lines(member: TeamMember, period: str, since: datetime, until: datetim
     """Payments minus refunds in [since, until), by the lead's first source and currency."""
     payments = (
         Payment.objects.filter(business_id=member.business_id, received_at__gte=since, received_at__lt=until)
-        .annotate(src=first_source_key("lead_id", default=UNATTRIBUTED))
+        .annotate(src=first_source_key("lead_id", default=NO_SOURCE))
         .values("src", "currency")
         .annotate(total=Sum("amount"))
         .order_by()
     )
     refunds = (
         Refund.objects.filter(business_id=member.business_id, refunded_at__gte=since, refunded_at__lt=until)
-        .annotate(src=first_source_key("payment__lead_id", default=UNATTRIBUTED))
+        .annotate(src=first_source_key("payment__lead_id", default=NO_SOURCE))
         .values("src", "currency")
         .annotate(total=Sum("amount"))
         .order_by()

@@ -278,7 +278,7 @@ def campaign_returns(
             row = sources.setdefault(platform, platform_spend[platform])
         else:
             # A source is known by its key (the business file's); its provider says what it is.
-            label = PROVIDER_NAMES.get(provider, _label(found.key))
+            label = provider_name(found.key, providers) or _label(found.key)
             row = sources.setdefault(found.key, ReturnRow(key=found.key, label=label, platform="", currency=currency))
         row.sources.append(found.key)
         _add(row, found)
@@ -296,6 +296,14 @@ def campaign_returns(
         campaigns=sorted(campaigns, key=order),
         sources=sorted(sources.values(), key=order),
     )
+
+
+def provider_name(key: str, providers: dict[str, str]) -> str:
+    """What people call a lead's first-touch source key (`first_source_key`):
+    its source's provider ("Website form"), or the provider the key is itself
+    (a touch without a source); "" for neither. `providers`: key → provider
+    of the business's sources."""
+    return PROVIDER_NAMES.get(providers.get(key, key), "")
 
 
 def _label(key: str) -> str:
